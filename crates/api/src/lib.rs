@@ -1,0 +1,3 @@
+//! oneinfra v1alpha1 API: types, defaults, validation, manifests (no I/O).
+
+pub mod versions;

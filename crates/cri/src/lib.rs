@@ -1,0 +1,1 @@
+//! oneinfra-rs cri (being built)

@@ -1,0 +1,1 @@
+//! oneinfra-rs pki (being built)

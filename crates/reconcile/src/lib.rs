@@ -1,0 +1,1 @@
+//! oneinfra-rs reconcile (being built)

@@ -1,0 +1,69 @@
+//! Test support shared by the crates whose tests need real systems (containerd, etcd, haproxy,
+//! network namespaces, root).
+//!
+//! A test that needs a prerequisite calls [`require`] first. When the prerequisite is missing:
+//! - with `OI_REQUIRE_REAL=1` (set by `scripts/test.sh`, hence by CI), the test **fails**, naming
+//!   what is missing, so CI can never pass by skipping;
+//! - otherwise it prints a loud `SKIPPED` banner to stderr and returns `false`, and the test
+//!   returns early. `cargo test -- --nocapture` shows the banners.
+
+use std::path::Path;
+
+/// The environment variable that turns a missing prerequisite into a test failure.
+pub const REQUIRE_ENV: &str = "OI_REQUIRE_REAL";
+
+/// Whether a missing prerequisite must fail the test rather than skip it.
+pub fn real_required() -> bool {
+    std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1" || v == "true")
+}
+
+/// Checks one prerequisite. Returns `true` when it is there; see the crate docs otherwise.
+///
+/// # Panics
+/// When the prerequisite is missing and [`REQUIRE_ENV`] is set.
+pub fn require(test: &str, what: &str, available: bool) -> bool {
+    if available {
+        return true;
+    }
+    if real_required() {
+        panic!(
+            "{test}: prerequisite missing: {what} ({REQUIRE_ENV}=1, so this is a failure, not a skip)"
+        );
+    }
+    eprintln!(
+        "\n######## SKIPPED {test}: prerequisite missing: {what}\n######## run scripts/setup.sh, then scripts/test.sh (which sets {REQUIRE_ENV}=1) to run it for real\n"
+    );
+    false
+}
+
+/// Whether the process runs as root (uid 0), read from /proc without libc.
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Whether an executable is on PATH (or is an existing absolute path).
+pub fn have_command(name: &str) -> bool {
+    if name.contains('/') {
+        return Path::new(name).is_file();
+    }
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+        .unwrap_or(false)
+}
+
+/// Requires root and every listed command; see [`require`].
+pub fn require_root_and_commands(test: &str, commands: &[&str]) -> bool {
+    if !require(test, "root (uid 0)", is_root()) {
+        return false;
+    }
+    commands
+        .iter()
+        .all(|c| require(test, &format!("command `{c}` on PATH"), have_command(c)))
+}

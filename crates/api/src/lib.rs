@@ -1,3 +1,4 @@
 //! oneinfra v1alpha1 API: types, defaults, validation, manifests (no I/O).
 
+pub mod runtime;
 pub mod versions;

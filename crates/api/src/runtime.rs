@@ -1,0 +1,170 @@
+//! What a hypervisor should run, as plain data: the contract between the pure planner
+//! (`oi-reconcile` renders these) and the CRI client (`oi-cri` executes them).
+//!
+//! Every pod is a host-network pod. Its identity is `(namespace, name)`; `labels` select pods
+//! (by cluster, component); the content hash of the whole spec decides whether a running pod
+//! is left alone or replaced, so the hash must be stable: every collection here is ordered.
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+
+/// Label keys put on every pod oneinfra runs.
+pub mod labels {
+    /// Marks a pod as managed by oneinfra; value `true`.
+    pub const MANAGED: &str = "oneinfra.ereslibre.es/managed";
+    /// Namespace of the Cluster the pod belongs to.
+    pub const CLUSTER_NAMESPACE: &str = "oneinfra.ereslibre.es/cluster-namespace";
+    /// Name of the Cluster the pod belongs to.
+    pub const CLUSTER: &str = "oneinfra.ereslibre.es/cluster";
+    /// Name of the Component the pod belongs to.
+    pub const COMPONENT: &str = "oneinfra.ereslibre.es/component";
+    /// Annotation holding [`super::PodSpec::content_hash`] of the spec a pod was created from.
+    pub const SPEC_HASH: &str = "oneinfra.ereslibre.es/spec-hash";
+}
+
+/// A host-network pod with its containers.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PodSpec {
+    /// CRI sandbox namespace (the Cluster's namespace).
+    pub namespace: String,
+    /// CRI sandbox name, unique per hypervisor within `namespace`.
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub containers: Vec<ContainerSpec>,
+}
+
+/// One container of a pod.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ContainerSpec {
+    pub name: String,
+    /// Fully qualified image reference (after any repository override).
+    pub image: String,
+    /// Replaces the image's entrypoint when non-empty.
+    pub command: Vec<String>,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub mounts: Vec<Mount>,
+    /// Run privileged (only the VPN endpoint needs this, for its tun device).
+    pub privileged: bool,
+}
+
+/// A host path bind-mounted into a container.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Mount {
+    pub host_path: String,
+    pub container_path: String,
+    pub readonly: bool,
+}
+
+/// A file to place on a hypervisor's filesystem.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HostFile {
+    /// Absolute path on the hypervisor.
+    pub path: String,
+    pub content: Vec<u8>,
+    /// Unix permission bits, e.g. `0o600` for private keys.
+    pub mode: u32,
+}
+
+impl HostFile {
+    /// Hex SHA-256 of content and mode: a file whose hash is unchanged is not rewritten.
+    pub fn content_hash(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(self.mode.to_be_bytes());
+        h.update(&self.content);
+        hex::encode(h.finalize())
+    }
+}
+
+impl PodSpec {
+    /// Hex SHA-256 over a canonical encoding of the whole spec. Two specs that would run the
+    /// same pod hash equal; any difference (image, argument, mount, label) changes the hash.
+    pub fn content_hash(&self) -> String {
+        let mut h = Sha256::new();
+        let mut field = |tag: &str, value: &str| {
+            // Length-prefixed, so that no two different specs encode to the same bytes.
+            h.update((tag.len() as u64).to_be_bytes());
+            h.update(tag.as_bytes());
+            h.update((value.len() as u64).to_be_bytes());
+            h.update(value.as_bytes());
+        };
+        field("namespace", &self.namespace);
+        field("name", &self.name);
+        for (k, v) in &self.labels {
+            field("label", k);
+            field("value", v);
+        }
+        for c in &self.containers {
+            field("container", &c.name);
+            field("image", &c.image);
+            for a in &c.command {
+                field("command", a);
+            }
+            for a in &c.args {
+                field("arg", a);
+            }
+            for (k, v) in &c.env {
+                field("env", k);
+                field("value", v);
+            }
+            for m in &c.mounts {
+                field("mount", &m.host_path);
+                field("at", &m.container_path);
+                field("ro", if m.readonly { "1" } else { "0" });
+            }
+            field("privileged", if c.privileged { "1" } else { "0" });
+        }
+        hex::encode(h.finalize())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod() -> PodSpec {
+        PodSpec {
+            namespace: "default".into(),
+            name: "c1-control-plane-0".into(),
+            labels: BTreeMap::from([(labels::CLUSTER.to_string(), "c1".to_string())]),
+            containers: vec![ContainerSpec {
+                name: "etcd".into(),
+                image: "localhost/oneinfra/etcd:3.6.4-0".into(),
+                command: vec!["etcd".into()],
+                args: vec!["--name=a".into()],
+                env: BTreeMap::new(),
+                mounts: vec![],
+                privileged: false,
+            }],
+        }
+    }
+
+    #[test]
+    fn hash_is_stable_and_sensitive() {
+        let a = pod();
+        assert_eq!(a.content_hash(), pod().content_hash());
+        let mut b = pod();
+        b.containers[0].args[0] = "--name=b".into();
+        assert_ne!(a.content_hash(), b.content_hash());
+        // Moving a value between fields must change the hash (length-prefixed encoding).
+        let mut c = pod();
+        c.containers[0].command = vec![];
+        c.containers[0].args = vec!["etcd".into(), "--name=a".into()];
+        assert_ne!(a.content_hash(), c.content_hash());
+    }
+
+    #[test]
+    fn file_hash_covers_mode() {
+        let f = HostFile {
+            path: "/a".into(),
+            content: b"x".to_vec(),
+            mode: 0o600,
+        };
+        let g = HostFile {
+            mode: 0o644,
+            ..f.clone()
+        };
+        assert_ne!(f.content_hash(), g.content_hash());
+    }
+}

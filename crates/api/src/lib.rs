@@ -1,4 +1,50 @@
 //! oneinfra v1alpha1 API: types, defaults, validation, manifests (no I/O).
+//!
+//! The model: `Hypervisor`s (machines with a CRI endpoint, cluster-scoped) host the
+//! `Component`s (a control plane replica, or the ingress) of each `Cluster` (namespaced);
+//! `NodeJoinRequest`s are workers asking to join a managed cluster. All state lives in these
+//! objects, wire compatible with oneinfra's CRDs, strict about unknown kinds and fields.
+//!
+//! ```text
+//! manifest text ──parse_manifests──► Vec<Document> ──validate──► World::from_documents
+//!                                                                   │ apply_defaults (pins versions)
+//!                                                                   ▼
+//!                                              World {hypervisors, clusters, components, ...}
+//!                                                                   │ to_yaml (sorted, stable bytes)
+//!                                                                   ▼
+//!                                                             manifest text
+//! ```
+//!
+//! Objects are identified by [`ObjectKey`] `(namespace, name)`: cluster-scoped kinds have an
+//! empty namespace, namespaced objects without one are in `default` (never written back).
 
+pub mod cluster;
+pub mod common;
+pub mod component;
+pub mod hypervisor;
+pub mod meta;
+pub mod node_join_request;
 pub mod runtime;
 pub mod versions;
+pub mod world;
+
+pub use cluster::{
+    CertificateAuthorities, Cluster, ClusterNetworking, ClusterSpec, ClusterStatus, EtcdServer,
+    KubeApiServer, Vpn, VpnPeer,
+};
+pub use common::{
+    Certificate, Condition, ConditionStatus, KeyPair, condition_is_true, condition_types,
+    find_condition, set_condition,
+};
+pub use component::{
+    Component, ComponentHostPortAllocation, ComponentRole, ComponentSpec, ComponentStatus,
+};
+pub use hypervisor::{
+    Hypervisor, HypervisorPortAllocation, HypervisorSpec, HypervisorStatus, LocalCriEndpoint,
+    PortRange, RemoteCriEndpoint,
+};
+pub use meta::{DEFAULT_NAMESPACE, Kind, ObjectKey, ObjectMeta, OwnerReference, Resource};
+pub use node_join_request::{
+    NodeJoinRequest, NodeJoinRequestSpec, NodeJoinRequestStatus, NodeJoinRequestVpn,
+};
+pub use world::{Document, Object, World};

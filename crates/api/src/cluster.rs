@@ -1,0 +1,238 @@
+//! `Cluster` (cluster.oneinfra.ereslibre.es/v1alpha1, namespaced): one managed Kubernetes
+//! control plane. Its spec holds the version, replicas, every CA and key (so the object alone
+//! is enough to rebuild it), VPN and networking settings; its status the endpoints and peers.
+//! A cluster is being deleted when `metadata.deletionTimestamp` is set.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::common::{Certificate, Condition, KeyPair, redacted};
+use crate::meta::{Kind, ObjectMeta, is_default, resource};
+
+/// One managed Kubernetes control plane.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Cluster {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub spec: ClusterSpec,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub status: ClusterStatus,
+}
+
+resource!(Cluster, ClusterSpec, Kind::Cluster);
+
+/// Control plane replicas when `controlPlaneReplicas` is absent.
+pub const DEFAULT_CONTROL_PLANE_REPLICAS: u32 = 1;
+
+impl Cluster {
+    /// `spec.controlPlaneReplicas`, or its default.
+    pub fn control_plane_replicas(&self) -> u32 {
+        self.spec
+            .control_plane_replicas
+            .unwrap_or(DEFAULT_CONTROL_PLANE_REPLICAS)
+    }
+
+    /// Whether the cluster is marked for deletion (`metadata.deletionTimestamp`).
+    pub fn is_being_deleted(&self) -> bool {
+        self.metadata.is_being_deleted()
+    }
+}
+
+/// Desired state of a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClusterSpec {
+    /// `default`, empty, a full version (`1.37.1`, `v1.37.1`) or a minor (`1.37`); defaulting
+    /// pins it to a full supported version.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kubernetes_version: String,
+    /// One when absent; zero is invalid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_replicas: Option<u32>,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub certificate_authorities: CertificateAuthorities,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub etcd_server: EtcdServer,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub api_server: KubeApiServer,
+    /// Key pair join requests are encrypted to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join_key: Option<KeyPair>,
+    /// Bootstrap tokens workers may join with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub join_tokens: Vec<String>,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub vpn: Vpn,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub networking: ClusterNetworking,
+}
+
+/// The cluster's certificate authorities.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CertificateAuthorities {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_server_client: Option<Certificate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_signer: Option<Certificate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet: Option<Certificate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet_client: Option<Certificate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_client: Option<Certificate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_peer: Option<Certificate>,
+}
+
+/// The etcd server settings.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EtcdServer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<Certificate>,
+}
+
+/// The kube-apiserver settings.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubeApiServer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<Certificate>,
+    #[serde(rename = "extraSANs", default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_sans: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<KeyPair>,
+}
+
+/// VPN CIDR when the VPN is enabled and no CIDR is given.
+pub const DEFAULT_VPN_CIDR: &str = "10.0.0.0/16";
+
+/// The cluster VPN (WireGuard). Disabled by default. `Debug` never shows the private key.
+#[derive(Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Vpn {
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub enabled: bool,
+    #[serde(rename = "CIDR", default, skip_serializing_if = "String::is_empty")]
+    pub cidr: String,
+    /// The VPN ingress private key (WireGuard, base64).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub private_key: String,
+    /// The VPN ingress public key (WireGuard, base64).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub public_key: String,
+}
+
+impl fmt::Debug for Vpn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Vpn")
+            .field("enabled", &self.enabled)
+            .field("cidr", &self.cidr)
+            .field("private_key", &redacted(&self.private_key))
+            .field("public_key", &self.public_key)
+            .finish()
+    }
+}
+
+/// Pod network when none is given.
+pub const DEFAULT_CLUSTER_CIDR: &str = "10.244.0.0/16";
+/// Service network when none is given.
+pub const DEFAULT_SERVICE_CIDR: &str = "10.96.0.0/12";
+/// Per-node pod CIDR mask size when none is given.
+pub const DEFAULT_NODE_CIDR_MASK_SIZE: u8 = 24;
+
+/// The cluster networking settings.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterNetworking {
+    #[serde(
+        rename = "clusterCIDR",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub cluster_cidr: String,
+    #[serde(
+        rename = "serviceCIDR",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub service_cidr: String,
+    #[serde(
+        rename = "nodeCIDRMaskSize",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub node_cidr_mask_size: Option<u8>,
+    #[serde(
+        rename = "nodeCIDRMaskSizeIPv4",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub node_cidr_mask_size_ipv4: Option<u8>,
+    #[serde(
+        rename = "nodeCIDRMaskSizeIPv6",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub node_cidr_mask_size_ipv6: Option<u8>,
+}
+
+/// Observed state of a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClusterStatus {
+    /// `https://host:port` of the cluster's ingress.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub api_server_endpoint: String,
+    /// `host:port` of the cluster's WireGuard endpoint, when the VPN is enabled.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub vpn_server_endpoint: String,
+    /// etcd member name -> client URL.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub storage_client_endpoints: BTreeMap<String, String>,
+    /// etcd member name -> peer URL.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub storage_peer_endpoints: BTreeMap<String, String>,
+    /// Client certificates issued for users of the cluster (e.g. `admin`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub client_certificates: BTreeMap<String, Certificate>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub join_tokens: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vpn_peers: Vec<VpnPeer>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// A VPN peer of the cluster. `Debug` never shows the private key.
+#[derive(Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VpnPeer {
+    #[serde(default)]
+    pub name: String,
+    /// Address inside the VPN CIDR, with prefix (e.g. `10.0.0.2/32`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub address: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub private_key: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub public_key: String,
+}
+
+impl fmt::Debug for VpnPeer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VpnPeer")
+            .field("name", &self.name)
+            .field("address", &self.address)
+            .field("private_key", &redacted(&self.private_key))
+            .field("public_key", &self.public_key)
+            .finish()
+    }
+}

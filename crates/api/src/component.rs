@@ -1,0 +1,103 @@
+//! `Component` (cluster.oneinfra.ereslibre.es/v1alpha1, namespaced): one schedulable unit of
+//! a cluster, a control plane replica or the cluster's ingress, placed on one hypervisor.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::common::{Certificate, Condition};
+use crate::meta::{Kind, ObjectMeta, is_default, resource};
+
+/// One schedulable unit of a cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Component {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    pub spec: ComponentSpec,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub status: ComponentStatus,
+}
+
+resource!(Component, ComponentSpec, Kind::Component);
+
+/// What a component is and where it runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ComponentSpec {
+    /// Name of the Cluster, in the component's namespace.
+    #[serde(default)]
+    pub cluster: String,
+    pub role: ComponentRole,
+    /// Name of the hypervisor it is scheduled on; `None` until scheduled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hypervisor: Option<String>,
+}
+
+/// The role of a component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum ComponentRole {
+    /// etcd member, kube-apiserver, kube-controller-manager, kube-scheduler; on a private
+    /// hypervisor.
+    #[serde(rename = "control-plane")]
+    ControlPlane,
+    /// haproxy in front of the API servers (and the VPN endpoint); on a public hypervisor.
+    #[serde(rename = "control-plane-ingress")]
+    ControlPlaneIngress,
+}
+
+impl ComponentRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ComponentRole::ControlPlane => "control-plane",
+            ComponentRole::ControlPlaneIngress => "control-plane-ingress",
+        }
+    }
+}
+
+impl fmt::Display for ComponentRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Observed state of a component.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ComponentStatus {
+    /// Host ports allocated to this component, by purpose (e.g. `apiserver`, `etcd-peer`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allocated_host_ports: Vec<ComponentHostPortAllocation>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub client_certificates: BTreeMap<String, Certificate>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub server_certificates: BTreeMap<String, Certificate>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub input_endpoints: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub output_endpoints: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+impl ComponentStatus {
+    /// The host port allocated for a purpose, if any.
+    pub fn host_port(&self, name: &str) -> Option<u16> {
+        self.allocated_host_ports
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.port)
+    }
+}
+
+/// A host port allocated to a component for one purpose.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ComponentHostPortAllocation {
+    #[serde(default)]
+    pub name: String,
+    pub port: u16,
+}

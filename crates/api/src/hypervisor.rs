@@ -1,0 +1,144 @@
+//! `Hypervisor` (infra.oneinfra.ereslibre.es/v1alpha1, cluster-scoped): a machine exposing a
+//! CRI endpoint, where oneinfra schedules components.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::common::Certificate;
+use crate::meta::{Kind, ObjectMeta, is_default, resource};
+
+/// A machine exposing a CRI endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Hypervisor {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    pub spec: HypervisorSpec,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub status: HypervisorStatus,
+}
+
+resource!(Hypervisor, HypervisorSpec, Kind::Hypervisor);
+
+/// Desired state of a hypervisor. Exactly one of `local_cri_endpoint` and
+/// `remote_cri_endpoint` is set (see validation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HypervisorSpec {
+    /// Unix socket of a CRI endpoint on this machine (development and tests).
+    #[serde(
+        rename = "localCRIEndpoint",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub local_cri_endpoint: Option<LocalCriEndpoint>,
+    /// A CRI endpoint reached over TCP with mutual TLS.
+    #[serde(
+        rename = "remoteCRIEndpoint",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub remote_cri_endpoint: Option<RemoteCriEndpoint>,
+    /// Public hypervisors run cluster ingresses; private ones run control planes.
+    pub public: bool,
+    /// Address components on this hypervisor are reached at.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ip_address: String,
+    /// Ports allocated to components are taken from this range.
+    #[serde(default)]
+    pub port_range: PortRange,
+}
+
+/// A CRI endpoint on a unix socket.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalCriEndpoint {
+    #[serde(rename = "criEndpointPath", default)]
+    pub cri_endpoint_path: String,
+}
+
+/// A CRI endpoint over TCP, authenticated with mutual TLS.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteCriEndpoint {
+    /// e.g. `tcp://192.0.2.10:27000`.
+    #[serde(rename = "criEndpointURI", default)]
+    pub cri_endpoint_uri: String,
+    /// PEM CA certificate the endpoint's server certificate is checked against.
+    #[serde(
+        rename = "caCertificate",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub ca_certificate: String,
+    /// Client certificate and key presented to the endpoint.
+    #[serde(
+        rename = "clientCertificate",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub client_certificate: Option<Certificate>,
+}
+
+/// An inclusive port range. Kept wider than `u16` so that out of range values are reported
+/// by validation rather than by the parser.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortRange {
+    #[serde(default)]
+    pub low: u32,
+    #[serde(default)]
+    pub high: u32,
+}
+
+impl PortRange {
+    /// The range as ports, `None` unless `1 <= low <= high <= 65535`.
+    pub fn ports(&self) -> Option<std::ops::RangeInclusive<u16>> {
+        let low = u16::try_from(self.low).ok()?;
+        let high = u16::try_from(self.high).ok()?;
+        (low >= 1 && low <= high).then_some(low..=high)
+    }
+
+    /// Whether `port` lies in the range.
+    pub fn contains(&self, port: u16) -> bool {
+        (self.low..=self.high).contains(&u32::from(port))
+    }
+}
+
+/// Path -> content hash of files placed for one component.
+pub type FileMap = BTreeMap<String, String>;
+/// Component name -> its files.
+pub type ComponentFileMap = BTreeMap<String, FileMap>;
+/// Cluster name -> its components' files.
+pub type ClusterFileMap = BTreeMap<String, ComponentFileMap>;
+/// Cluster namespace -> its clusters' files.
+pub type NamespacedClusterFileMap = BTreeMap<String, ClusterFileMap>;
+
+/// Observed state of a hypervisor: its port allocations and the files placed on it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HypervisorStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allocated_ports: Vec<HypervisorPortAllocation>,
+    /// Ports released by deleted components, reused before new ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub freed_ports: Vec<u16>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: NamespacedClusterFileMap,
+}
+
+/// A port of a hypervisor allocated to a component of a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HypervisorPortAllocation {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cluster_namespace: String,
+    #[serde(default)]
+    pub cluster: String,
+    #[serde(default)]
+    pub component: String,
+    pub port: u16,
+}

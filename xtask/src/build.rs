@@ -1,0 +1,298 @@
+//! The `images` task: builds the selected images into the output directory, skipping those
+//! whose inputs did not change.
+
+use std::fs;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use sha2::{Digest, Sha256};
+
+use crate::catalog::{self, ImageDef};
+use crate::{Error, Result, io_err, oci, rootfs};
+
+/// Bumped whenever the way tarballs are laid out changes, so old outputs are rebuilt.
+const FORMAT: &str = "oi-xtask-images/1";
+
+/// The package and binary of the kube stand-in.
+pub const STANDIN_PACKAGE: &str = "oi-kube-standin";
+pub const STANDIN_BINARY: &str = "kube-standin";
+
+/// What to build, and where.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub out_dir: PathBuf,
+    /// `--only` names; empty means every image.
+    pub only: Vec<String>,
+    pub workspace_root: PathBuf,
+}
+
+/// What happened to one image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Built { path: PathBuf, size: u64 },
+    UpToDate { path: PathBuf, size: u64 },
+    Skipped { reason: String },
+}
+
+/// One image's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub reference: String,
+    pub outcome: Outcome,
+}
+
+/// Builds the selected images, printing one line per image to `log`.
+///
+/// # Errors
+/// On an unknown `--only` name, a missing host file, a failed helper build, or an I/O error.
+pub fn build_images(opts: &Options, log: &mut dyn Write) -> Result<Vec<Report>> {
+    let defs = catalog::select(&opts.only)?;
+    fs::create_dir_all(&opts.out_dir).map_err(io_err("create directory", &opts.out_dir))?;
+    let work = opts.out_dir.join(".build");
+    fs::create_dir_all(&work).map_err(io_err("create directory", &work))?;
+
+    let standin_crate = opts.workspace_root.join("crates/kube-standin/Cargo.toml");
+    let mut pause_bin: Option<PathBuf> = None;
+    let mut standin_bin: Option<PathBuf> = None;
+    let mut reports = Vec::new();
+    for def in defs {
+        let reference = def.reference();
+        if def.kind.needs_standin() && !standin_crate.is_file() {
+            let reason = format!(
+                "the kube stand-in ({STANDIN_PACKAGE}) is not in this workspace yet ({} missing)",
+                standin_crate.display()
+            );
+            // A log write failure must not stop the build; the report still carries it.
+            let _ = writeln!(log, "SKIPPED {reference}: {reason}");
+            reports.push(Report {
+                reference,
+                outcome: Outcome::Skipped { reason },
+            });
+            continue;
+        }
+        let mut pause = || -> Result<PathBuf> {
+            if let Some(p) = &pause_bin {
+                return Ok(p.clone());
+            }
+            let p = compile_pause(&opts.workspace_root, &work)?;
+            pause_bin = Some(p.clone());
+            Ok(p)
+        };
+        let mut standin = || -> Result<PathBuf> {
+            if let Some(p) = &standin_bin {
+                return Ok(p.clone());
+            }
+            let p = build_standin(&opts.workspace_root)?;
+            standin_bin = Some(p.clone());
+            Ok(p)
+        };
+        let outcome = build_one(&def, &opts.out_dir, &mut pause, &mut standin)?;
+        let line = match &outcome {
+            Outcome::Built { path, size } => {
+                format!(
+                    "built      {reference} -> {} ({})",
+                    path.display(),
+                    human(*size)
+                )
+            }
+            Outcome::UpToDate { path, size } => format!(
+                "up to date {reference} -> {} ({})",
+                path.display(),
+                human(*size)
+            ),
+            Outcome::Skipped { reason } => format!("SKIPPED {reference}: {reason}"),
+        };
+        let _ = writeln!(log, "{line}");
+        reports.push(Report { reference, outcome });
+    }
+    Ok(reports)
+}
+
+fn human(size: u64) -> String {
+    if size >= 1 << 20 {
+        format!("{:.1} MiB", size as f64 / f64::from(1 << 20))
+    } else {
+        format!("{:.1} KiB", size as f64 / 1024.0)
+    }
+}
+
+/// Builds one image unless its recorded inputs digest matches.
+fn build_one(
+    def: &ImageDef,
+    out_dir: &Path,
+    pause: &mut dyn FnMut() -> Result<PathBuf>,
+    standin: &mut dyn FnMut() -> Result<PathBuf>,
+) -> Result<Outcome> {
+    let reference = def.reference();
+    let (tree, run) = def.contents(pause, standin)?;
+    let mut hasher = Sha256::new();
+    hasher.update(format!("{FORMAT}\n{reference}\n{run:?}\n"));
+    tree.digest_into(&mut hasher)?;
+    let inputs = hex::encode(hasher.finalize());
+
+    let path = out_dir.join(def.file_name());
+    let record = out_dir.join(format!("{}.inputs", def.file_name()));
+    if let (Ok(meta), Ok(recorded)) = (fs::metadata(&path), fs::read_to_string(&record))
+        && recorded.trim() == inputs
+    {
+        return Ok(Outcome::UpToDate {
+            path,
+            size: meta.len(),
+        });
+    }
+
+    let layer = tree.layer_tar()?;
+    let layer_gz = rootfs::gzip(&layer)?;
+    let layout = oci::layout(&reference, def.image.tag, &run, &layer, &layer_gz)?;
+    write_atomically(&path, |w| {
+        oci::write_layout_tar(w, &layout, &layer_gz).map(|_| ())
+    })?;
+    write_atomically(&record, |w| {
+        writeln!(w, "{inputs}").map_err(io_err("write", &record))
+    })?;
+    let size = fs::metadata(&path).map_err(io_err("stat", &path))?.len();
+    Ok(Outcome::Built { path, size })
+}
+
+/// Writes `path` through a temporary file in the same directory and a rename, so readers see
+/// the old file or the whole new one.
+fn write_atomically(
+    path: &Path,
+    fill: impl FnOnce(&mut BufWriter<fs::File>) -> Result<()>,
+) -> Result<()> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.tmp.{}", std::process::id()));
+    let result = (|| {
+        let file = fs::File::create(&tmp).map_err(io_err("create", &tmp))?;
+        let mut w = BufWriter::new(file);
+        fill(&mut w)?;
+        let file = w
+            .into_inner()
+            .map_err(|e| io_err("write", &tmp)(e.into_error()))?;
+        file.sync_all().map_err(io_err("sync", &tmp))?;
+        fs::rename(&tmp, path).map_err(io_err("rename into place", path))
+    })();
+    if result.is_err() {
+        // Best effort: the temporary file is garbage either way.
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn run(cmd: &mut Command, program: &str) -> Result<std::process::Output> {
+    let out = cmd.output().map_err(|source| Error::Spawn {
+        program: program.to_string(),
+        source,
+    })?;
+    if !out.status.success() {
+        let args = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ");
+        return Err(Error::CommandFailed {
+            program: program.to_string(),
+            args,
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// Compiles images/pause/pause.c statically into `work/pause`.
+fn compile_pause(workspace_root: &Path, work: &Path) -> Result<PathBuf> {
+    let src_dir = workspace_root.join("images/pause");
+    let out = work.join("pause");
+    // Relative source name and stripped output: nothing machine-specific lands in the binary.
+    run(
+        Command::new("gcc")
+            .current_dir(&src_dir)
+            .args(["-static", "-Os", "-s", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&out)
+            .arg("pause.c"),
+        "gcc",
+    )?;
+    Ok(out)
+}
+
+/// Builds the kube stand-in in release mode and returns its executable's path, as cargo
+/// reports it (so a `CARGO_TARGET_DIR` is honoured).
+fn build_standin(workspace_root: &Path) -> Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = run(
+        Command::new(&cargo)
+            .current_dir(workspace_root)
+            .args([
+                "build",
+                "--locked",
+                "--release",
+                "--message-format=json-render-diagnostics",
+                "-p",
+                STANDIN_PACKAGE,
+            ])
+            .stderr(Stdio::inherit()),
+        "cargo",
+    )?;
+    executable_from_messages(&String::from_utf8_lossy(&out.stdout), STANDIN_BINARY).ok_or_else(
+        || Error::NoArtifact {
+            package: STANDIN_PACKAGE.into(),
+            binary: STANDIN_BINARY.into(),
+        },
+    )
+}
+
+/// The `executable` of the `compiler-artifact` message for binary target `binary`.
+fn executable_from_messages(stdout: &str, binary: &str) -> Option<PathBuf> {
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == binary)
+        .filter(|m| {
+            m["target"]["kind"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "bin"))
+        })
+        .filter_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .next_back()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_executable_among_cargo_messages() {
+        let msgs = r#"{"reason":"compiler-artifact","target":{"name":"tokio","kind":["lib"]},"executable":null}
+{"reason":"compiler-artifact","target":{"name":"kube-standin","kind":["bin"]},"executable":"/t/release/kube-standin"}
+{"reason":"build-finished","success":true}"#;
+        assert_eq!(
+            executable_from_messages(msgs, "kube-standin"),
+            Some(PathBuf::from("/t/release/kube-standin"))
+        );
+        assert_eq!(executable_from_messages(msgs, "other"), None);
+    }
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.tar");
+        write_atomically(&p, |w| w.write_all(b"one").map_err(io_err("w", "x"))).unwrap();
+        write_atomically(&p, |w| w.write_all(b"two").map_err(io_err("w", "x"))).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        let failed = write_atomically(&p, |_| {
+            Err(Error::NoArtifact {
+                package: "p".into(),
+                binary: "b".into(),
+            })
+        });
+        assert!(failed.is_err());
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}

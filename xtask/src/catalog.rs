@@ -1,0 +1,300 @@
+//! Which images the offline set holds, and what goes into each.
+//!
+//! Names and tags come from `oi_api::versions` (INFRA and every release), with the repository
+//! override [`crate::REPOSITORY`], so the set carries exactly what the versions table names.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use oi_api::versions::{self, Image};
+
+use crate::oci::RunConfig;
+use crate::rootfs::RootFs;
+use crate::{Error, Result};
+
+/// Host files the images are made of (Debian packages, see scripts/setup.sh).
+pub const HOST_BUSYBOX: &str = "/bin/busybox";
+pub const HOST_ETCD: &str = "/usr/bin/etcd";
+pub const HOST_ETCDCTL: &str = "/usr/bin/etcdctl";
+pub const HOST_HAPROXY: &str = "/usr/sbin/haproxy";
+pub const HOST_WIREGUARD_GO: &str = "/usr/bin/wireguard-go";
+pub const HOST_WG: &str = "/usr/bin/wg";
+
+/// The environment variable the kube stand-in reads to report its version.
+pub const STANDIN_VERSION_ENV: &str = "KUBE_STANDIN_VERSION";
+
+/// What an image is made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Pause,
+    Busybox,
+    Etcd,
+    Haproxy,
+    Wireguard,
+    /// The kube stand-in installed as `component` (its role comes from argv\[0\]), reporting
+    /// Kubernetes `version` (without the `v`).
+    Kube {
+        component: &'static str,
+        version: &'static str,
+    },
+}
+
+impl Kind {
+    /// Whether building it needs the kube stand-in binary.
+    pub fn needs_standin(&self) -> bool {
+        matches!(self, Kind::Kube { .. })
+    }
+}
+
+/// One image of the set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageDef {
+    pub image: Image,
+    pub kind: Kind,
+}
+
+impl ImageDef {
+    /// The fully qualified reference, e.g. `localhost/oneinfra/pause:3.10.1`.
+    pub fn reference(&self) -> String {
+        self.image.reference(Some(crate::REPOSITORY))
+    }
+
+    /// The tarball's file name, `<short-name>_<tag>.tar`.
+    pub fn file_name(&self) -> String {
+        format!("{}_{}.tar", self.image.short_name(), self.image.tag)
+    }
+
+    /// Whether `--only name` selects it: the short name (`etcd`), `short:tag`, or the reference.
+    pub fn matches(&self, name: &str) -> bool {
+        let short = self.image.short_name();
+        name == short
+            || name == format!("{short}:{}", self.image.tag)
+            || name == self.reference()
+            || name == self.image.to_string()
+    }
+
+    /// The file tree and run configuration. `pause` and `standin` are the host paths of the
+    /// built pause program and kube stand-in, asked for only by the images that need them.
+    ///
+    /// # Errors
+    /// When a host file is missing, `ldd` fails, or a helper binary cannot be built.
+    pub fn contents(
+        &self,
+        pause: &mut dyn FnMut() -> Result<PathBuf>,
+        standin: &mut dyn FnMut() -> Result<PathBuf>,
+    ) -> Result<(RootFs, RunConfig)> {
+        let mut fs = RootFs::new(self.reference());
+        fs.base()?;
+        let strings = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let run = match self.kind {
+            Kind::Pause => {
+                fs.host_file("/pause", 0o755, &pause()?)?;
+                RunConfig {
+                    entrypoint: strings(&["/pause"]),
+                    ..RunConfig::default()
+                }
+            }
+            Kind::Busybox => {
+                add_busybox(&mut fs)?;
+                RunConfig {
+                    cmd: strings(&["sh"]),
+                    ..RunConfig::default()
+                }
+            }
+            Kind::Etcd => {
+                fs.binary_with_libs("/usr/local/bin/etcd", Path::new(HOST_ETCD))?;
+                fs.binary_with_libs("/usr/local/bin/etcdctl", Path::new(HOST_ETCDCTL))?;
+                fs.dir("/var/lib/etcd", 0o700)?;
+                RunConfig {
+                    cmd: strings(&["/usr/local/bin/etcd"]),
+                    ..RunConfig::default()
+                }
+            }
+            Kind::Haproxy => {
+                fs.binary_with_libs("/usr/local/sbin/haproxy", Path::new(HOST_HAPROXY))?;
+                fs.binary_with_libs("/usr/sbin/haproxy", Path::new(HOST_HAPROXY))?;
+                fs.dir("/run", 0o755)?;
+                fs.dir("/var/lib/haproxy", 0o755)?;
+                fs.dir("/usr/local/etc/haproxy", 0o755)?;
+                RunConfig {
+                    cmd: strings(&["haproxy", "-f", "/usr/local/etc/haproxy/haproxy.cfg"]),
+                    ..RunConfig::default()
+                }
+            }
+            Kind::Wireguard => {
+                fs.binary_with_libs("/usr/bin/wireguard-go", Path::new(HOST_WIREGUARD_GO))?;
+                fs.binary_with_libs("/usr/bin/wg", Path::new(HOST_WG))?;
+                add_busybox(&mut fs)?;
+                fs.dir("/run", 0o755)?;
+                fs.symlink("/var/run", "/run")?;
+                RunConfig {
+                    cmd: strings(&["sh"]),
+                    ..RunConfig::default()
+                }
+            }
+            Kind::Kube { component, version } => {
+                let path = format!("/usr/local/bin/{component}");
+                fs.binary_with_libs(&path, &standin()?)?;
+                RunConfig {
+                    entrypoint: Some(vec![path]),
+                    env: vec![format!("{STANDIN_VERSION_ENV}=v{version}")],
+                    ..RunConfig::default()
+                }
+            }
+        };
+        Ok((fs, run))
+    }
+}
+
+/// `/bin/busybox` (static) and a symlink to it for every applet it lists.
+fn add_busybox(fs: &mut RootFs) -> Result<()> {
+    let host = Path::new(HOST_BUSYBOX);
+    fs.host_file("/bin/busybox", 0o755, host)?;
+    let out = Command::new(host)
+        .arg("--list-full")
+        .output()
+        .map_err(|source| Error::Spawn {
+            program: HOST_BUSYBOX.into(),
+            source,
+        })?;
+    if !out.status.success() {
+        return Err(Error::CommandFailed {
+            program: HOST_BUSYBOX.into(),
+            args: "--list-full".into(),
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    for applet in String::from_utf8_lossy(&out.stdout).lines() {
+        let path = format!("/{}", applet.trim().trim_start_matches('/'));
+        if path == "/bin/busybox" || path == "/" {
+            continue;
+        }
+        // A real binary already at that path (e.g. another tool of the image) wins.
+        if fs.get(&path).is_none() {
+            fs.symlink(&path, "/bin/busybox")?;
+        }
+    }
+    Ok(())
+}
+
+/// Every image of the set: INFRA first, then each release's images, without duplicates (the
+/// releases share one etcd tag).
+pub fn catalog() -> Vec<ImageDef> {
+    let infra = versions::INFRA;
+    let mut defs = vec![
+        ImageDef {
+            image: infra.pause,
+            kind: Kind::Pause,
+        },
+        ImageDef {
+            image: infra.toolbox,
+            kind: Kind::Busybox,
+        },
+        ImageDef {
+            image: infra.haproxy,
+            kind: Kind::Haproxy,
+        },
+        ImageDef {
+            image: infra.wireguard,
+            kind: Kind::Wireguard,
+        },
+    ];
+    for release in versions::RELEASES {
+        let kube = |image: Image| ImageDef {
+            image,
+            kind: Kind::Kube {
+                component: image.short_name(),
+                version: release.version,
+            },
+        };
+        let mut add = |def: ImageDef| {
+            if !defs.iter().any(|d| d.reference() == def.reference()) {
+                defs.push(def);
+            }
+        };
+        add(ImageDef {
+            image: release.etcd,
+            kind: Kind::Etcd,
+        });
+        add(kube(release.kube_apiserver));
+        add(kube(release.kube_controller_manager));
+        add(kube(release.kube_scheduler));
+    }
+    defs
+}
+
+/// The images `--only` names select (all when `only` is empty).
+///
+/// # Errors
+/// When a name matches no image.
+pub fn select(only: &[String]) -> Result<Vec<ImageDef>> {
+    let all = catalog();
+    if only.is_empty() {
+        return Ok(all);
+    }
+    for name in only {
+        if !all.iter().any(|d| d.matches(name)) {
+            let mut known: Vec<&str> = all.iter().map(|d| d.image.short_name()).collect();
+            known.dedup();
+            return Err(Error::UnknownImage {
+                name: name.clone(),
+                known: known.join(", "),
+            });
+        }
+    }
+    Ok(all
+        .into_iter()
+        .filter(|d| only.iter().any(|n| d.matches(n)))
+        .collect())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalog_covers_the_versions_table_once() {
+        let defs = catalog();
+        let refs: Vec<String> = defs.iter().map(ImageDef::reference).collect();
+        let mut expected: Vec<String> = vec![
+            versions::INFRA.pause,
+            versions::INFRA.toolbox,
+            versions::INFRA.haproxy,
+            versions::INFRA.wireguard,
+        ]
+        .into_iter()
+        .chain(versions::RELEASES.iter().flat_map(|r| r.images()))
+        .map(|i| i.reference(Some("localhost/oneinfra")))
+        .collect();
+        expected.sort();
+        expected.dedup();
+        let mut sorted = refs.clone();
+        sorted.sort();
+        assert_eq!(sorted, expected);
+        assert!(refs.contains(&"localhost/oneinfra/pause:3.10.1".to_string()));
+        assert!(refs.contains(&"localhost/oneinfra/kube-scheduler:v1.37.1".to_string()));
+    }
+
+    #[test]
+    fn file_names_are_short_name_and_tag() {
+        let pause = catalog()[0];
+        assert_eq!(pause.file_name(), "pause_3.10.1.tar");
+    }
+
+    #[test]
+    fn select_by_short_name_tag_or_reference() {
+        let apis = select(&["kube-apiserver".into()]).unwrap();
+        assert_eq!(apis.len(), versions::RELEASES.len());
+        let one = select(&["kube-apiserver:v1.36.4".into()]).unwrap();
+        assert_eq!(one.len(), 1);
+        let by_ref = select(&["localhost/oneinfra/busybox:1.36.1".into()]).unwrap();
+        assert_eq!(by_ref[0].kind, Kind::Busybox);
+        assert!(matches!(
+            select(&["nginx".into()]),
+            Err(Error::UnknownImage { .. })
+        ));
+        assert_eq!(select(&[]).unwrap().len(), catalog().len());
+    }
+}

@@ -63,14 +63,47 @@ pub mod condition_types {
 }
 
 /// Status of a condition.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize)]
 pub enum ConditionStatus {
     True,
     False,
     #[default]
     Unknown,
+}
+
+// YAML 1.2 reads an unquoted `True` as a boolean: accept booleans as well as the strings
+// Kubernetes writes.
+impl<'de> Deserialize<'de> for ConditionStatus {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = ConditionStatus;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("`True`, `False` or `Unknown`")
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Self::Value, E> {
+                Ok(if v {
+                    ConditionStatus::True
+                } else {
+                    ConditionStatus::False
+                })
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                match v {
+                    "True" => Ok(ConditionStatus::True),
+                    "False" => Ok(ConditionStatus::False),
+                    "Unknown" => Ok(ConditionStatus::Unknown),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 impl fmt::Display for ConditionStatus {

@@ -134,10 +134,10 @@ pub struct HypervisorStatus {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HypervisorPortAllocation {
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub cluster_namespace: String,
     #[serde(default)]
     pub cluster: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cluster_namespace: String,
     #[serde(default)]
     pub component: String,
     pub port: u16,

@@ -18,13 +18,19 @@
 //! Objects are identified by [`ObjectKey`] `(namespace, name)`: cluster-scoped kinds have an
 //! empty namespace, namespaced objects without one are in `default` (never written back).
 
+// Tests state their expectations with unwrap: a panic is the failure report.
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod cluster;
 pub mod common;
 pub mod component;
+pub mod defaults;
 pub mod hypervisor;
+pub mod manifest;
 pub mod meta;
 pub mod node_join_request;
 pub mod runtime;
+pub mod validation;
 pub mod versions;
 pub mod world;
 
@@ -43,8 +49,12 @@ pub use hypervisor::{
     Hypervisor, HypervisorPortAllocation, HypervisorSpec, HypervisorStatus, LocalCriEndpoint,
     PortRange, RemoteCriEndpoint,
 };
+pub use manifest::{ManifestError, parse_manifests};
 pub use meta::{DEFAULT_NAMESPACE, Kind, ObjectKey, ObjectMeta, OwnerReference, Resource};
 pub use node_join_request::{
     NodeJoinRequest, NodeJoinRequestSpec, NodeJoinRequestStatus, NodeJoinRequestVpn,
 };
-pub use world::{Document, Object, World};
+pub use validation::{
+    FieldError, NameRule, Reason, ValidationError, validate_documents, validate_object,
+};
+pub use world::{Document, LoadError, Object, World};

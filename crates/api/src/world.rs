@@ -1,12 +1,15 @@
 //! Parsed documents and the `World` they describe.
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 
 use crate::cluster::Cluster;
 use crate::component::Component;
 use crate::hypervisor::Hypervisor;
+use crate::manifest::{ManifestError, parse_manifests, resource_yaml};
 use crate::meta::{Kind, ObjectKey, ObjectMeta, Resource};
 use crate::node_join_request::NodeJoinRequest;
+use crate::validation::{ValidationError, validate_documents};
 
 /// One object of any kind.
 // Objects are few and matched on everywhere; boxing the large variants would only add noise.
@@ -48,19 +51,172 @@ impl Object {
     }
 }
 
-/// An object and where it came from: its 1-based position among the non-empty documents
-/// of its input.
+impl From<Hypervisor> for Object {
+    fn from(o: Hypervisor) -> Self {
+        Object::Hypervisor(o)
+    }
+}
+
+impl From<Cluster> for Object {
+    fn from(o: Cluster) -> Self {
+        Object::Cluster(o)
+    }
+}
+
+impl From<Component> for Object {
+    fn from(o: Component) -> Self {
+        Object::Component(o)
+    }
+}
+
+impl From<NodeJoinRequest> for Object {
+    fn from(o: NodeJoinRequest) -> Self {
+        Object::NodeJoinRequest(o)
+    }
+}
+
+/// An object and where it came from: the input's name and the object's 1-based position
+/// among all documents of that input (empty documents count).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Document {
+    pub source_name: String,
     pub position: usize,
     pub object: Object,
 }
 
-/// Every object, by kind, keyed by `(namespace, name)`.
+/// Why manifests could not become a [`World`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// Every validation error found, in document order.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Invalid(Vec<ValidationError>),
+}
+
+/// Every object, by kind, keyed by `(namespace, name)` (see [`ObjectKey`]).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct World {
     pub hypervisors: BTreeMap<ObjectKey, Hypervisor>,
     pub clusters: BTreeMap<ObjectKey, Cluster>,
     pub components: BTreeMap<ObjectKey, Component>,
     pub node_join_requests: BTreeMap<ObjectKey, NodeJoinRequest>,
+}
+
+impl World {
+    /// Parses, validates and defaults one input: what the CLI does with a manifest.
+    ///
+    /// # Errors
+    ///
+    /// [`LoadError::Manifest`] for the first parse error, [`LoadError::Invalid`] with every
+    /// validation error otherwise.
+    pub fn load(text: &str, source_name: &str) -> Result<World, LoadError> {
+        let documents = parse_manifests(text, source_name)?;
+        let mut world = World::from_documents(documents).map_err(LoadError::Invalid)?;
+        world.apply_defaults();
+        Ok(world)
+    }
+
+    /// Validates documents (from one or several inputs) and collects them in a world, as they
+    /// are (no defaults applied).
+    ///
+    /// # Errors
+    ///
+    /// Every validation error, duplicates included, in document order.
+    pub fn from_documents(documents: Vec<Document>) -> Result<World, Vec<ValidationError>> {
+        let errors = validate_documents(&documents);
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        let mut world = World::default();
+        for document in documents {
+            // Duplicates were rejected by validation, so nothing is replaced here.
+            world.insert(document.object);
+        }
+        Ok(world)
+    }
+
+    /// Inserts or replaces an object; returns the one it replaced.
+    pub fn insert(&mut self, object: Object) -> Option<Object> {
+        match object {
+            Object::Hypervisor(o) => self.hypervisors.insert(o.key(), o).map(Object::from),
+            Object::Cluster(o) => self.clusters.insert(o.key(), o).map(Object::from),
+            Object::Component(o) => self.components.insert(o.key(), o).map(Object::from),
+            Object::NodeJoinRequest(o) => {
+                self.node_join_requests.insert(o.key(), o).map(Object::from)
+            }
+        }
+    }
+
+    /// Inserts an object unless one of the same kind and key exists; returns whether it did.
+    pub fn insert_new(&mut self, object: Object) -> bool {
+        fn put<T: Resource>(map: &mut BTreeMap<ObjectKey, T>, o: T) -> bool {
+            match map.entry(o.key()) {
+                Entry::Vacant(v) => {
+                    v.insert(o);
+                    true
+                }
+                Entry::Occupied(_) => false,
+            }
+        }
+        match object {
+            Object::Hypervisor(o) => put(&mut self.hypervisors, o),
+            Object::Cluster(o) => put(&mut self.clusters, o),
+            Object::Component(o) => put(&mut self.components, o),
+            Object::NodeJoinRequest(o) => put(&mut self.node_join_requests, o),
+        }
+    }
+
+    /// The components of a cluster (same namespace, `spec.cluster` naming it), in key order.
+    pub fn components_of<'a>(
+        &'a self,
+        cluster: &'a ObjectKey,
+    ) -> impl Iterator<Item = &'a Component> + 'a {
+        self.components.values().filter(move |c| {
+            c.metadata.namespace_or_default() == cluster.namespace && c.spec.cluster == cluster.name
+        })
+    }
+
+    /// Applies oneinfra's defaults to every object (see [`crate::defaults`]).
+    pub fn apply_defaults(&mut self) {
+        for cluster in self.clusters.values_mut() {
+            crate::defaults::default_cluster(cluster);
+        }
+    }
+
+    /// Total number of objects.
+    pub fn len(&self) -> usize {
+        self.hypervisors.len()
+            + self.clusters.len()
+            + self.components.len()
+            + self.node_join_requests.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Deterministic multi-document YAML: hypervisors, clusters, components, node join
+    /// requests, each sorted by namespace then name, `---` between documents. Parsing the
+    /// output and writing it again gives the same bytes.
+    ///
+    /// # Errors
+    ///
+    /// [`ManifestError::Serialize`] if serde_yaml refuses a value.
+    pub fn to_yaml(&self) -> Result<String, ManifestError> {
+        let mut docs = Vec::with_capacity(self.len());
+        for o in self.hypervisors.values() {
+            docs.push(resource_yaml(o)?);
+        }
+        for o in self.clusters.values() {
+            docs.push(resource_yaml(o)?);
+        }
+        for o in self.components.values() {
+            docs.push(resource_yaml(o)?);
+        }
+        for o in self.node_join_requests.values() {
+            docs.push(resource_yaml(o)?);
+        }
+        Ok(docs.join("---\n"))
+    }
 }

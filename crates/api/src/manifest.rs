@@ -1,0 +1,307 @@
+//! Manifest I/O on strings: multi-document YAML in, typed [`Document`]s out, and back.
+//!
+//! Strict where oneinfra was lax: an unknown kind, apiVersion or field is an error naming the
+//! source, the document position, the kind and name when known, and the field path.
+
+use std::fmt;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::meta::{Kind, Resource};
+use crate::world::{Document, Object};
+
+/// Why manifests could not be read or written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManifestError {
+    /// The text is not valid YAML.
+    #[error(
+        "{source_name}: document {position}: malformed yaml{}: {message}",
+        at_location(*.line, *.column)
+    )]
+    Yaml {
+        source_name: String,
+        position: usize,
+        /// 1-based line of the error in the whole input, when known.
+        line: Option<usize>,
+        /// 1-based column of the error, when known.
+        column: Option<usize>,
+        message: String,
+    },
+    /// A document is not a mapping.
+    #[error(
+        "{source_name}: document {position}: not an object (expected a mapping with apiVersion and kind)"
+    )]
+    NotAnObject {
+        source_name: String,
+        position: usize,
+    },
+    /// `apiVersion` or `kind` is missing or not a string.
+    #[error("{source_name}: document {position}{}: missing or non-string `{field}`", named(.name))]
+    MissingTypeField {
+        source_name: String,
+        position: usize,
+        name: Option<String>,
+        field: &'static str,
+    },
+    /// `kind` is none of ours.
+    #[error(
+        "{source_name}: document {position}{}: unknown kind {kind:?} (apiVersion {api_version:?}); expected Hypervisor, Cluster, Component or NodeJoinRequest",
+        named(.name)
+    )]
+    UnknownKind {
+        source_name: String,
+        position: usize,
+        name: Option<String>,
+        api_version: String,
+        kind: String,
+    },
+    /// `kind` is ours but `apiVersion` is not the one it belongs to.
+    #[error(
+        "{source_name}: document {position}{}: unknown apiVersion {api_version:?} for kind {kind}; expected {}",
+        named(.name),
+        .kind.api_version()
+    )]
+    UnknownApiVersion {
+        source_name: String,
+        position: usize,
+        name: Option<String>,
+        kind: Kind,
+        api_version: String,
+    },
+    /// A field is unknown, missing, or of the wrong type.
+    #[error(
+        "{source_name}: document {position}: {kind}{}: field `{path}`: {message}",
+        named(.name)
+    )]
+    Field {
+        source_name: String,
+        position: usize,
+        kind: Kind,
+        name: Option<String>,
+        /// Dotted path of the offending field, e.g. `spec.portRange.lowest`.
+        path: String,
+        message: String,
+    },
+    /// An object could not be written as YAML.
+    #[error("cannot serialize {kind} {name}: {message}")]
+    Serialize {
+        kind: Kind,
+        name: String,
+        message: String,
+    },
+}
+
+fn named(name: &Option<String>) -> String {
+    match name {
+        Some(n) => format!(" ({n:?})"),
+        None => String::new(),
+    }
+}
+
+fn at_location(line: Option<usize>, column: Option<usize>) -> String {
+    match (line, column) {
+        (Some(l), Some(c)) => format!(" at line {l}, column {c}"),
+        (Some(l), None) => format!(" at line {l}"),
+        _ => String::new(),
+    }
+}
+
+/// Parses multi-document YAML. Empty documents are skipped but counted: a document's
+/// position is its 1-based index among all documents of `text`. `source_name` (a file name,
+/// `<stdin>`) only labels errors and documents.
+///
+/// # Errors
+///
+/// The first malformed document, unknown kind or apiVersion, or unknown, missing or
+/// mistyped field, as a [`ManifestError`].
+pub fn parse_manifests(text: &str, source_name: &str) -> Result<Vec<Document>, ManifestError> {
+    let mut documents = Vec::new();
+    for (index, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let position = index + 1;
+        let value = serde_yaml::Value::deserialize(de)
+            .map_err(|e| yaml_error(&e, source_name, position))?;
+        if let Some(object) = parse_value(value, source_name, position)? {
+            documents.push(Document {
+                source_name: source_name.to_string(),
+                position,
+                object,
+            });
+        }
+    }
+    Ok(documents)
+}
+
+fn yaml_error(e: &serde_yaml::Error, source_name: &str, position: usize) -> ManifestError {
+    let location = e.location();
+    ManifestError::Yaml {
+        source_name: source_name.to_string(),
+        position,
+        line: location.as_ref().map(|l| l.line()),
+        column: location.as_ref().map(|l| l.column()),
+        message: strip_location(&e.to_string()),
+    }
+}
+
+/// serde_yaml appends " at line L column C" to its messages; the location has its own fields.
+fn strip_location(message: &str) -> String {
+    match message.find(" at line ") {
+        Some(i) => message[..i].to_string(),
+        None => message.to_string(),
+    }
+}
+
+/// One document's value to an object; `None` for an empty document.
+fn parse_value(
+    value: serde_yaml::Value,
+    source_name: &str,
+    position: usize,
+) -> Result<Option<Object>, ManifestError> {
+    let mapping = match &value {
+        serde_yaml::Value::Null => return Ok(None),
+        serde_yaml::Value::Mapping(m) => m,
+        _ => {
+            return Err(ManifestError::NotAnObject {
+                source_name: source_name.to_string(),
+                position,
+            });
+        }
+    };
+    let name = mapping
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(serde_yaml::Value::as_str)
+        .map(str::to_string);
+    let type_field = |field: &'static str| {
+        mapping
+            .get(field)
+            .and_then(serde_yaml::Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| ManifestError::MissingTypeField {
+                source_name: source_name.to_string(),
+                position,
+                name: name.clone(),
+                field,
+            })
+    };
+    let api_version = type_field("apiVersion")?;
+    let kind_str = type_field("kind")?;
+    let Some(kind) = Kind::from_kind_str(&kind_str) else {
+        return Err(ManifestError::UnknownKind {
+            source_name: source_name.to_string(),
+            position,
+            name,
+            api_version,
+            kind: kind_str,
+        });
+    };
+    if api_version != kind.api_version() {
+        return Err(ManifestError::UnknownApiVersion {
+            source_name: source_name.to_string(),
+            position,
+            name,
+            kind,
+            api_version,
+        });
+    }
+    let typed = Typed {
+        source_name,
+        position,
+        kind,
+        name: &name,
+    };
+    let object = match kind {
+        Kind::Hypervisor => Object::Hypervisor(typed.deserialize(value)?),
+        Kind::Cluster => Object::Cluster(typed.deserialize(value)?),
+        Kind::Component => Object::Component(typed.deserialize(value)?),
+        Kind::NodeJoinRequest => Object::NodeJoinRequest(typed.deserialize(value)?),
+    };
+    Ok(Some(object))
+}
+
+/// Context for deserializing one document into its kind's type.
+struct Typed<'a> {
+    source_name: &'a str,
+    position: usize,
+    kind: Kind,
+    name: &'a Option<String>,
+}
+
+impl Typed<'_> {
+    fn deserialize<T: DeserializeOwned>(
+        &self,
+        value: serde_yaml::Value,
+    ) -> Result<T, ManifestError> {
+        serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = e.path().to_string();
+            let message = strip_location(&e.inner().to_string());
+            ManifestError::Field {
+                source_name: self.source_name.to_string(),
+                position: self.position,
+                kind: self.kind,
+                name: self.name.clone(),
+                path: full_path(&path, &message),
+                message,
+            }
+        })
+    }
+}
+
+/// serde_path_to_error stops at the mapping that holds an unknown field; the field itself is
+/// only named in serde's message (``unknown field `x`, expected ...``). Append it so that the
+/// path names the offending field.
+fn full_path(path: &str, message: &str) -> String {
+    let unknown = message
+        .strip_prefix("unknown field `")
+        .and_then(|rest| rest.split('`').next());
+    match (unknown, path) {
+        (Some(field), "." | "") => field.to_string(),
+        (Some(field), p) if !p.ends_with(field) => format!("{p}.{field}"),
+        _ => path.to_string(),
+    }
+}
+
+impl Serialize for Object {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Object::Hypervisor(o) => o.serialize(serializer),
+            Object::Cluster(o) => o.serialize(serializer),
+            Object::Component(o) => o.serialize(serializer),
+            Object::NodeJoinRequest(o) => o.serialize(serializer),
+        }
+    }
+}
+
+/// One object as a YAML document (no `---` separator).
+pub(crate) fn resource_yaml<T: Serialize + Resource>(object: &T) -> Result<String, ManifestError> {
+    serde_yaml::to_string(object).map_err(|e| ManifestError::Serialize {
+        kind: T::KIND,
+        name: object.key().to_string(),
+        message: e.to_string(),
+    })
+}
+
+impl Object {
+    /// The object as one YAML document (no `---` separator).
+    ///
+    /// # Errors
+    ///
+    /// [`ManifestError::Serialize`] if serde_yaml refuses a value.
+    pub fn to_yaml(&self) -> Result<String, ManifestError> {
+        match self {
+            Object::Hypervisor(o) => resource_yaml(o),
+            Object::Cluster(o) => resource_yaml(o),
+            Object::Component(o) => resource_yaml(o),
+            Object::NodeJoinRequest(o) => resource_yaml(o),
+        }
+    }
+}
+
+impl fmt::Display for Object {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.kind(), self.key())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,402 @@
+use std::path::{Path, PathBuf};
+
+use pretty_assertions::assert_eq;
+
+use super::*;
+use crate::cluster::Cluster;
+use crate::meta::ObjectKey;
+use crate::world::World;
+
+fn samples_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/oneinfra/samples")
+}
+
+fn testdata(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata")
+        .join(name)
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+/// Loads, writes, loads the output again and writes it again: both outputs must be equal,
+/// and the reloaded world equal to the first.
+fn assert_fixed_point(world: &World) -> String {
+    let first = world.to_yaml().unwrap();
+    let docs = parse_manifests(&first, "first-pass").unwrap();
+    let reloaded = World::from_documents(docs).unwrap();
+    assert_eq!(&reloaded, world);
+    let second = reloaded.to_yaml().unwrap();
+    assert_eq!(first, second);
+    first
+}
+
+#[test]
+fn every_oneinfra_sample_loads_and_round_trips() {
+    let mut names: Vec<_> = std::fs::read_dir(samples_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    let expected_clusters = [
+        ("10-simple-clusters.yaml", 10),
+        ("5-simple-clusters.yaml", 5),
+        ("ha-cluster.yaml", 1),
+        ("simple-cluster-with-vpn.yaml", 1),
+        ("simple-cluster.yaml", 1),
+    ];
+    let found: Vec<_> = names
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        found,
+        expected_clusters
+            .iter()
+            .map(|(n, _)| n.to_string())
+            .collect::<Vec<_>>()
+    );
+    for (path, (_, clusters)) in names.iter().zip(expected_clusters) {
+        let text = read(path);
+        let source = path.display().to_string();
+        let raw = World::from_documents(parse_manifests(&text, &source).unwrap()).unwrap();
+        assert_eq!(raw.clusters.len(), clusters, "{source}");
+        assert_fixed_point(&raw);
+        let defaulted = World::load(&text, &source).unwrap();
+        assert_fixed_point(&defaulted);
+        for cluster in defaulted.clusters.values() {
+            assert_eq!(cluster.spec.kubernetes_version, "1.37.1");
+            assert!(cluster.metadata.namespace.is_none());
+        }
+    }
+}
+
+#[test]
+fn samples_keep_their_settings() {
+    let ha = World::load(&read(&samples_dir().join("ha-cluster.yaml")), "ha").unwrap();
+    let cluster = &ha.clusters[&ObjectKey::new("default", "ha-cluster")];
+    assert_eq!(cluster.control_plane_replicas(), 3);
+    assert!(!cluster.spec.vpn.enabled);
+    let vpn = World::load(
+        &read(&samples_dir().join("simple-cluster-with-vpn.yaml")),
+        "vpn",
+    )
+    .unwrap();
+    let cluster = &vpn.clusters[&ObjectKey::new("default", "simple-cluster-with-vpn")];
+    assert!(cluster.spec.vpn.enabled);
+    assert_eq!(cluster.spec.vpn.cidr, "10.0.0.0/16");
+    // A defaulted cluster carries its defaults in the output, but no namespace.
+    let out = vpn.to_yaml().unwrap();
+    assert_eq!(
+        out,
+        "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1
+kind: Cluster
+metadata:
+  name: simple-cluster-with-vpn
+spec:
+  kubernetesVersion: 1.37.1
+  controlPlaneReplicas: 1
+  vpn:
+    enabled: true
+    CIDR: 10.0.0.0/16
+  networking:
+    clusterCIDR: 10.244.0.0/16
+    serviceCIDR: 10.96.0.0/12
+    nodeCIDRMaskSize: 24
+"
+    );
+}
+
+/// Golden file: `testdata/full-world.yaml` loaded (with defaults) and written must equal
+/// `testdata/full-world.out.yaml`. Regenerate with
+/// `OI_UPDATE_GOLDEN=1 cargo test -p oi-api full_world_golden`.
+#[test]
+fn full_world_golden() {
+    let world = World::load(&read(&testdata("full-world.yaml")), "full-world.yaml").unwrap();
+    assert_eq!(world.hypervisors.len(), 2);
+    assert_eq!(world.clusters.len(), 1);
+    assert_eq!(world.components.len(), 2);
+    assert_eq!(world.node_join_requests.len(), 1);
+    let out = assert_fixed_point(&world);
+    let golden = testdata("full-world.out.yaml");
+    if std::env::var_os("OI_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&golden, &out).unwrap();
+    }
+    assert_eq!(out, read(&golden));
+}
+
+#[test]
+fn kubectl_output_loads() {
+    let text = read(&testdata("kubectl-get-cluster.yaml"));
+    let world = World::load(&text, "kubectl").unwrap();
+    let cluster = &world.clusters[&ObjectKey::new("default", "simple-cluster")];
+    assert_eq!(
+        cluster.metadata.uid.as_deref(),
+        Some("9f5d0c1e-0b56-4d0d-9d3a-0a6b7a2e4c55")
+    );
+    assert_eq!(cluster.metadata.managed_fields.len(), 1);
+    assert_eq!(
+        cluster.metadata.finalizers,
+        ["oneinfra.ereslibre.es/cleanup"]
+    );
+    assert_eq!(
+        cluster.metadata.owner_references[0].block_owner_deletion,
+        Some(true)
+    );
+    assert!(!cluster.is_being_deleted());
+    // An explicit `namespace: default` is kept as written.
+    let out = assert_fixed_point(&world);
+    assert!(out.contains("  namespace: default\n"), "{out}");
+}
+
+#[test]
+fn deletion_timestamp_marks_deletion() {
+    let text = "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1
+kind: Cluster
+metadata:
+  name: c
+  deletionTimestamp: 2026-11-21T08:15:42Z
+";
+    let world = World::load(text, "t").unwrap();
+    assert!(world.clusters[&ObjectKey::new("default", "c")].is_being_deleted());
+    assert_fixed_point(&world);
+}
+
+#[test]
+fn empty_documents_are_skipped_but_counted() {
+    let text = "---\n# nothing\n---\napiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Cluster\nmetadata: {name: a}\n---\n---\napiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Cluster\nmetadata: {name: b}\n";
+    let docs = parse_manifests(text, "t").unwrap();
+    let positions: Vec<_> = docs
+        .iter()
+        .map(|d| (d.position, d.object.key().name))
+        .collect();
+    assert_eq!(positions, [(2, "a".to_string()), (4, "b".to_string())]);
+    assert_eq!(parse_manifests("", "t").unwrap(), []);
+    assert_eq!(parse_manifests("---\n", "t").unwrap(), []);
+}
+
+#[test]
+fn unquoted_condition_status_is_accepted() {
+    let text = "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1
+kind: Cluster
+metadata: {name: c}
+status:
+  conditions:
+  - {type: ReconcileSucceeded, status: True}
+";
+    let world = World::load(text, "t").unwrap();
+    let out = assert_fixed_point(&world);
+    assert!(out.contains("status: 'True'"), "{out}");
+}
+
+#[test]
+fn malformed_yaml_reports_line_and_column() {
+    let text = "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Cluster\nmetadata:\n  name: [a, b\n";
+    let err = parse_manifests(text, "bad.yaml").unwrap_err();
+    let ManifestError::Yaml {
+        source_name,
+        position,
+        line,
+        column,
+        message,
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!((source_name.as_str(), *position), ("bad.yaml", 1));
+    assert_eq!((*line, *column), (Some(5), Some(1)));
+    assert!(
+        message.contains("did not find expected ',' or ']'"),
+        "{message}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!("bad.yaml: document 1: malformed yaml at line 5, column 1: {message}")
+    );
+}
+
+#[test]
+fn malformed_second_document_names_its_position() {
+    let text = "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Cluster\nmetadata: {name: a}\n---\nkind: : :\n";
+    let err = parse_manifests(text, "bad.yaml").unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            ManifestError::Yaml {
+                position: 2,
+                line: Some(5),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn unknown_kind_is_an_error() {
+    let text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\n";
+    assert_eq!(
+        parse_manifests(text, "in.yaml"),
+        Err(ManifestError::UnknownKind {
+            source_name: "in.yaml".into(),
+            position: 1,
+            name: Some("cm".into()),
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+        })
+    );
+}
+
+#[test]
+fn unknown_api_version_is_an_error() {
+    let text =
+        "apiVersion: cluster.oneinfra.ereslibre.es/v1beta1\nkind: Cluster\nmetadata: {name: c}\n";
+    let err = parse_manifests(text, "in.yaml").unwrap_err();
+    assert_eq!(
+        err,
+        ManifestError::UnknownApiVersion {
+            source_name: "in.yaml".into(),
+            position: 1,
+            name: Some("c".into()),
+            kind: Kind::Cluster,
+            api_version: "cluster.oneinfra.ereslibre.es/v1beta1".into(),
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "in.yaml: document 1 (\"c\"): unknown apiVersion \"cluster.oneinfra.ereslibre.es/v1beta1\" for kind Cluster; expected cluster.oneinfra.ereslibre.es/v1alpha1"
+    );
+    // A Hypervisor under the cluster group is as wrong.
+    let text = "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Hypervisor\nmetadata: {name: h}\nspec: {public: true}\n";
+    assert!(matches!(
+        parse_manifests(text, "in.yaml"),
+        Err(ManifestError::UnknownApiVersion {
+            kind: Kind::Hypervisor,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn missing_kind_is_an_error() {
+    let text = "---\napiVersion: v1\nmetadata: {name: x}\n";
+    assert_eq!(
+        parse_manifests(text, "in.yaml"),
+        Err(ManifestError::MissingTypeField {
+            source_name: "in.yaml".into(),
+            position: 1,
+            name: Some("x".into()),
+            field: "kind",
+        })
+    );
+    assert_eq!(
+        parse_manifests("- a\n- b\n", "in.yaml"),
+        Err(ManifestError::NotAnObject {
+            source_name: "in.yaml".into(),
+            position: 1,
+        })
+    );
+}
+
+#[test]
+fn unknown_field_names_its_path() {
+    let text = "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Cluster\nmetadata: {name: a}\n---\napiVersion: infra.oneinfra.ereslibre.es/v1alpha1
+kind: Hypervisor
+metadata:
+  name: h1
+spec:
+  public: true
+  portRange:
+    low: 30000
+    lowest: 30001
+";
+    let err = parse_manifests(text, "hv.yaml").unwrap_err();
+    assert_eq!(
+        err,
+        ManifestError::Field {
+            source_name: "hv.yaml".into(),
+            position: 2,
+            kind: Kind::Hypervisor,
+            name: Some("h1".into()),
+            path: "spec.portRange.lowest".into(),
+            message: "unknown field `lowest`, expected `low` or `high`".into(),
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "hv.yaml: document 2: Hypervisor (\"h1\"): field `spec.portRange.lowest`: unknown field `lowest`, expected `low` or `high`"
+    );
+}
+
+#[test]
+fn unknown_fields_deep_and_shallow() {
+    let cases = [
+        (
+            "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nspec:\n  vpn: {enabled: true, cidr: 10.0.0.0/16}\n",
+            "spec.vpn.cidr",
+        ),
+        (
+            "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nextra: 1\n",
+            "extra",
+        ),
+        (
+            "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Cluster\nmetadata: {name: c, labelz: {}}\n",
+            "metadata.labelz",
+        ),
+        (
+            "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Component\nmetadata: {name: c}\nspec: {cluster: x, role: control-plane}\nstatus:\n  allocatedHostPorts:\n  - {name: a, port: 1, protocol: tcp}\n",
+            "status.allocatedHostPorts[0].protocol",
+        ),
+    ];
+    for (text, expected) in cases {
+        match parse_manifests(text, "t") {
+            Err(ManifestError::Field { path, .. }) => assert_eq!(path, expected),
+            other => panic!("{expected}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn missing_and_mistyped_fields_name_their_path() {
+    let text = "apiVersion: infra.oneinfra.ereslibre.es/v1alpha1\nkind: Hypervisor\nmetadata: {name: h}\nspec: {ipAddress: 192.0.2.1}\n";
+    assert_eq!(
+        parse_manifests(text, "t"),
+        Err(ManifestError::Field {
+            source_name: "t".into(),
+            position: 1,
+            kind: Kind::Hypervisor,
+            name: Some("h".into()),
+            path: "spec".into(),
+            message: "missing field `public`".into(),
+        })
+    );
+    let text = "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Component\nmetadata: {name: c}\nspec: {cluster: x, role: worker}\n";
+    match parse_manifests(text, "t") {
+        Err(ManifestError::Field { path, message, .. }) => {
+            assert_eq!(path, "spec.role");
+            assert!(message.contains("unknown variant `worker`"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn written_cluster_is_typed_back() {
+    let mut world = World::default();
+    let cluster = Cluster::new(
+        crate::meta::ObjectMeta::namespaced("team-b", "z"),
+        crate::cluster::ClusterSpec::default(),
+    );
+    world.insert(cluster.clone().into());
+    let out = world.to_yaml().unwrap();
+    assert_eq!(
+        out,
+        "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Cluster\nmetadata:\n  name: z\n  namespace: team-b\n"
+    );
+    let docs = parse_manifests(&out, "t").unwrap();
+    assert_eq!(docs[0].object, Object::Cluster(cluster));
+}
+
+mod props;

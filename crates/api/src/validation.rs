@@ -1,0 +1,465 @@
+//! Validation: what oneinfra's webhooks checked, and what it should have. Errors are values
+//! (`PartialEq`) naming the document, the object, the field path and the reason.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use crate::cluster::Cluster;
+use crate::component::Component;
+use crate::hypervisor::Hypervisor;
+use crate::meta::{Kind, ObjectKey, ObjectMeta, Resource};
+use crate::node_join_request::NodeJoinRequest;
+use crate::versions;
+use crate::world::{Document, Object};
+
+/// Longest DNS-1123 label (namespaces, components).
+pub const MAX_LABEL_LEN: usize = 63;
+/// Longest DNS-1123 subdomain (hypervisors, node join requests).
+pub const MAX_SUBDOMAIN_LEN: usize = 253;
+/// Longest cluster name: component and pod names are derived from it, and must still fit
+/// in a 63 character label (and label value) with a suffix of up to 31 characters.
+pub const MAX_CLUSTER_NAME_LEN: usize = 32;
+
+/// A naming rule a name broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameRule {
+    /// Lowercase alphanumerics and `-`, starting and ending alphanumeric, at most `max_len`.
+    Dns1123Label { max_len: usize },
+    /// Dot-separated DNS-1123 labels, at most 253 characters.
+    Dns1123Subdomain,
+}
+
+impl fmt::Display for NameRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NameRule::Dns1123Label { max_len } => write!(
+                f,
+                "a DNS-1123 label (lowercase alphanumerics and '-', starting and ending with an alphanumeric) of at most {max_len} characters"
+            ),
+            NameRule::Dns1123Subdomain => write!(
+                f,
+                "a DNS-1123 subdomain (dot-separated DNS-1123 labels) of at most {MAX_SUBDOMAIN_LEN} characters"
+            ),
+        }
+    }
+}
+
+/// Why a field is invalid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Reason {
+    #[error("required")]
+    Required,
+    #[error("{value:?} is not {rule}")]
+    InvalidName { value: String, rule: NameRule },
+    #[error("cluster-scoped {kind} must not have a namespace (got {namespace:?})")]
+    NamespaceNotAllowed { kind: Kind, namespace: String },
+    #[error("exactly one of localCRIEndpoint and remoteCRIEndpoint must be set, both are")]
+    BothCriEndpoints,
+    #[error("exactly one of localCRIEndpoint and remoteCRIEndpoint must be set, neither is")]
+    NoCriEndpoint,
+    #[error("port {port} is outside 1..65535")]
+    PortOutOfRange { port: u32 },
+    #[error("low port {low} is above high port {high}")]
+    PortRangeInverted { low: u32, high: u32 },
+    #[error("{value:?} is not an IP address")]
+    InvalidIp { value: String },
+    #[error("{value:?} is not a CIDR (address/prefix)")]
+    InvalidCidr { value: String },
+    #[error("node CIDR mask size {size} must be between {min} and {max}")]
+    InvalidMaskSize { size: u8, min: u8, max: u8 },
+    #[error("{replicas} replicas; at least 1 is needed")]
+    InvalidReplicas { replicas: u32 },
+    #[error("unsupported Kubernetes version {version:?}; supported: {}", .supported.join(", "))]
+    UnsupportedVersion {
+        version: String,
+        supported: Vec<String>,
+    },
+    #[error("duplicate: already defined by {first_source_name} document {first_position}")]
+    Duplicate {
+        first_source_name: String,
+        first_position: usize,
+    },
+}
+
+/// An invalid field of an object, before it is placed in a document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// Dotted wire path, e.g. `spec.portRange.low`.
+    pub field: String,
+    pub reason: Reason,
+}
+
+impl FieldError {
+    fn new(field: impl Into<String>, reason: Reason) -> Self {
+        Self {
+            field: field.into(),
+            reason,
+        }
+    }
+}
+
+/// An invalid field of an object in a document.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{source_name}: document {position}: {kind} {object}: field `{field}`: {reason}")]
+pub struct ValidationError {
+    pub source_name: String,
+    pub position: usize,
+    pub kind: Kind,
+    pub object: ObjectKey,
+    pub field: String,
+    pub reason: Reason,
+}
+
+/// Validates documents, from one or several inputs: each object, and that no two share a
+/// kind and key. Errors come in document order.
+pub fn validate_documents(documents: &[Document]) -> Vec<ValidationError> {
+    let mut errors = Vec::new();
+    let mut seen: BTreeMap<(Kind, ObjectKey), &Document> = BTreeMap::new();
+    for document in documents {
+        let kind = document.object.kind();
+        let key = document.object.key();
+        let at = |field: String, reason: Reason| ValidationError {
+            source_name: document.source_name.clone(),
+            position: document.position,
+            kind,
+            object: key.clone(),
+            field,
+            reason,
+        };
+        errors.extend(
+            validate_object(&document.object)
+                .into_iter()
+                .map(|e| at(e.field, e.reason)),
+        );
+        match seen.get(&(kind, key.clone())) {
+            Some(first) => errors.push(at(
+                "metadata.name".to_string(),
+                Reason::Duplicate {
+                    first_source_name: first.source_name.clone(),
+                    first_position: first.position,
+                },
+            )),
+            None => {
+                seen.insert((kind, key.clone()), document);
+            }
+        }
+    }
+    errors
+}
+
+/// Validates one object of any kind.
+pub fn validate_object(object: &Object) -> Vec<FieldError> {
+    match object {
+        Object::Hypervisor(o) => validate_hypervisor(o),
+        Object::Cluster(o) => validate_cluster(o),
+        Object::Component(o) => validate_component(o),
+        Object::NodeJoinRequest(o) => validate_node_join_request(o),
+    }
+}
+
+/// Validates a hypervisor: name, exactly one complete CRI endpoint, IP address, port range.
+pub fn validate_hypervisor(hypervisor: &Hypervisor) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    check_meta(
+        &mut errors,
+        hypervisor.metadata(),
+        Hypervisor::KIND,
+        NameRule::Dns1123Subdomain,
+    );
+    let spec = &hypervisor.spec;
+    match (&spec.local_cri_endpoint, &spec.remote_cri_endpoint) {
+        (Some(_), Some(_)) => errors.push(FieldError::new("spec", Reason::BothCriEndpoints)),
+        (None, None) => errors.push(FieldError::new("spec", Reason::NoCriEndpoint)),
+        (Some(local), None) => {
+            if local.cri_endpoint_path.trim().is_empty() {
+                errors.push(FieldError::new(
+                    "spec.localCRIEndpoint.criEndpointPath",
+                    Reason::Required,
+                ));
+            }
+        }
+        (None, Some(remote)) => {
+            let base = "spec.remoteCRIEndpoint";
+            if remote.cri_endpoint_uri.trim().is_empty() {
+                errors.push(FieldError::new(
+                    format!("{base}.criEndpointURI"),
+                    Reason::Required,
+                ));
+            }
+            if remote.ca_certificate.trim().is_empty() {
+                errors.push(FieldError::new(
+                    format!("{base}.caCertificate"),
+                    Reason::Required,
+                ));
+            }
+            match &remote.client_certificate {
+                None => errors.push(FieldError::new(
+                    format!("{base}.clientCertificate"),
+                    Reason::Required,
+                )),
+                Some(cert) => {
+                    if cert.certificate.trim().is_empty() {
+                        errors.push(FieldError::new(
+                            format!("{base}.clientCertificate.certificate"),
+                            Reason::Required,
+                        ));
+                    }
+                    if cert.private_key.trim().is_empty() {
+                        errors.push(FieldError::new(
+                            format!("{base}.clientCertificate.privateKey"),
+                            Reason::Required,
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if spec.ip_address.is_empty() {
+        errors.push(FieldError::new("spec.ipAddress", Reason::Required));
+    } else if spec.ip_address.parse::<IpAddr>().is_err() {
+        errors.push(FieldError::new(
+            "spec.ipAddress",
+            Reason::InvalidIp {
+                value: spec.ip_address.clone(),
+            },
+        ));
+    }
+    let range = spec.port_range;
+    let mut ports_ok = true;
+    for (field, port) in [
+        ("spec.portRange.low", range.low),
+        ("spec.portRange.high", range.high),
+    ] {
+        if !(1..=u32::from(u16::MAX)).contains(&port) {
+            ports_ok = false;
+            errors.push(FieldError::new(field, Reason::PortOutOfRange { port }));
+        }
+    }
+    if ports_ok && range.low > range.high {
+        errors.push(FieldError::new(
+            "spec.portRange",
+            Reason::PortRangeInverted {
+                low: range.low,
+                high: range.high,
+            },
+        ));
+    }
+    errors
+}
+
+/// Validates a cluster: name, Kubernetes version, replicas, CIDRs.
+pub fn validate_cluster(cluster: &Cluster) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    check_meta(
+        &mut errors,
+        cluster.metadata(),
+        Cluster::KIND,
+        NameRule::Dns1123Label {
+            max_len: MAX_CLUSTER_NAME_LEN,
+        },
+    );
+    let spec = &cluster.spec;
+    if versions::find_release(&spec.kubernetes_version).is_none() {
+        errors.push(FieldError::new(
+            "spec.kubernetesVersion",
+            Reason::UnsupportedVersion {
+                version: spec.kubernetes_version.clone(),
+                supported: versions::supported_versions()
+                    .into_iter()
+                    .map(str::to_string)
+                    .collect(),
+            },
+        ));
+    }
+    if let Some(replicas @ 0) = spec.control_plane_replicas {
+        errors.push(FieldError::new(
+            "spec.controlPlaneReplicas",
+            Reason::InvalidReplicas { replicas },
+        ));
+    }
+    let cluster_cidr = check_cidr(
+        &mut errors,
+        "spec.networking.clusterCIDR",
+        &spec.networking.cluster_cidr,
+    );
+    check_cidr(
+        &mut errors,
+        "spec.networking.serviceCIDR",
+        &spec.networking.service_cidr,
+    );
+    check_cidr(&mut errors, "spec.vpn.CIDR", &spec.vpn.cidr);
+    if let Some(size) = spec.networking.node_cidr_mask_size {
+        // Without a cluster CIDR (not defaulted yet) only the address family's bound applies;
+        // IPv4 is what the default cluster CIDR is.
+        let (min, max) = match cluster_cidr {
+            Some(net) => (net.prefix_len(), net.max_prefix_len()),
+            None => (0, 32),
+        };
+        check_mask(
+            &mut errors,
+            "spec.networking.nodeCIDRMaskSize",
+            size,
+            min,
+            max,
+        );
+    }
+    if let Some(size) = spec.networking.node_cidr_mask_size_ipv4 {
+        check_mask(
+            &mut errors,
+            "spec.networking.nodeCIDRMaskSizeIPv4",
+            size,
+            0,
+            32,
+        );
+    }
+    if let Some(size) = spec.networking.node_cidr_mask_size_ipv6 {
+        check_mask(
+            &mut errors,
+            "spec.networking.nodeCIDRMaskSizeIPv6",
+            size,
+            0,
+            128,
+        );
+    }
+    errors
+}
+
+/// Validates a component: name, cluster reference, hypervisor reference.
+pub fn validate_component(component: &Component) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    check_meta(
+        &mut errors,
+        component.metadata(),
+        Component::KIND,
+        NameRule::Dns1123Label {
+            max_len: MAX_LABEL_LEN,
+        },
+    );
+    let spec = &component.spec;
+    if spec.cluster.is_empty() {
+        errors.push(FieldError::new("spec.cluster", Reason::Required));
+    } else {
+        check_name(
+            &mut errors,
+            "spec.cluster",
+            &spec.cluster,
+            NameRule::Dns1123Label {
+                max_len: MAX_CLUSTER_NAME_LEN,
+            },
+        );
+    }
+    if let Some(hypervisor) = &spec.hypervisor {
+        check_name(
+            &mut errors,
+            "spec.hypervisor",
+            hypervisor,
+            NameRule::Dns1123Subdomain,
+        );
+    }
+    errors
+}
+
+/// Validates a node join request: its name.
+pub fn validate_node_join_request(request: &NodeJoinRequest) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    check_meta(
+        &mut errors,
+        request.metadata(),
+        NodeJoinRequest::KIND,
+        NameRule::Dns1123Subdomain,
+    );
+    errors
+}
+
+fn check_meta(errors: &mut Vec<FieldError>, meta: &ObjectMeta, kind: Kind, rule: NameRule) {
+    if meta.name.is_empty() {
+        errors.push(FieldError::new("metadata.name", Reason::Required));
+    } else {
+        check_name(errors, "metadata.name", &meta.name, rule);
+    }
+    match meta.namespace.as_deref() {
+        None | Some("") => {}
+        Some(namespace) if kind.namespaced() => check_name(
+            errors,
+            "metadata.namespace",
+            namespace,
+            NameRule::Dns1123Label {
+                max_len: MAX_LABEL_LEN,
+            },
+        ),
+        Some(namespace) => errors.push(FieldError::new(
+            "metadata.namespace",
+            Reason::NamespaceNotAllowed {
+                kind,
+                namespace: namespace.to_string(),
+            },
+        )),
+    }
+}
+
+fn check_name(errors: &mut Vec<FieldError>, field: &str, value: &str, rule: NameRule) {
+    let ok = match rule {
+        NameRule::Dns1123Label { max_len } => value.len() <= max_len && is_dns1123_label(value),
+        NameRule::Dns1123Subdomain => {
+            value.len() <= MAX_SUBDOMAIN_LEN && value.split('.').all(is_dns1123_label)
+        }
+    };
+    if !ok {
+        errors.push(FieldError::new(
+            field,
+            Reason::InvalidName {
+                value: value.to_string(),
+                rule,
+            },
+        ));
+    }
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters.
+pub fn is_dns1123_label(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    match (bytes.first(), bytes.last()) {
+        (Some(first), Some(last)) => {
+            bytes.len() <= MAX_LABEL_LEN
+                && alnum(first)
+                && alnum(last)
+                && bytes.iter().all(|b| alnum(b) || *b == b'-')
+        }
+        _ => false,
+    }
+}
+
+/// Parses a non-empty CIDR, recording an error when it does not parse.
+fn check_cidr(errors: &mut Vec<FieldError>, field: &str, value: &str) -> Option<IpNet> {
+    if value.is_empty() {
+        return None;
+    }
+    match value.parse::<IpNet>() {
+        Ok(net) => Some(net),
+        Err(_) => {
+            errors.push(FieldError::new(
+                field,
+                Reason::InvalidCidr {
+                    value: value.to_string(),
+                },
+            ));
+            None
+        }
+    }
+}
+
+fn check_mask(errors: &mut Vec<FieldError>, field: &str, size: u8, min: u8, max: u8) {
+    if size < min || size > max {
+        errors.push(FieldError::new(
+            field,
+            Reason::InvalidMaskSize { size, min, max },
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests;

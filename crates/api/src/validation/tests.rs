@@ -1,0 +1,502 @@
+use pretty_assertions::assert_eq;
+
+use super::*;
+use crate::manifest::parse_manifests;
+use crate::world::World;
+
+const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+
+/// A valid hypervisor document with `spec` replaced by the given YAML (indented by 2).
+fn hypervisor(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: infra.oneinfra.ereslibre.es/v1alpha1\nkind: Hypervisor\nmetadata:\n  name: {name}\nspec:\n{spec}"
+    )
+}
+
+const LOCAL: &str = "  public: false\n  ipAddress: 192.0.2.10\n  portRange: {low: 30000, high: 30099}\n  localCRIEndpoint: {criEndpointPath: /run/containerd.sock}\n";
+
+fn cluster(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n{spec}"
+    )
+}
+
+/// Validation errors of one input, which must parse.
+fn errors(text: &str) -> Vec<ValidationError> {
+    validate_documents(&parse_manifests(text, "in.yaml").unwrap())
+}
+
+fn error(
+    position: usize,
+    kind: Kind,
+    key: ObjectKey,
+    field: &str,
+    reason: Reason,
+) -> ValidationError {
+    ValidationError {
+        source_name: "in.yaml".into(),
+        position,
+        kind,
+        object: key,
+        field: field.into(),
+        reason,
+    }
+}
+
+fn hv_error(name: &str, field: &str, reason: Reason) -> ValidationError {
+    error(
+        1,
+        Kind::Hypervisor,
+        ObjectKey::cluster_scoped(name),
+        field,
+        reason,
+    )
+}
+
+fn cluster_error(name: &str, field: &str, reason: Reason) -> ValidationError {
+    error(
+        1,
+        Kind::Cluster,
+        ObjectKey::new("default", name),
+        field,
+        reason,
+    )
+}
+
+#[test]
+fn valid_hypervisors_pass() {
+    assert_eq!(errors(&hypervisor("h1", LOCAL)), []);
+    let remote = format!(
+        "  public: true\n  ipAddress: 2001:db8::1\n  portRange: {{low: 1, high: 65535}}\n  remoteCRIEndpoint:\n    criEndpointURI: tcp://[2001:db8::1]:27000\n    caCertificate: {CA:?}\n    clientCertificate: {{certificate: {CA:?}, privateKey: k}}\n"
+    );
+    assert_eq!(errors(&hypervisor("hv.example.com", &remote)), []);
+}
+
+#[test]
+fn both_cri_endpoints() {
+    let spec = format!(
+        "{LOCAL}  remoteCRIEndpoint:\n    criEndpointURI: tcp://192.0.2.10:27000\n    caCertificate: {CA:?}\n    clientCertificate: {{certificate: c, privateKey: k}}\n"
+    );
+    assert_eq!(
+        errors(&hypervisor("h1", &spec)),
+        [hv_error("h1", "spec", Reason::BothCriEndpoints)]
+    );
+}
+
+#[test]
+fn neither_cri_endpoint() {
+    let spec = "  public: false\n  ipAddress: 192.0.2.10\n  portRange: {low: 30000, high: 30099}\n";
+    assert_eq!(
+        errors(&hypervisor("h1", spec)),
+        [hv_error("h1", "spec", Reason::NoCriEndpoint)]
+    );
+}
+
+#[test]
+fn incomplete_cri_endpoints() {
+    let spec = "  public: true\n  ipAddress: 192.0.2.10\n  portRange: {low: 30000, high: 30099}\n  remoteCRIEndpoint:\n    criEndpointURI: tcp://192.0.2.10:27000\n";
+    assert_eq!(
+        errors(&hypervisor("h1", spec)),
+        [
+            hv_error(
+                "h1",
+                "spec.remoteCRIEndpoint.caCertificate",
+                Reason::Required
+            ),
+            hv_error(
+                "h1",
+                "spec.remoteCRIEndpoint.clientCertificate",
+                Reason::Required
+            ),
+        ]
+    );
+    let spec = format!(
+        "  public: true\n  ipAddress: 192.0.2.10\n  portRange: {{low: 30000, high: 30099}}\n  remoteCRIEndpoint:\n    caCertificate: {CA:?}\n    clientCertificate: {{certificate: c}}\n"
+    );
+    assert_eq!(
+        errors(&hypervisor("h1", &spec)),
+        [
+            hv_error(
+                "h1",
+                "spec.remoteCRIEndpoint.criEndpointURI",
+                Reason::Required
+            ),
+            hv_error(
+                "h1",
+                "spec.remoteCRIEndpoint.clientCertificate.privateKey",
+                Reason::Required
+            ),
+        ]
+    );
+    let spec = "  public: false\n  ipAddress: 192.0.2.10\n  portRange: {low: 30000, high: 30099}\n  localCRIEndpoint: {}\n";
+    assert_eq!(
+        errors(&hypervisor("h1", spec)),
+        [hv_error(
+            "h1",
+            "spec.localCRIEndpoint.criEndpointPath",
+            Reason::Required
+        )]
+    );
+}
+
+#[test]
+fn inverted_port_range() {
+    let spec = LOCAL.replace("{low: 30000, high: 30099}", "{low: 30099, high: 30000}");
+    let errs = errors(&hypervisor("h1", &spec));
+    assert_eq!(
+        errs,
+        [hv_error(
+            "h1",
+            "spec.portRange",
+            Reason::PortRangeInverted {
+                low: 30099,
+                high: 30000
+            }
+        )]
+    );
+    assert_eq!(
+        errs[0].to_string(),
+        "in.yaml: document 1: Hypervisor h1: field `spec.portRange`: low port 30099 is above high port 30000"
+    );
+}
+
+#[test]
+fn ports_out_of_range() {
+    let spec = LOCAL.replace("{low: 30000, high: 30099}", "{low: 0, high: 70000}");
+    assert_eq!(
+        errors(&hypervisor("h1", &spec)),
+        [
+            hv_error(
+                "h1",
+                "spec.portRange.low",
+                Reason::PortOutOfRange { port: 0 }
+            ),
+            hv_error(
+                "h1",
+                "spec.portRange.high",
+                Reason::PortOutOfRange { port: 70000 }
+            ),
+        ]
+    );
+    // A missing range is a zero range.
+    let spec = LOCAL.replace("  portRange: {low: 30000, high: 30099}\n", "");
+    assert_eq!(
+        errors(&hypervisor("h1", &spec)),
+        [
+            hv_error(
+                "h1",
+                "spec.portRange.low",
+                Reason::PortOutOfRange { port: 0 }
+            ),
+            hv_error(
+                "h1",
+                "spec.portRange.high",
+                Reason::PortOutOfRange { port: 0 }
+            ),
+        ]
+    );
+}
+
+#[test]
+fn bad_ip_address() {
+    let spec = LOCAL.replace("192.0.2.10", "192.0.2.300");
+    assert_eq!(
+        errors(&hypervisor("h1", &spec)),
+        [hv_error(
+            "h1",
+            "spec.ipAddress",
+            Reason::InvalidIp {
+                value: "192.0.2.300".into()
+            }
+        )]
+    );
+    let spec = LOCAL.replace("  ipAddress: 192.0.2.10\n", "");
+    assert_eq!(
+        errors(&hypervisor("h1", &spec)),
+        [hv_error("h1", "spec.ipAddress", Reason::Required)]
+    );
+}
+
+#[test]
+fn bad_hypervisor_name_and_namespace() {
+    let text = hypervisor("Bad_Name", LOCAL)
+        .replace("  name: Bad_Name\n", "  name: Bad_Name\n  namespace: x\n");
+    assert_eq!(
+        errors(&text),
+        [
+            hv_error(
+                "Bad_Name",
+                "metadata.name",
+                Reason::InvalidName {
+                    value: "Bad_Name".into(),
+                    rule: NameRule::Dns1123Subdomain
+                }
+            ),
+            hv_error(
+                "Bad_Name",
+                "metadata.namespace",
+                Reason::NamespaceNotAllowed {
+                    kind: Kind::Hypervisor,
+                    namespace: "x".into()
+                }
+            ),
+        ]
+    );
+}
+
+#[test]
+fn valid_clusters_pass() {
+    assert_eq!(errors(&cluster("c", "  kubernetesVersion: default\n")), []);
+    assert_eq!(
+        errors(&cluster(
+            "c",
+            "  kubernetesVersion: v1.35.9\n  controlPlaneReplicas: 3\n  vpn: {enabled: true, CIDR: 10.1.0.0/16}\n  networking: {clusterCIDR: 'fd00::/48', serviceCIDR: 10.96.0.0/12, nodeCIDRMaskSize: 64}\n"
+        )),
+        []
+    );
+}
+
+#[test]
+fn zero_replicas() {
+    assert_eq!(
+        errors(&cluster("c", "  controlPlaneReplicas: 0\n")),
+        [cluster_error(
+            "c",
+            "spec.controlPlaneReplicas",
+            Reason::InvalidReplicas { replicas: 0 }
+        )]
+    );
+}
+
+#[test]
+fn unsupported_version_lists_supported_ones() {
+    let errs = errors(&cluster("c", "  kubernetesVersion: 1.20.0\n"));
+    assert_eq!(
+        errs,
+        [cluster_error(
+            "c",
+            "spec.kubernetesVersion",
+            Reason::UnsupportedVersion {
+                version: "1.20.0".into(),
+                supported: vec!["1.35.9".into(), "1.36.4".into(), "1.37.1".into()],
+            }
+        )]
+    );
+    assert!(
+        errs[0].to_string().ends_with(
+            "unsupported Kubernetes version \"1.20.0\"; supported: 1.35.9, 1.36.4, 1.37.1"
+        ),
+        "{}",
+        errs[0]
+    );
+}
+
+#[test]
+fn bad_cidrs() {
+    assert_eq!(
+        errors(&cluster(
+            "c",
+            "  vpn: {enabled: true, CIDR: 10.0.0.0/33}\n  networking: {clusterCIDR: 10.244.0.0, serviceCIDR: banana}\n"
+        )),
+        [
+            cluster_error(
+                "c",
+                "spec.networking.clusterCIDR",
+                Reason::InvalidCidr {
+                    value: "10.244.0.0".into()
+                }
+            ),
+            cluster_error(
+                "c",
+                "spec.networking.serviceCIDR",
+                Reason::InvalidCidr {
+                    value: "banana".into()
+                }
+            ),
+            cluster_error(
+                "c",
+                "spec.vpn.CIDR",
+                Reason::InvalidCidr {
+                    value: "10.0.0.0/33".into()
+                }
+            ),
+        ]
+    );
+}
+
+#[test]
+fn node_mask_must_fit_cluster_cidr() {
+    assert_eq!(
+        errors(&cluster(
+            "c",
+            "  networking: {clusterCIDR: 10.244.0.0/16, nodeCIDRMaskSize: 8, nodeCIDRMaskSizeIPv6: 129}\n"
+        )),
+        [
+            cluster_error(
+                "c",
+                "spec.networking.nodeCIDRMaskSize",
+                Reason::InvalidMaskSize {
+                    size: 8,
+                    min: 16,
+                    max: 32
+                }
+            ),
+            cluster_error(
+                "c",
+                "spec.networking.nodeCIDRMaskSizeIPv6",
+                Reason::InvalidMaskSize {
+                    size: 129,
+                    min: 0,
+                    max: 128
+                }
+            ),
+        ]
+    );
+}
+
+#[test]
+fn bad_cluster_names() {
+    let long = "a".repeat(MAX_CLUSTER_NAME_LEN + 1);
+    for bad in ["Prod", "-prod", "prod-", "prod.x", "pröd", long.as_str()] {
+        let text = cluster(&format!("{bad:?}"), "  kubernetesVersion: default\n");
+        assert_eq!(
+            errors(&text),
+            [cluster_error(
+                bad,
+                "metadata.name",
+                Reason::InvalidName {
+                    value: bad.into(),
+                    rule: NameRule::Dns1123Label {
+                        max_len: MAX_CLUSTER_NAME_LEN
+                    }
+                }
+            )],
+            "{bad}"
+        );
+    }
+    let ok = "a".repeat(MAX_CLUSTER_NAME_LEN);
+    assert_eq!(errors(&cluster(&ok, "  kubernetesVersion: default\n")), []);
+    let text = "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Cluster\nmetadata: {}\n";
+    assert_eq!(
+        errors(text),
+        [cluster_error("", "metadata.name", Reason::Required)]
+    );
+}
+
+#[test]
+fn components_are_checked() {
+    let text = "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Component\nmetadata: {name: c-0, namespace: Team}\nspec: {role: control-plane, hypervisor: 'h_1'}\n";
+    let key = ObjectKey::new("Team", "c-0");
+    assert_eq!(
+        errors(text),
+        [
+            error(
+                1,
+                Kind::Component,
+                key.clone(),
+                "metadata.namespace",
+                Reason::InvalidName {
+                    value: "Team".into(),
+                    rule: NameRule::Dns1123Label { max_len: 63 }
+                }
+            ),
+            error(
+                1,
+                Kind::Component,
+                key.clone(),
+                "spec.cluster",
+                Reason::Required
+            ),
+            error(
+                1,
+                Kind::Component,
+                key,
+                "spec.hypervisor",
+                Reason::InvalidName {
+                    value: "h_1".into(),
+                    rule: NameRule::Dns1123Subdomain
+                }
+            ),
+        ]
+    );
+}
+
+#[test]
+fn duplicate_names() {
+    let text = format!(
+        "{}\n---\n{}\n---\n{}---\n{}",
+        cluster("c", "  kubernetesVersion: default\n"),
+        hypervisor("c", LOCAL),
+        cluster("c", "  controlPlaneReplicas: 2\n"),
+        cluster("c", "  kubernetesVersion: default\n")
+            .replace("  name: c\n", "  name: c\n  namespace: other\n"),
+    );
+    assert_eq!(
+        errors(&text),
+        [error(
+            3,
+            Kind::Cluster,
+            ObjectKey::new("default", "c"),
+            "metadata.name",
+            Reason::Duplicate {
+                first_source_name: "in.yaml".into(),
+                first_position: 1
+            }
+        )]
+    );
+    // An explicit `default` namespace is the same identity as none.
+    let text = format!(
+        "{}\n---\n{}",
+        cluster("c", "  kubernetesVersion: default\n"),
+        cluster("c", "  kubernetesVersion: default\n")
+            .replace("  name: c\n", "  name: c\n  namespace: default\n"),
+    );
+    assert_eq!(errors(&text).len(), 1);
+}
+
+#[test]
+fn duplicates_across_inputs_name_the_first_input() {
+    let mut docs =
+        parse_manifests(&cluster("c", "  kubernetesVersion: default\n"), "a.yaml").unwrap();
+    docs.extend(
+        parse_manifests(&cluster("c", "  kubernetesVersion: default\n"), "b.yaml").unwrap(),
+    );
+    let errs = World::from_documents(docs).unwrap_err();
+    assert_eq!(
+        errs,
+        [ValidationError {
+            source_name: "b.yaml".into(),
+            position: 1,
+            kind: Kind::Cluster,
+            object: ObjectKey::new("default", "c"),
+            field: "metadata.name".into(),
+            reason: Reason::Duplicate {
+                first_source_name: "a.yaml".into(),
+                first_position: 1
+            }
+        }]
+    );
+}
+
+#[test]
+fn load_reports_every_validation_error() {
+    let text = format!(
+        "{}\n---\n{}",
+        cluster("c", "  controlPlaneReplicas: 0\n"),
+        hypervisor("h", "  public: true\n")
+    );
+    match World::load(&text, "in.yaml") {
+        Err(crate::world::LoadError::Invalid(errs)) => assert_eq!(errs.len(), 5, "{errs:#?}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn dns_label_rule() {
+    for ok in ["a", "a-b", "0", "a0-9z", &"a".repeat(63)] {
+        assert!(is_dns1123_label(ok), "{ok}");
+    }
+    for bad in ["", "A", "a_b", "-a", "a-", "a.b", &"a".repeat(64)] {
+        assert!(!is_dns1123_label(bad), "{bad}");
+    }
+}

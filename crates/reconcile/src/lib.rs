@@ -1,1 +1,71 @@
-//! oneinfra-rs reconcile (being built)
+//! World -> prepared world: the pure, deterministic core of reconciliation.
+//!
+//! ```text
+//! World {hypervisors, clusters, components}
+//!    │ prepare(world, now)
+//!    │   per cluster, in key order, all or nothing:
+//!    │     init missing PKI ─► derive components from controlPlaneReplicas
+//!    │     ─► schedule new ones ─► allocate host ports ─► status endpoints
+//!    ▼
+//! Prepared {world, failures: cluster -> Error}
+//! ```
+//!
+//! Scheduling ([`schedule`]): control plane replicas go on private hypervisors, the ingress on
+//! a public one. A cluster's replicas use distinct hypervisors before any is reused, and
+//! distinct failure domains before any domain is reused. The failure domain of a hypervisor
+//! is the value of its label `topology.kubernetes.io/zone` ([`schedule::ZONE_LABEL`]); a
+//! hypervisor without the label is a domain of its own. Among equals the least loaded
+//! hypervisor (fewest components) wins, then name order. Placed components never move.
+//!
+//! Ports ([`ports`]): each hypervisor hands out ports of its range, freed ones first, with
+//! the state in its status (`allocatedPorts`, `freedPorts`), as oneinfra does.
+//!
+//! Nothing here does I/O; `now` is an input. A cluster whose preparation fails is left exactly
+//! as it was and reported in [`Prepared::failures`]; the others proceed.
+
+pub mod ports;
+pub mod schedule;
+
+use oi_api::{ComponentRole, ObjectKey};
+
+/// Why a cluster could not be prepared.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error("cluster {cluster} cannot be scheduled: there is no public hypervisor for its ingress")]
+    NoPublicHypervisor { cluster: ObjectKey },
+    #[error(
+        "cluster {cluster} cannot be scheduled: there is no private hypervisor for its control plane"
+    )]
+    NoPrivateHypervisor { cluster: ObjectKey },
+    #[error(
+        "cluster {cluster} cannot be scheduled: no {} hypervisor has {ports_needed} free ports for a {role} component", if *role == ComponentRole::ControlPlaneIngress { "public" } else { "private" }
+    )]
+    NoCapacity {
+        cluster: ObjectKey,
+        role: ComponentRole,
+        ports_needed: usize,
+    },
+    #[error("port range {low}-{high} of hypervisor {hypervisor} is exhausted")]
+    PortRangeExhausted {
+        hypervisor: String,
+        low: u32,
+        high: u32,
+    },
+    #[error("hypervisor {hypervisor} has no valid port range ({low}-{high})")]
+    InvalidPortRange {
+        hypervisor: String,
+        low: u32,
+        high: u32,
+    },
+    #[error(
+        "component {component} of cluster {cluster} is on hypervisor {hypervisor}, which does not exist"
+    )]
+    UnknownHypervisor {
+        cluster: ObjectKey,
+        component: ObjectKey,
+        hypervisor: String,
+    },
+}
+
+/// Result with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

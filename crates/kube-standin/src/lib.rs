@@ -1,0 +1,153 @@
+//! **kube-standin: a test stand-in for kube-apiserver, kube-controller-manager and
+//! kube-scheduler. It is not Kubernetes.**
+//!
+//! The Kubernetes binaries cannot be had on the machines that run oneinfra-rs' end-to-end
+//! tests, so the offline image set ships this binary under their names. It takes the real
+//! binaries' command lines (pflag semantics, the real flag names) and exercises everything
+//! oneinfra renders for them, for real, while implementing no Kubernetes API:
+//!
+//! ```text
+//!  kube-apiserver stand-in                         etcd (mutual TLS)
+//!  ├─ HTTPS on --bind-address:--secure-port  ──►   put + range /registry/standin/<name>
+//!  │    serving cert/key, client certs verified     every second through the v3 JSON
+//!  │    against --client-ca-file                    gateway; /readyz follows the result
+//!  │    /healthz /livez /readyz /version: anonymous
+//!  │    everything else: a verified client cert
+//!  └─ service-account keys parsed, signing key matched to a public key
+//!
+//!  kube-controller-manager / kube-scheduler stand-ins
+//!  ├─ --kubeconfig: server, CA, client certificate and key
+//!  ├─ every 2 s: GET /healthz, /version and /api with the client certificate
+//!  │    failing for longer than KUBE_STANDIN_GRACE_SECONDS (60 s) exits 1
+//!  └─ /healthz on --bind-address:--secure-port over TLS with a self-signed certificate
+//! ```
+//!
+//! The role comes from the program name (`kube-apiserver`, `kube-controller-manager`,
+//! `kube-scheduler`) or, when invoked as `kube-standin`, from the first argument.
+
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod apiserver;
+pub mod config;
+pub mod controller;
+pub mod etcd;
+pub mod flags;
+pub mod https;
+pub mod keys;
+pub mod kubeconfig;
+pub mod serve;
+pub mod tls;
+
+/// The environment variable holding the Kubernetes version the stand-in reports.
+pub const VERSION_ENV: &str = "KUBE_STANDIN_VERSION";
+/// The version reported when [`VERSION_ENV`] is not set.
+pub const DEFAULT_VERSION: &str = "v0.0.0-standin";
+/// The environment variable holding the controller stand-ins' grace period, in seconds.
+pub const GRACE_ENV: &str = "KUBE_STANDIN_GRACE_SECONDS";
+
+/// Which binary the stand-in plays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// kube-apiserver
+    ApiServer,
+    /// kube-controller-manager
+    ControllerManager,
+    /// kube-scheduler
+    Scheduler,
+}
+
+impl Role {
+    /// The real binary's name.
+    pub fn command(self) -> &'static str {
+        match self {
+            Role::ApiServer => "kube-apiserver",
+            Role::ControllerManager => "kube-controller-manager",
+            Role::Scheduler => "kube-scheduler",
+        }
+    }
+
+    /// The role named exactly `name`.
+    pub fn from_command(name: &str) -> Option<Role> {
+        [Role::ApiServer, Role::ControllerManager, Role::Scheduler]
+            .into_iter()
+            .find(|r| r.command() == name)
+    }
+
+    /// Picks the role from `argv`: the basename of `argv[0]`, or, when that is not a role
+    /// name, the first argument. Returns the role and the remaining arguments.
+    pub fn from_argv(argv: &[String]) -> Option<(Role, &[String])> {
+        let program = argv.first()?;
+        let base = std::path::Path::new(program)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or(program);
+        if let Some(role) = Role::from_command(base) {
+            return Some((role, &argv[1..]));
+        }
+        let role = Role::from_command(argv.get(1)?)?;
+        Some((role, &argv[2..]))
+    }
+}
+
+/// The version the stand-in reports, from [`VERSION_ENV`].
+pub fn reported_version() -> String {
+    std::env::var(VERSION_ENV)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| DEFAULT_VERSION.to_string())
+}
+
+/// `/version`'s JSON for `git_version`, shaped like the real `version.Info`.
+pub fn version_info(git_version: &str) -> serde_json::Value {
+    let trimmed = git_version.trim_start_matches('v');
+    let mut parts = trimmed.split(['.', '-', '+']);
+    let major = parts.next().unwrap_or("0").to_string();
+    let minor = parts.next().unwrap_or("0").to_string();
+    serde_json::json!({
+        "major": major,
+        "minor": minor,
+        "gitVersion": git_version,
+        "gitCommit": "",
+        "gitTreeState": "",
+        "buildDate": "",
+        "goVersion": "",
+        "compiler": "kube-standin",
+        "platform": format!("{}/{}", std::env::consts::OS, go_arch()),
+    })
+}
+
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn role_from_program_name_or_first_argument() {
+        let a = argv(&["/usr/local/bin/kube-apiserver", "--v=2"]);
+        assert_eq!(Role::from_argv(&a), Some((Role::ApiServer, &a[1..])));
+        let a = argv(&["kube-standin", "kube-scheduler", "--kubeconfig=x"]);
+        assert_eq!(Role::from_argv(&a), Some((Role::Scheduler, &a[2..])));
+        assert_eq!(Role::from_argv(&argv(&["kube-standin", "--v=2"])), None);
+        assert_eq!(Role::from_argv(&argv(&["kube-standin"])), None);
+    }
+
+    #[test]
+    fn version_info_splits_major_and_minor() {
+        let v = version_info("v1.37.1");
+        assert_eq!(v["major"], "1");
+        assert_eq!(v["minor"], "37");
+        assert_eq!(v["gitVersion"], "v1.37.1");
+        assert_eq!(version_info(DEFAULT_VERSION)["minor"], "0");
+    }
+}

@@ -7,7 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::common::{Certificate, Condition};
-use crate::meta::{Kind, ObjectMeta, is_default, resource};
+use crate::meta::{Kind, ObjectKey, ObjectMeta, is_default, resource};
 
 /// One schedulable unit of a cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,6 +23,16 @@ pub struct Component {
 }
 
 resource!(Component, ComponentSpec, Kind::Component);
+
+impl Component {
+    /// Key of the Cluster this component belongs to (same namespace, `spec.cluster`).
+    pub fn cluster_key(&self) -> ObjectKey {
+        ObjectKey::new(
+            self.metadata.namespace_or_default(),
+            self.spec.cluster.clone(),
+        )
+    }
+}
 
 /// What a component is and where it runs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

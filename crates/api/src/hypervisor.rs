@@ -142,3 +142,23 @@ pub struct HypervisorPortAllocation {
     pub component: String,
     pub port: u16,
 }
+
+/// A hypervisor's CRI endpoint, whichever kind it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CriEndpoint<'a> {
+    /// Unix socket path.
+    Local(&'a str),
+    Remote(&'a RemoteCriEndpoint),
+}
+
+impl HypervisorSpec {
+    /// The CRI endpoint; `None` unless exactly one of local and remote is set (which
+    /// validation guarantees).
+    pub fn cri_endpoint(&self) -> Option<CriEndpoint<'_>> {
+        match (&self.local_cri_endpoint, &self.remote_cri_endpoint) {
+            (Some(local), None) => Some(CriEndpoint::Local(&local.cri_endpoint_path)),
+            (None, Some(remote)) => Some(CriEndpoint::Remote(remote)),
+            _ => None,
+        }
+    }
+}

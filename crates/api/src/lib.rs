@@ -46,8 +46,8 @@ pub use component::{
     Component, ComponentHostPortAllocation, ComponentRole, ComponentSpec, ComponentStatus,
 };
 pub use hypervisor::{
-    Hypervisor, HypervisorPortAllocation, HypervisorSpec, HypervisorStatus, LocalCriEndpoint,
-    PortRange, RemoteCriEndpoint,
+    CriEndpoint, Hypervisor, HypervisorPortAllocation, HypervisorSpec, HypervisorStatus,
+    LocalCriEndpoint, PortRange, RemoteCriEndpoint,
 };
 pub use manifest::{ManifestError, parse_manifests};
 pub use meta::{DEFAULT_NAMESPACE, Kind, ObjectKey, ObjectMeta, OwnerReference, Resource};

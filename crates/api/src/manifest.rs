@@ -71,13 +71,15 @@ pub enum ManifestError {
     },
     /// A field is unknown, missing, or of the wrong type.
     #[error(
-        "{source_name}: document {position}: {kind}{}: field `{path}`: {message}",
+        "{source_name}: document {position}: {}{}: field `{path}`: {message}",
+        .kind.map_or("List", Kind::as_str),
         named(.name)
     )]
     Field {
         source_name: String,
         position: usize,
-        kind: Kind,
+        /// The object's kind; `None` for a field of a `List` document itself.
+        kind: Option<Kind>,
         name: Option<String>,
         /// Dotted path of the offending field, e.g. `spec.portRange.lowest`.
         path: String,
@@ -108,8 +110,10 @@ fn at_location(line: Option<usize>, column: Option<usize>) -> String {
 }
 
 /// Parses multi-document YAML. Empty documents are skipped but counted: a document's
-/// position is its 1-based index among all documents of `text`. `source_name` (a file name,
-/// `<stdin>`) only labels errors and documents.
+/// position is its 1-based index among all documents of `text`. A `List` document (as
+/// `kubectl get -o yaml` writes) yields each of its items, all at the list's position, with
+/// field paths starting `items[i].`. `source_name` (a file name, `<stdin>`) only labels errors
+/// and documents.
 ///
 /// # Errors
 ///
@@ -121,7 +125,7 @@ pub fn parse_manifests(text: &str, source_name: &str) -> Result<Vec<Document>, M
         let position = index + 1;
         let value = serde_yaml::Value::deserialize(de)
             .map_err(|e| yaml_error(&e, source_name, position))?;
-        if let Some(object) = parse_value(value, source_name, position)? {
+        for object in parse_value(value, source_name, position)? {
             documents.push(Document {
                 source_name: source_name.to_string(),
                 position,
@@ -151,41 +155,147 @@ fn strip_location(message: &str) -> String {
     }
 }
 
-/// One document's value to an object; `None` for an empty document.
+/// One document's value to its objects: none for an empty document, several for a list.
 fn parse_value(
     value: serde_yaml::Value,
     source_name: &str,
     position: usize,
-) -> Result<Option<Object>, ManifestError> {
-    let mapping = match &value {
-        serde_yaml::Value::Null => return Ok(None),
-        serde_yaml::Value::Mapping(m) => m,
-        _ => {
+) -> Result<Vec<Object>, ManifestError> {
+    if value.is_null() {
+        return Ok(Vec::new());
+    }
+    let header = Header::read(&value, source_name, position)?;
+    if !is_list(&header.api_version, &header.kind) {
+        return Ok(vec![parse_object(
+            value,
+            header,
+            source_name,
+            position,
+            "",
+        )?]);
+    }
+    // `kubectl get <kind> -o yaml` writes `kind: List` with the objects under `items`.
+    let serde_yaml::Value::Mapping(mut mapping) = value else {
+        // Header::read only succeeds on mappings.
+        return Err(ManifestError::NotAnObject {
+            source_name: source_name.to_string(),
+            position,
+        });
+    };
+    let field_error = |path: String, message: String| ManifestError::Field {
+        source_name: source_name.to_string(),
+        position,
+        kind: None,
+        name: None,
+        path,
+        message,
+    };
+    for key in mapping.keys() {
+        match key.as_str() {
+            Some("apiVersion" | "kind" | "metadata" | "items") => {}
+            other => {
+                let field = other.map_or_else(|| format!("{key:?}"), str::to_string);
+                return Err(field_error(
+                    field.clone(),
+                    format!(
+                        "unknown field `{field}`, expected one of `apiVersion`, `kind`, `metadata`, `items`"
+                    ),
+                ));
+            }
+        }
+    }
+    let items = match mapping.remove("items") {
+        None | Some(serde_yaml::Value::Null) => Vec::new(),
+        Some(serde_yaml::Value::Sequence(items)) => items,
+        Some(_) => {
+            return Err(field_error(
+                "items".to_string(),
+                "invalid type: expected a sequence".to_string(),
+            ));
+        }
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let prefix = format!("items[{i}].");
+            let header = Header::read(&item, source_name, position).map_err(|e| match e {
+                ManifestError::NotAnObject { .. } => field_error(
+                    format!("items[{i}]"),
+                    "invalid type: expected an object".to_string(),
+                ),
+                other => other,
+            })?;
+            parse_object(item, header, source_name, position, &prefix)
+        })
+        .collect()
+}
+
+fn is_list(api_version: &str, kind: &str) -> bool {
+    (api_version == "v1" && kind == "List")
+        || kind
+            .strip_suffix("List")
+            .and_then(Kind::from_kind_str)
+            .is_some_and(|k| k.api_version() == api_version)
+}
+
+/// What identifies a document: `apiVersion`, `kind`, and `metadata.name` when present.
+struct Header {
+    api_version: String,
+    kind: String,
+    name: Option<String>,
+}
+
+impl Header {
+    fn read(
+        value: &serde_yaml::Value,
+        source_name: &str,
+        position: usize,
+    ) -> Result<Header, ManifestError> {
+        let serde_yaml::Value::Mapping(mapping) = value else {
             return Err(ManifestError::NotAnObject {
                 source_name: source_name.to_string(),
                 position,
             });
-        }
-    };
-    let name = mapping
-        .get("metadata")
-        .and_then(|m| m.get("name"))
-        .and_then(serde_yaml::Value::as_str)
-        .map(str::to_string);
-    let type_field = |field: &'static str| {
-        mapping
-            .get(field)
+        };
+        let name = mapping
+            .get("metadata")
+            .and_then(|m| m.get("name"))
             .and_then(serde_yaml::Value::as_str)
-            .map(str::to_string)
-            .ok_or_else(|| ManifestError::MissingTypeField {
-                source_name: source_name.to_string(),
-                position,
-                name: name.clone(),
-                field,
-            })
-    };
-    let api_version = type_field("apiVersion")?;
-    let kind_str = type_field("kind")?;
+            .map(str::to_string);
+        let type_field = |field: &'static str| {
+            mapping
+                .get(field)
+                .and_then(serde_yaml::Value::as_str)
+                .map(str::to_string)
+                .ok_or_else(|| ManifestError::MissingTypeField {
+                    source_name: source_name.to_string(),
+                    position,
+                    name: name.clone(),
+                    field,
+                })
+        };
+        Ok(Header {
+            api_version: type_field("apiVersion")?,
+            kind: type_field("kind")?,
+            name,
+        })
+    }
+}
+
+/// One object's value to its type; `prefix` is prepended to field paths (list items).
+fn parse_object(
+    value: serde_yaml::Value,
+    header: Header,
+    source_name: &str,
+    position: usize,
+    prefix: &str,
+) -> Result<Object, ManifestError> {
+    let Header {
+        api_version,
+        kind: kind_str,
+        name,
+    } = header;
     let Some(kind) = Kind::from_kind_str(&kind_str) else {
         return Err(ManifestError::UnknownKind {
             source_name: source_name.to_string(),
@@ -209,22 +319,23 @@ fn parse_value(
         position,
         kind,
         name: &name,
+        prefix,
     };
-    let object = match kind {
+    Ok(match kind {
         Kind::Hypervisor => Object::Hypervisor(typed.deserialize(value)?),
         Kind::Cluster => Object::Cluster(typed.deserialize(value)?),
         Kind::Component => Object::Component(typed.deserialize(value)?),
         Kind::NodeJoinRequest => Object::NodeJoinRequest(typed.deserialize(value)?),
-    };
-    Ok(Some(object))
+    })
 }
 
-/// Context for deserializing one document into its kind's type.
+/// Context for deserializing one object into its kind's type.
 struct Typed<'a> {
     source_name: &'a str,
     position: usize,
     kind: Kind,
     name: &'a Option<String>,
+    prefix: &'a str,
 }
 
 impl Typed<'_> {
@@ -238,9 +349,9 @@ impl Typed<'_> {
             ManifestError::Field {
                 source_name: self.source_name.to_string(),
                 position: self.position,
-                kind: self.kind,
+                kind: Some(self.kind),
                 name: self.name.clone(),
-                path: full_path(&path, &message),
+                path: format!("{}{}", self.prefix, full_path(&path, &message)),
                 message,
             }
         })

@@ -75,8 +75,9 @@ impl From<NodeJoinRequest> for Object {
     }
 }
 
-/// An object and where it came from: the input's name and the object's 1-based position
-/// among all documents of that input (empty documents count).
+/// An object and where it came from: the input's name and the 1-based position of its
+/// document among all documents of that input (empty documents count; the items of a `List`
+/// document share its position).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Document {
     pub source_name: String,
@@ -175,6 +176,17 @@ impl World {
         self.components.values().filter(move |c| {
             c.metadata.namespace_or_default() == cluster.namespace && c.spec.cluster == cluster.name
         })
+    }
+
+    /// The cluster a component belongs to, if it is in the world.
+    pub fn cluster_of(&self, component: &Component) -> Option<&Cluster> {
+        self.clusters.get(&component.cluster_key())
+    }
+
+    /// The hypervisor a component is scheduled on, if scheduled and in the world.
+    pub fn hypervisor_of(&self, component: &Component) -> Option<&Hypervisor> {
+        let name = component.spec.hypervisor.as_deref()?;
+        self.hypervisors.get(&ObjectKey::cluster_scoped(name))
     }
 
     /// Applies oneinfra's defaults to every object (see [`crate::defaults`]).

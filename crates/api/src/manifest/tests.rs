@@ -5,6 +5,7 @@ use pretty_assertions::assert_eq;
 use super::*;
 use crate::cluster::Cluster;
 use crate::meta::ObjectKey;
+use crate::meta::Resource;
 use crate::world::World;
 
 fn samples_dir() -> PathBuf {
@@ -318,7 +319,7 @@ spec:
         ManifestError::Field {
             source_name: "hv.yaml".into(),
             position: 2,
-            kind: Kind::Hypervisor,
+            kind: Some(Kind::Hypervisor),
             name: Some("h1".into()),
             path: "spec.portRange.lowest".into(),
             message: "unknown field `lowest`, expected `low` or `high`".into(),
@@ -366,7 +367,7 @@ fn missing_and_mistyped_fields_name_their_path() {
         Err(ManifestError::Field {
             source_name: "t".into(),
             position: 1,
-            kind: Kind::Hypervisor,
+            kind: Some(Kind::Hypervisor),
             name: Some("h".into()),
             path: "spec".into(),
             message: "missing field `public`".into(),
@@ -399,4 +400,115 @@ fn written_cluster_is_typed_back() {
     assert_eq!(docs[0].object, Object::Cluster(cluster));
 }
 
+#[test]
+fn kubectl_lists_yield_their_items() {
+    let text = "apiVersion: v1
+kind: List
+metadata:
+  resourceVersion: \"\"
+items:
+- apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1
+  kind: Cluster
+  metadata: {name: a, namespace: default}
+- apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1
+  kind: Cluster
+  metadata: {name: b, namespace: default}
+---
+apiVersion: infra.oneinfra.ereslibre.es/v1alpha1
+kind: HypervisorList
+items: []
+";
+    let docs = parse_manifests(text, "list.yaml").unwrap();
+    let got: Vec<_> = docs
+        .iter()
+        .map(|d| (d.position, d.object.kind(), d.object.key().to_string()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (1, Kind::Cluster, "default/a".to_string()),
+            (1, Kind::Cluster, "default/b".to_string()),
+        ]
+    );
+}
+
+#[test]
+fn list_item_errors_name_the_item() {
+    let text = "apiVersion: v1
+kind: List
+items:
+- apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1
+  kind: Cluster
+  metadata: {name: a}
+- apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1
+  kind: Cluster
+  metadata: {name: b}
+  spec: {replicas: 3}
+";
+    assert_eq!(
+        parse_manifests(text, "list.yaml"),
+        Err(ManifestError::Field {
+            source_name: "list.yaml".into(),
+            position: 1,
+            kind: Some(Kind::Cluster),
+            name: Some("b".into()),
+            path: "items[1].spec.replicas".into(),
+            message: "unknown field `replicas`, expected one of `kubernetesVersion`, `controlPlaneReplicas`, `certificateAuthorities`, `etcdServer`, `apiServer`, `joinKey`, `joinTokens`, `vpn`, `networking`".into(),
+        })
+    );
+    let text = "apiVersion: v1\nkind: List\nitems: []\nextra: 1\n";
+    let err = parse_manifests(text, "list.yaml").unwrap_err();
+    assert!(
+        matches!(&err, ManifestError::Field { kind: None, path, .. } if path == "extra"),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "list.yaml: document 1: List: field `extra`: unknown field `extra`, expected one of `apiVersion`, `kind`, `metadata`, `items`"
+    );
+    let text = "apiVersion: v1\nkind: List\nitems:\n- 3\n";
+    assert!(matches!(
+        parse_manifests(text, "list.yaml"),
+        Err(ManifestError::Field { path, .. }) if path == "items[0]"
+    ));
+    // A list of someone else's kind is still an unknown kind.
+    let text =
+        "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Pod, metadata: {name: p}}\n";
+    assert!(matches!(
+        parse_manifests(text, "list.yaml"),
+        Err(ManifestError::UnknownKind { kind, .. }) if kind == "Pod"
+    ));
+}
+
 mod props;
+
+#[test]
+fn world_lookups_follow_references() {
+    let world = World::load(&read(&testdata("full-world.yaml")), "full-world.yaml").unwrap();
+    let cluster_key = ObjectKey::new("team-a", "prod");
+    let names: Vec<_> = world
+        .components_of(&cluster_key)
+        .map(|c| c.metadata.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["prod-control-plane-0", "prod-control-plane-ingress"]
+    );
+    let cp = &world.components[&ObjectKey::new("team-a", "prod-control-plane-0")];
+    assert_eq!(world.cluster_of(cp).map(|c| c.key()), Some(cluster_key));
+    let hv = world.hypervisor_of(cp).unwrap();
+    assert_eq!(
+        hv.spec.cri_endpoint(),
+        Some(crate::hypervisor::CriEndpoint::Local(
+            "/run/oi/private-1/containerd.sock"
+        ))
+    );
+    let ingress = &world.components[&ObjectKey::new("team-a", "prod-control-plane-ingress")];
+    assert!(world.hypervisor_of(ingress).is_none());
+    assert!(matches!(
+        world.hypervisors[&ObjectKey::cluster_scoped("public-1")]
+            .spec
+            .cri_endpoint(),
+        Some(crate::hypervisor::CriEndpoint::Remote(r)) if r.cri_endpoint_uri == "tcp://192.0.2.20:27000"
+    ));
+}

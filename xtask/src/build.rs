@@ -198,7 +198,11 @@ fn run(cmd: &mut Command, program: &str) -> Result<std::process::Output> {
             program: program.to_string(),
             args,
             status: out.status,
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            stderr: match String::from_utf8_lossy(&out.stderr).trim() {
+                // Inherited stderr (cargo): the diagnostics are already on the terminal.
+                "" => "see its output above".to_string(),
+                text => text.to_string(),
+            },
         });
     }
     Ok(out)

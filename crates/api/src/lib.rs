@@ -6,14 +6,16 @@
 //! objects, wire compatible with oneinfra's CRDs, strict about unknown kinds and fields.
 //!
 //! ```text
-//! manifest text ──parse_manifests──► Vec<Document> ──validate──► World::from_documents
-//!                                                                   │ apply_defaults (pins versions)
-//!                                                                   ▼
-//!                                              World {hypervisors, clusters, components, ...}
-//!                                                                   │ to_yaml (sorted, stable bytes)
-//!                                                                   ▼
-//!                                                             manifest text
+//! manifest text ──parse_manifests──► Vec<Document> ──World::from_documents──► World
+//!   (strict: unknown kind, apiVersion     (validate_documents: fields,        │ apply_defaults
+//!    or field names its path)              names, duplicates)                 │ (pins versions)
+//!                                                                             ▼
+//!                      manifest text ◄──to_yaml (sorted, stable bytes)── World {hypervisors,
+//!                                                                          clusters, components,
+//!                                                                          node_join_requests}
 //! ```
+//!
+//! `World::load` chains parse, validation and defaults for one input.
 //!
 //! Objects are identified by [`ObjectKey`] `(namespace, name)`: cluster-scoped kinds have an
 //! empty namespace, namespaced objects without one are in `default` (never written back).

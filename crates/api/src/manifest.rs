@@ -123,7 +123,11 @@ pub fn parse_manifests(text: &str, source_name: &str) -> Result<Vec<Document>, M
     let mut documents = Vec::new();
     for (index, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let position = index + 1;
-        let value = serde_yaml::Value::deserialize(de)
+        let mut value = serde_yaml::Value::deserialize(de)
+            .map_err(|e| yaml_error(&e, source_name, position))?;
+        // Resolve `<<` merge keys, which serde_yaml leaves as ordinary keys.
+        value
+            .apply_merge()
             .map_err(|e| yaml_error(&e, source_name, position))?;
         for object in parse_value(value, source_name, position)? {
             documents.push(Document {

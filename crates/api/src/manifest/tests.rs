@@ -512,3 +512,56 @@ fn world_lookups_follow_references() {
         Some(crate::hypervisor::CriEndpoint::Remote(r)) if r.cri_endpoint_uri == "tcp://192.0.2.20:27000"
     ));
 }
+
+#[test]
+fn yaml_merge_keys_and_anchors_resolve() {
+    let text = "apiVersion: infra.oneinfra.ereslibre.es/v1alpha1
+kind: Hypervisor
+metadata: {name: h1}
+spec: &common
+  public: false
+  ipAddress: 192.0.2.10
+  portRange: {low: 30000, high: 30099}
+  localCRIEndpoint: {criEndpointPath: /run/h1.sock}
+---
+apiVersion: infra.oneinfra.ereslibre.es/v1alpha1
+kind: Hypervisor
+metadata: {name: h2}
+spec:
+  <<: *common
+  public: true
+";
+    // Anchors do not cross documents in YAML: the second document's alias is an error.
+    assert!(matches!(
+        parse_manifests(text, "t"),
+        Err(ManifestError::Yaml { position: 2, .. })
+    ));
+    let text = "apiVersion: infra.oneinfra.ereslibre.es/v1alpha1
+kind: Hypervisor
+metadata: {name: h1, labels: &l {zone: a}, annotations: {<<: *l, note: x}}
+spec:
+  public: true
+  ipAddress: 192.0.2.10
+  portRange: {low: 30000, high: 30099}
+  localCRIEndpoint: {criEndpointPath: /run/h1.sock}
+";
+    let docs = parse_manifests(text, "t").unwrap();
+    assert_eq!(
+        docs[0].object.metadata().annotations,
+        [
+            ("note".to_string(), "x".to_string()),
+            ("zone".to_string(), "a".to_string())
+        ]
+        .into()
+    );
+}
+
+#[test]
+fn duplicate_yaml_keys_are_malformed() {
+    let text = "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Cluster\nmetadata: {name: a}\nspec:\n  controlPlaneReplicas: 1\n  controlPlaneReplicas: 3\n";
+    let err = parse_manifests(text, "t").unwrap_err();
+    assert!(
+        matches!(&err, ManifestError::Yaml { position: 1, line: Some(_), message, .. } if message.contains("duplicate")),
+        "{err:?}"
+    );
+}

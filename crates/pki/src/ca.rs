@@ -139,7 +139,10 @@ impl CertificateAuthority {
             })?;
         Ok(CertificateAuthority {
             pem: CertificatePem {
-                certificate_pem: pem::encode(&pem::Pem::new("CERTIFICATE", der.clone())),
+                certificate_pem: pem::encode_config(
+                    &pem::Pem::new("CERTIFICATE", der.clone()),
+                    pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF),
+                ),
                 private_key_pem: issuer.key().serialize_pem(),
             },
             algorithm,

@@ -239,6 +239,7 @@ fn rsa_modulus_bits(rsa_public_key_der: &[u8]) -> Option<usize> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -110,6 +110,7 @@ pub fn kubeconfig(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -306,6 +306,7 @@ pub(crate) fn normalize_sans<'a>(values: impl IntoIterator<Item = &'a str>) -> R
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -1,0 +1,411 @@
+//! Chains minted by oi-pki, checked by an independent implementation: `openssl verify`.
+//! Gated on /usr/bin/openssl through `oi_testsupport::require`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+use oi_pki::{
+    CaKind, CertificateAuthority, ClusterPki, Error, KeyAlgorithm, LeafSpec, Usage, kubeconfig,
+};
+use time::{Duration, OffsetDateTime};
+
+const OPENSSL: &str = "/usr/bin/openssl";
+
+fn have_openssl(test: &str) -> bool {
+    oi_testsupport::require(test, "/usr/bin/openssl", Path::new(OPENSSL).is_file())
+}
+
+/// Runs `openssl verify -x509_strict -CAfile ca leaf` plus `extra` arguments; returns whether
+/// it succeeded and what it said.
+fn verify(ca_pem: &str, leaf_pem: &str, extra: &[&str]) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    let leaf = dir.path().join("leaf.pem");
+    fs::write(&ca, ca_pem).unwrap();
+    fs::write(&leaf, leaf_pem).unwrap();
+    let out = Command::new(OPENSSL)
+        .arg("verify")
+        .arg("-x509_strict")
+        .arg("-CAfile")
+        .arg(&ca)
+        .args(extra)
+        .arg(&leaf)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn purposes(usage: Usage) -> &'static [&'static str] {
+    match usage {
+        Usage::Server => &["sslserver"],
+        Usage::Client => &["sslclient"],
+        Usage::ServerAndClient => &["sslserver", "sslclient"],
+    }
+}
+
+fn now() -> OffsetDateTime {
+    OffsetDateTime::now_utc()
+}
+
+const YEAR: Duration = Duration::days(365);
+
+fn all_roles() -> Vec<(&'static str, LeafSpec)> {
+    vec![
+        (
+            "kube-apiserver",
+            LeafSpec::kube_apiserver(
+                "cluster.local",
+                "10.96.0.0/12",
+                &["192.168.1.10", "ingress.example.com"],
+                &["api.example.com"],
+            )
+            .unwrap(),
+        ),
+        (
+            "apiserver-kubelet-client",
+            LeafSpec::apiserver_kubelet_client(),
+        ),
+        ("apiserver-etcd-client", LeafSpec::apiserver_etcd_client()),
+        ("controller-manager", LeafSpec::controller_manager()),
+        ("scheduler", LeafSpec::scheduler()),
+        ("admin", LeafSpec::admin()),
+        (
+            "etcd-server",
+            LeafSpec::etcd_server("c1-etcd-0", &["10.0.0.2"]).unwrap(),
+        ),
+        (
+            "etcd-peer",
+            LeafSpec::etcd_peer("c1-etcd-0", &["10.0.0.2"]).unwrap(),
+        ),
+        (
+            "kubelet-serving",
+            LeafSpec::kubelet_serving("node-a", &["10.0.0.9"]).unwrap(),
+        ),
+        (
+            "generic client",
+            LeafSpec::client(
+                CaKind::CertificateSigner,
+                "system:node:node-a",
+                &["system:nodes", "oneinfra:joined"],
+            ),
+        ),
+    ]
+}
+
+#[test]
+fn every_role_verifies_with_its_ca_and_only_with_it() {
+    if !have_openssl("every_role_verifies_with_its_ca_and_only_with_it") {
+        return;
+    }
+    let now = now();
+    let pki = ClusterPki::generate("c1", KeyAlgorithm::EcdsaP256, now, 10 * YEAR).unwrap();
+    // Same cluster name, hence CAs with the very same subjects, but other keys: only the
+    // signature can tell them apart.
+    let impostor = ClusterPki::generate("c1", KeyAlgorithm::EcdsaP256, now, 10 * YEAR).unwrap();
+
+    for (role, spec) in all_roles() {
+        let leaf = pki.issue(&spec, now, YEAR).unwrap();
+        let ca = pki.ca(spec.issuer).certificate_pem();
+        for purpose in purposes(spec.usage) {
+            let (ok, out) = verify(ca, &leaf.certificate_pem, &["-purpose", purpose]);
+            assert!(ok, "{role} ({purpose}) should verify: {out}");
+        }
+        let (ok, out) = verify(
+            impostor.ca(spec.issuer).certificate_pem(),
+            &leaf.certificate_pem,
+            &[],
+        );
+        assert!(
+            !ok,
+            "{role} verified against another CA of the same name: {out}"
+        );
+        for other in CaKind::ALL.into_iter().filter(|k| *k != spec.issuer) {
+            let (ok, out) = verify(pki.ca(other).certificate_pem(), &leaf.certificate_pem, &[]);
+            assert!(!ok, "{role} verified against {other}: {out}");
+        }
+        // The extended key usage really restricts: a server-only certificate is no client.
+        match spec.usage {
+            Usage::Server => {
+                let (ok, _) = verify(ca, &leaf.certificate_pem, &["-purpose", "sslclient"]);
+                assert!(!ok, "{role} is server-only but verified as a client");
+            }
+            Usage::Client => {
+                let (ok, _) = verify(ca, &leaf.certificate_pem, &["-purpose", "sslserver"]);
+                assert!(!ok, "{role} is client-only but verified as a server");
+            }
+            Usage::ServerAndClient => {}
+        }
+    }
+}
+
+#[test]
+fn every_key_algorithm_mints_a_verifiable_chain() {
+    if !have_openssl("every_key_algorithm_mints_a_verifiable_chain") {
+        return;
+    }
+    let now = now();
+    let spec = LeafSpec::etcd_server("m0", &["10.0.0.3"]).unwrap();
+    for algorithm in KeyAlgorithm::ALL {
+        let ca = CertificateAuthority::generate("algo-ca", algorithm, now, YEAR).unwrap();
+        assert_eq!(ca.algorithm(), algorithm);
+        let leaf = ca.issue(&spec, now, YEAR).unwrap();
+        let (ok, out) = verify(
+            ca.certificate_pem(),
+            &leaf.certificate_pem,
+            &["-purpose", "sslserver", "-verify_ip", "10.0.0.3"],
+        );
+        assert!(ok, "{algorithm}: {out}");
+        let leaf_key = oi_pki::KeyPairPem::from_private_key_pem("leaf", &leaf.private_key_pem)
+            .unwrap()
+            .algorithm()
+            .unwrap();
+        assert_eq!(leaf_key, algorithm, "the leaf key follows the CA");
+    }
+    // A leaf may ask for another algorithm than its CA's.
+    let ca = CertificateAuthority::generate("rsa-ca", KeyAlgorithm::Rsa2048, now, YEAR).unwrap();
+    let leaf = ca
+        .issue(
+            &LeafSpec::admin().with_key_algorithm(KeyAlgorithm::EcdsaP384),
+            now,
+            YEAR,
+        )
+        .unwrap();
+    let (ok, out) = verify(
+        ca.certificate_pem(),
+        &leaf.certificate_pem,
+        &["-purpose", "sslclient"],
+    );
+    assert!(ok, "{out}");
+}
+
+#[test]
+fn apiserver_names_verify_including_defaults_next_to_extra_sans() {
+    if !have_openssl("apiserver_names_verify_including_defaults_next_to_extra_sans") {
+        return;
+    }
+    let now = now();
+    let pki = ClusterPki::generate("c2", KeyAlgorithm::EcdsaP256, now, YEAR).unwrap();
+    let spec = LeafSpec::kube_apiserver(
+        "corp.internal",
+        "172.20.0.0/16",
+        &["192.168.50.4"],
+        &["api.example.com", "203.0.113.7"],
+    )
+    .unwrap();
+    let leaf = pki.issue(&spec, now, YEAR).unwrap();
+    let ca = pki.api_server.certificate_pem();
+    for name in [
+        "kubernetes",
+        "kubernetes.default",
+        "kubernetes.default.svc",
+        "kubernetes.default.svc.corp.internal",
+        "localhost",
+        "api.example.com",
+    ] {
+        let (ok, out) = verify(ca, &leaf.certificate_pem, &["-verify_hostname", name]);
+        assert!(ok, "{name}: {out}");
+    }
+    for ip in ["127.0.0.1", "172.20.0.1", "192.168.50.4", "203.0.113.7"] {
+        let (ok, out) = verify(ca, &leaf.certificate_pem, &["-verify_ip", ip]);
+        assert!(ok, "{ip}: {out}");
+    }
+    let (ok, _) = verify(
+        ca,
+        &leaf.certificate_pem,
+        &["-verify_hostname", "evil.example.com"],
+    );
+    assert!(!ok, "a name outside the SANs verified");
+    let (ok, _) = verify(ca, &leaf.certificate_pem, &["-verify_ip", "10.96.0.1"]);
+    assert!(!ok, "the default service IP is not this cluster's");
+}
+
+#[test]
+fn ca_loaded_from_pem_keeps_signing() {
+    if !have_openssl("ca_loaded_from_pem_keeps_signing") {
+        return;
+    }
+    let now = now();
+    let original =
+        CertificateAuthority::generate("stored-ca", KeyAlgorithm::EcdsaP384, now, YEAR).unwrap();
+    let loaded = CaKind::EtcdPeer
+        .load(original.certificate_pem(), original.private_key_pem())
+        .unwrap();
+    assert_eq!(loaded, original);
+    let leaf = loaded
+        .issue(
+            &LeafSpec::etcd_peer("m1", &["10.0.0.4"]).unwrap(),
+            now,
+            YEAR,
+        )
+        .unwrap();
+    let (ok, out) = verify(original.certificate_pem(), &leaf.certificate_pem, &[]);
+    assert!(ok, "{out}");
+}
+
+/// A CA made by another tool, with a PKCS#1 RSA key as Go programs (the original oneinfra)
+/// write them, and an EC one in PKCS#8, loads and signs.
+#[test]
+fn ca_made_by_openssl_loads_and_signs() {
+    if !have_openssl("ca_made_by_openssl_loads_and_signs") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("ca.cnf");
+    fs::write(
+        &config,
+        "[req]\ndistinguished_name = dn\nx509_extensions = v3_ca\nprompt = no\n\
+         [dn]\nO = example\nCN = foreign-ca\n\
+         [v3_ca]\nbasicConstraints = critical,CA:TRUE\n\
+         keyUsage = critical,keyCertSign,cRLSign,digitalSignature\n\
+         subjectKeyIdentifier = hash\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(OPENSSL)
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&["genrsa", "-traditional", "-out", "rsa.key", "2048"]);
+    run(&[
+        "genpkey",
+        "-algorithm",
+        "EC",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-out",
+        "ec.key",
+    ]);
+    let now = now();
+    for (key, expected) in [
+        ("rsa.key", KeyAlgorithm::Rsa2048),
+        ("ec.key", KeyAlgorithm::EcdsaP256),
+    ] {
+        run(&[
+            "req", "-x509", "-new", "-config", "ca.cnf", "-key", key, "-days", "30", "-out",
+            "ca.crt",
+        ]);
+        let key_pem = fs::read_to_string(dir.path().join(key)).unwrap();
+        let cert_pem = fs::read_to_string(dir.path().join("ca.crt")).unwrap();
+        if key == "rsa.key" {
+            assert!(key_pem.contains("BEGIN RSA PRIVATE KEY"), "{key} is PKCS#1");
+        }
+        let ca = CaKind::ApiServer.load(&cert_pem, &key_pem).unwrap();
+        assert_eq!(ca.algorithm(), expected);
+        assert_eq!(ca.common_name(), "foreign-ca");
+        let spec =
+            LeafSpec::kube_apiserver("cluster.local", "10.96.0.0/12", &["10.1.1.1"], &[""; 0])
+                .unwrap();
+        let leaf = ca.issue(&spec, now, Duration::days(7)).unwrap();
+        let (ok, out) = verify(&cert_pem, &leaf.certificate_pem, &["-purpose", "sslserver"]);
+        assert!(ok, "{key}: {out}");
+        assert!(oi_pki::is_signed_by(&leaf.certificate_pem, &cert_pem).unwrap());
+    }
+    // The certificate with the other key is refused, naming the field.
+    let cert_pem = fs::read_to_string(dir.path().join("ca.crt")).unwrap();
+    let rsa_pem = fs::read_to_string(dir.path().join("rsa.key")).unwrap();
+    let err = CaKind::EtcdClient.load(&cert_pem, &rsa_pem).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "spec.certificateAuthorities.etcdClient",
+        "{err:?}"
+    );
+    assert!(
+        matches!(&err, Error::Field { source, .. } if matches!(**source, Error::KeyMismatch { .. })),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn validity_window_follows_now() {
+    if !have_openssl("validity_window_follows_now") {
+        return;
+    }
+    // Far from the real clock, so only `now` can explain the result.
+    let now = time::macros::datetime!(2031-03-04 05:06:07 UTC);
+    let ca = CertificateAuthority::generate("time-ca", KeyAlgorithm::EcdsaP256, now, YEAR).unwrap();
+    let leaf = ca
+        .issue(&LeafSpec::scheduler(), now, Duration::days(30))
+        .unwrap();
+    let at = |t: OffsetDateTime| t.unix_timestamp().to_string();
+    let check = |t: OffsetDateTime| {
+        verify(
+            ca.certificate_pem(),
+            &leaf.certificate_pem,
+            &["-attime", &at(t)],
+        )
+        .0
+    };
+    assert!(check(now), "valid at now");
+    assert!(
+        check(now - Duration::minutes(4)),
+        "valid a little before now (clock skew)"
+    );
+    assert!(
+        !check(now - Duration::minutes(6)),
+        "not valid well before now"
+    );
+    assert!(check(now + Duration::days(29)), "valid within its lifetime");
+    assert!(
+        !check(now + Duration::days(31)),
+        "expired after its lifetime"
+    );
+    assert!(
+        !check(OffsetDateTime::now_utc()),
+        "not valid at the real current time"
+    );
+}
+
+#[test]
+fn kubeconfig_embeds_a_verifiable_client_certificate() {
+    if !have_openssl("kubeconfig_embeds_a_verifiable_client_certificate") {
+        return;
+    }
+    use base64::Engine as _;
+    let now = now();
+    let pki = ClusterPki::generate("c3", KeyAlgorithm::EcdsaP256, now, YEAR).unwrap();
+    let admin = pki.issue(&LeafSpec::admin(), now, YEAR).unwrap();
+    let rendered = kubeconfig(
+        "c3",
+        "https://127.0.0.1:30443",
+        pki.api_server.certificate_pem(),
+        "kubernetes-admin",
+        &admin.certificate_pem,
+        &admin.private_key_pem,
+    )
+    .unwrap();
+    let doc: serde_yaml::Value = serde_yaml::from_str(&rendered).unwrap();
+    let data = |v: &serde_yaml::Value| {
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(v.as_str().unwrap())
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    let ca = data(&doc["clusters"][0]["cluster"]["certificate-authority-data"]);
+    let cert = data(&doc["users"][0]["user"]["client-certificate-data"]);
+    let key = data(&doc["users"][0]["user"]["client-key-data"]);
+    assert_eq!(ca, pki.api_server.certificate_pem());
+    assert_eq!(key, admin.private_key_pem);
+    // The client certificate is checked by the API server against the client CA.
+    let (ok, out) = verify(
+        pki.api_server_client.certificate_pem(),
+        &cert,
+        &["-purpose", "sslclient"],
+    );
+    assert!(ok, "{out}");
+}

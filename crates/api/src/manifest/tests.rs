@@ -480,6 +480,7 @@ items:
     ));
 }
 
+mod crd;
 mod props;
 
 #[test]

@@ -1,0 +1,330 @@
+//! A recording, in-memory [`HypervisorRuntime`] for unit tests of the code that drives
+//! hypervisors (the engine). Pass it where a [`crate::CriClient`] would go; it keeps pods,
+//! images and files in memory, records every mutating call, and follows the same rules as the
+//! real client (same spec hash: no call; unchanged file hash: no call).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use oi_api::runtime::{ContainerSpec, HostFile, PodSpec, labels};
+
+use crate::error::{Error, Result, Target};
+use crate::requests::check_host_path;
+use crate::runtime::{
+    ContainerState, ContainerStatus, Exit, HypervisorRuntime, Outcome, PodState, PodStatus,
+};
+
+/// A mutating call the fake received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    PullImage(String),
+    CreatePod {
+        namespace: String,
+        name: String,
+        spec_hash: String,
+    },
+    RemovePod {
+        namespace: String,
+        name: String,
+    },
+    Run {
+        container: String,
+        image: String,
+    },
+    WriteFiles(Vec<String>),
+    RemoveHostPaths(Vec<String>),
+}
+
+#[derive(Debug, Default)]
+struct State {
+    images: BTreeSet<String>,
+    unpullable: BTreeSet<String>,
+    pods: BTreeMap<String, PodStatus>,
+    files: BTreeMap<String, HostFile>,
+    exit_codes: BTreeMap<String, i32>,
+    calls: Vec<Call>,
+    next_id: u64,
+}
+
+/// The recording fake. Every image can be pulled unless marked with
+/// [`FakeRuntime::unpullable`]; throwaway containers exit 0 unless set with
+/// [`FakeRuntime::set_exit_code`].
+#[derive(Debug)]
+pub struct FakeRuntime {
+    hypervisor: String,
+    state: Mutex<State>,
+}
+
+impl FakeRuntime {
+    pub fn new(hypervisor: impl Into<String>) -> Self {
+        FakeRuntime {
+            hypervisor: hypervisor.into(),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // A test that panicked while holding the lock already failed; keep reading its state.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn target(&self) -> Target {
+        Target {
+            hypervisor: self.hypervisor.clone(),
+            endpoint: "fake://".to_string(),
+        }
+    }
+
+    /// Marks images as already present.
+    pub fn with_images<I: IntoIterator<Item = S>, S: Into<String>>(self, images: I) -> Self {
+        self.state()
+            .images
+            .extend(images.into_iter().map(Into::into));
+        self
+    }
+
+    /// Makes pulling `image` fail, like a missing image with no registry.
+    pub fn unpullable(&self, image: &str) {
+        self.state().unpullable.insert(image.to_string());
+    }
+
+    /// Sets the exit code throwaway containers named `container` end with.
+    pub fn set_exit_code(&self, container: &str, code: i32) {
+        self.state().exit_codes.insert(container.to_string(), code);
+    }
+
+    /// Simulates a crash: the container of pod `(namespace, name)` exits with `code`.
+    /// Returns whether such a container existed.
+    pub fn crash(&self, namespace: &str, name: &str, container: &str, code: i32) -> bool {
+        let mut state = self.state();
+        let Some(pod) = state
+            .pods
+            .values_mut()
+            .find(|p| p.namespace == namespace && p.name == name)
+        else {
+            return false;
+        };
+        match pod.containers.iter_mut().find(|c| c.name == container) {
+            Some(c) => {
+                c.state = ContainerState::Exited;
+                c.exit_code = Some(code);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Every mutating call so far, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        self.state().calls.clone()
+    }
+
+    /// Forgets the recorded calls (the counter of [`HypervisorRuntime::mutating_calls`] too).
+    pub fn clear_calls(&self) {
+        self.state().calls.clear();
+    }
+
+    /// The files on the fake hypervisor, by path.
+    pub fn files(&self) -> BTreeMap<String, HostFile> {
+        self.state().files.clone()
+    }
+
+    fn check_paths<'a>(&self, paths: impl IntoIterator<Item = &'a str>) -> Result<()> {
+        for path in paths {
+            check_host_path(path).map_err(|reason| Error::InvalidHostPath {
+                target: self.target(),
+                path: path.to_string(),
+                reason,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn ensure_image_now(&self, image: &str) -> Result<()> {
+        let mut state = self.state();
+        if state.images.contains(image) {
+            return Ok(());
+        }
+        state.calls.push(Call::PullImage(image.to_string()));
+        if state.unpullable.contains(image) {
+            return Err(Error::ImageUnavailable {
+                target: self.target(),
+                image: image.to_string(),
+                status: Box::new(tonic::Status::not_found(format!(
+                    "failed to resolve reference {image:?}"
+                ))),
+            });
+        }
+        state.images.insert(image.to_string());
+        Ok(())
+    }
+
+    fn ensure_pod_now(&self, spec: &PodSpec) -> Result<Outcome> {
+        let existing: Vec<PodStatus> = self
+            .state()
+            .pods
+            .values()
+            .filter(|p| p.namespace == spec.namespace && p.name == spec.name)
+            .cloned()
+            .collect();
+        if let [only] = existing.as_slice()
+            && only.runs(spec)
+        {
+            return Ok(Outcome::Unchanged);
+        }
+        for c in &spec.containers {
+            self.ensure_image_now(&c.image)?;
+        }
+        let mut state = self.state();
+        for pod in &existing {
+            state.pods.remove(&pod.id);
+            state.calls.push(Call::RemovePod {
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+            });
+        }
+        state.next_id += 1;
+        let id = format!("fake-{}", state.next_id);
+        let hash = spec.content_hash();
+        let mut containers: Vec<ContainerStatus> = spec
+            .containers
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ContainerStatus {
+                id: format!("{id}-{i}"),
+                name: c.name.clone(),
+                image: c.image.clone(),
+                state: ContainerState::Running,
+                exit_code: None,
+            })
+            .collect();
+        containers.sort_by(|a, b| a.name.cmp(&b.name));
+        state.pods.insert(
+            id.clone(),
+            PodStatus {
+                id,
+                namespace: spec.namespace.clone(),
+                name: spec.name.clone(),
+                labels: spec.labels.clone(),
+                annotations: BTreeMap::from([(labels::SPEC_HASH.to_string(), hash.clone())]),
+                state: PodState::Ready,
+                containers,
+            },
+        );
+        state.calls.push(Call::CreatePod {
+            namespace: spec.namespace.clone(),
+            name: spec.name.clone(),
+            spec_hash: hash,
+        });
+        Ok(if existing.is_empty() {
+            Outcome::Created
+        } else {
+            Outcome::Replaced
+        })
+    }
+}
+
+impl HypervisorRuntime for FakeRuntime {
+    fn hypervisor(&self) -> &str {
+        &self.hypervisor
+    }
+
+    fn mutating_calls(&self) -> u64 {
+        self.state().calls.len() as u64
+    }
+
+    async fn ensure_image(&self, image: &str) -> Result<()> {
+        self.ensure_image_now(image)
+    }
+
+    async fn ensure_pod(&self, spec: &PodSpec) -> Result<Outcome> {
+        self.ensure_pod_now(spec)
+    }
+
+    async fn list_pods(&self, selector: &BTreeMap<String, String>) -> Result<Vec<PodStatus>> {
+        let mut pods: Vec<PodStatus> = self
+            .state()
+            .pods
+            .values()
+            .filter(|p| selector.iter().all(|(k, v)| p.labels.get(k) == Some(v)))
+            .cloned()
+            .collect();
+        pods.sort_by(|a, b| (&a.namespace, &a.name, &a.id).cmp(&(&b.namespace, &b.name, &b.id)));
+        Ok(pods)
+    }
+
+    async fn remove_pod(&self, id: &str) -> Result<()> {
+        let mut state = self.state();
+        if let Some(pod) = state.pods.remove(id) {
+            state.calls.push(Call::RemovePod {
+                namespace: pod.namespace,
+                name: pod.name,
+            });
+        }
+        Ok(())
+    }
+
+    async fn run_to_completion(
+        &self,
+        container: &ContainerSpec,
+        _timeout: Duration,
+    ) -> Result<Exit> {
+        self.ensure_image_now(&container.image)?;
+        let mut state = self.state();
+        state.calls.push(Call::Run {
+            container: container.name.clone(),
+            image: container.image.clone(),
+        });
+        let code = state.exit_codes.get(&container.name).copied().unwrap_or(0);
+        Ok(Exit {
+            code,
+            log_tail: String::new(),
+        })
+    }
+
+    async fn write_files(
+        &self,
+        files: &[HostFile],
+        known: &BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, String>> {
+        self.check_paths(files.iter().map(|f| f.path.as_str()))?;
+        let changed: Vec<&HostFile> = files
+            .iter()
+            .filter(|f| known.get(&f.path) != Some(&f.content_hash()))
+            .collect();
+        let mut state = self.state();
+        if !changed.is_empty() {
+            state.calls.push(Call::WriteFiles(
+                changed.iter().map(|f| f.path.clone()).collect(),
+            ));
+            for f in changed {
+                state.files.insert(f.path.clone(), f.clone());
+            }
+        }
+        let mut hashes = known.clone();
+        for f in files {
+            hashes.insert(f.path.clone(), f.content_hash());
+        }
+        Ok(hashes)
+    }
+
+    async fn remove_host_paths(&self, paths: &[String]) -> Result<()> {
+        self.check_paths(paths.iter().map(String::as_str))?;
+        if paths.is_empty() {
+            return Ok(());
+        }
+        let mut state = self.state();
+        state.calls.push(Call::RemoveHostPaths(paths.to_vec()));
+        for p in paths {
+            let prefix = format!("{}/", p.trim_end_matches('/'));
+            state
+                .files
+                .retain(|path, _| path != p && !path.starts_with(&prefix));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

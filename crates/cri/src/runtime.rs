@@ -1,0 +1,487 @@
+//! The narrow interface the engine drives a hypervisor through, and its real implementation
+//! on [`CriClient`].
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use k8s_cri::v1 as cri;
+use oi_api::runtime::{ContainerSpec, HostFile, PodSpec, labels};
+
+use crate::client::CriClient;
+use crate::error::{Error, Result};
+use crate::requests;
+
+/// What [`HypervisorRuntime::ensure_pod`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// No pod with that namespace and name existed; it was created.
+    Created,
+    /// A pod existed with another spec hash, or not healthy; it was removed and created anew.
+    Replaced,
+    /// The pod runs the same spec and all its containers run: no mutating call was made.
+    Unchanged,
+}
+
+/// State of a pod sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PodState {
+    Ready,
+    NotReady,
+}
+
+/// State of a container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ContainerState {
+    Created,
+    Running,
+    Exited,
+    Unknown,
+}
+
+/// One container of an observed pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerStatus {
+    pub id: String,
+    pub name: String,
+    pub image: String,
+    pub state: ContainerState,
+    /// Set once the container exited.
+    pub exit_code: Option<i32>,
+}
+
+/// An observed pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodStatus {
+    /// The runtime's sandbox id.
+    pub id: String,
+    pub namespace: String,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub state: PodState,
+    /// Sorted by name.
+    pub containers: Vec<ContainerStatus>,
+}
+
+impl PodStatus {
+    /// The spec hash the pod was created from, if it carries one.
+    pub fn spec_hash(&self) -> Option<&str> {
+        self.annotations.get(labels::SPEC_HASH).map(String::as_str)
+    }
+
+    /// Whether the sandbox is ready and runs exactly the containers of `spec`, all running,
+    /// from the same spec hash: the condition under which `ensure_pod` changes nothing.
+    pub fn runs(&self, spec: &PodSpec) -> bool {
+        self.state == PodState::Ready
+            && self.spec_hash() == Some(spec.content_hash().as_str())
+            && self.containers.len() == spec.containers.len()
+            && spec.containers.iter().all(|want| {
+                self.containers
+                    .iter()
+                    .any(|c| c.name == want.name && c.state == ContainerState::Running)
+            })
+    }
+}
+
+/// How a throwaway container ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exit {
+    pub code: i32,
+    /// The last bytes of its output (stdout and stderr), collected when `code` is not 0.
+    pub log_tail: String,
+}
+
+/// What the engine needs from a hypervisor. The real implementation is [`CriClient`]; the
+/// recording [`crate::fake::FakeRuntime`] stands in for it in unit tests.
+pub trait HypervisorRuntime: Send + Sync {
+    /// The hypervisor's name.
+    fn hypervisor(&self) -> &str;
+
+    /// How many mutating calls were made so far (create, start, stop, remove, pull, run, exec).
+    fn mutating_calls(&self) -> u64;
+
+    /// Makes sure an image is present: pulled only when missing.
+    fn ensure_image(&self, image: &str) -> impl Future<Output = Result<()>> + Send;
+
+    /// Makes the pod `(namespace, name)` run exactly `spec`; see [`Outcome`]. Images are
+    /// ensured before an existing pod is touched.
+    fn ensure_pod(&self, spec: &PodSpec) -> impl Future<Output = Result<Outcome>> + Send;
+
+    /// Pods whose labels include every pair of `selector` (all pods when empty), sorted by
+    /// namespace and name.
+    fn list_pods(
+        &self,
+        selector: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<Vec<PodStatus>>> + Send;
+
+    /// Stops and removes a pod by its id; a pod already gone is not an error.
+    fn remove_pod(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
+
+    /// Runs `container` once in a throwaway host-network pod, waits for it to exit (at most
+    /// `timeout`) and removes the pod whatever happened.
+    fn run_to_completion(
+        &self,
+        container: &ContainerSpec,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Exit>> + Send;
+
+    /// Writes `files` whose hash differs from `known[path]`, through one writer container;
+    /// returns `known` updated with the hashes of all `files`. Makes no CRI call when nothing
+    /// changed.
+    fn write_files(
+        &self,
+        files: &[HostFile],
+        known: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<BTreeMap<String, String>>> + Send;
+
+    /// Removes host paths recursively (`rm -rf`) through one container. Refuses `/` and
+    /// relative paths. Makes no CRI call when `paths` is empty.
+    fn remove_host_paths(&self, paths: &[String]) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// How long a throwaway pod's log tail is, in bytes.
+const LOG_TAIL_BYTES: usize = 2048;
+/// How often a throwaway container's state is polled.
+const POLL: Duration = Duration::from_millis(50);
+/// Bound on writer and remover containers.
+const HELPER_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn pod_state(state: i32) -> PodState {
+    if state == cri::PodSandboxState::SandboxReady as i32 {
+        PodState::Ready
+    } else {
+        PodState::NotReady
+    }
+}
+
+fn container_state(state: i32) -> ContainerState {
+    match cri::ContainerState::try_from(state) {
+        Ok(cri::ContainerState::ContainerCreated) => ContainerState::Created,
+        Ok(cri::ContainerState::ContainerRunning) => ContainerState::Running,
+        Ok(cri::ContainerState::ContainerExited) => ContainerState::Exited,
+        _ => ContainerState::Unknown,
+    }
+}
+
+fn sorted(m: std::collections::HashMap<String, String>) -> BTreeMap<String, String> {
+    m.into_iter().collect()
+}
+
+/// A name suffix unique within this process and very likely across processes.
+fn unique_suffix() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{:x}{:x}", nanos & 0xffff_ffff_ffff, n)
+}
+
+impl CriClient {
+    /// Pods matching `selector` with their containers' states.
+    /// Exit codes of exited containers cost one call each: only fetched when `exit_codes`.
+    async fn observe(
+        &self,
+        selector: &BTreeMap<String, String>,
+        exit_codes: bool,
+    ) -> Result<Vec<PodStatus>> {
+        let filter = (!selector.is_empty()).then(|| cri::PodSandboxFilter {
+            label_selector: selector
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            ..Default::default()
+        });
+        let sandboxes = self.list_sandboxes(filter).await?;
+        if sandboxes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let containers = self.list_containers(None).await?;
+        let mut pods: Vec<PodStatus> = sandboxes
+            .into_iter()
+            .map(|s| {
+                let metadata = s.metadata.unwrap_or_default();
+                let mut containers: Vec<ContainerStatus> = containers
+                    .iter()
+                    .filter(|c| c.pod_sandbox_id == s.id)
+                    .map(|c| ContainerStatus {
+                        id: c.id.clone(),
+                        name: c
+                            .metadata
+                            .as_ref()
+                            .map(|m| m.name.clone())
+                            .unwrap_or_default(),
+                        image: c
+                            .image
+                            .as_ref()
+                            .map(|i| i.image.clone())
+                            .unwrap_or_default(),
+                        state: container_state(c.state),
+                        exit_code: None,
+                    })
+                    .collect();
+                containers.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
+                PodStatus {
+                    id: s.id,
+                    namespace: metadata.namespace,
+                    name: metadata.name,
+                    labels: sorted(s.labels),
+                    annotations: sorted(s.annotations),
+                    state: pod_state(s.state),
+                    containers,
+                }
+            })
+            .collect();
+        // Exit codes are only in ContainerStatus; ask for the exited ones.
+        for pod in pods.iter_mut().filter(|_| exit_codes) {
+            for c in &mut pod.containers {
+                if c.state == ContainerState::Exited {
+                    match self.container_status(&c.id).await {
+                        Ok(status) => c.exit_code = Some(status.exit_code),
+                        Err(e) if e.is_not_found() => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+        pods.sort_by(|a, b| (&a.namespace, &a.name, &a.id).cmp(&(&b.namespace, &b.name, &b.id)));
+        Ok(pods)
+    }
+
+    /// Creates the sandbox and starts every container; returns the sandbox id. On failure the
+    /// half-made sandbox stays (the next `ensure_pod` sees it unhealthy and replaces it) and
+    /// the error is returned.
+    async fn create_pod(&self, spec: &PodSpec) -> Result<(String, cri::PodSandboxConfig)> {
+        let config = requests::sandbox_config(spec, &self.options().log_root);
+        let id = self.run_sandbox(&config).await?;
+        for container in &spec.containers {
+            let request = requests::create_container_request(&id, container, &config);
+            let cid = self.create_container(&request).await?;
+            self.start_container(&cid).await?;
+        }
+        Ok((id, config))
+    }
+
+    /// Best effort: the tail of a throwaway pod's container log (when `tail`), and removal of
+    /// the pod's log directory, through a log reader container in the same sandbox.
+    async fn collect_log(
+        &self,
+        sandbox_id: &str,
+        config: &cri::PodSandboxConfig,
+        pod: &PodSpec,
+        container: &str,
+        tail: bool,
+    ) -> String {
+        let log_root = self.options().log_root.clone();
+        let reader = requests::log_reader_container(&self.options().toolbox_image, &log_root);
+        let dir_name = requests::log_directory(pod, "")
+            .trim_start_matches('/')
+            .to_string();
+        let attempt = async {
+            self.ensure_image(&reader.image).await?;
+            let mut request = requests::create_container_request(sandbox_id, &reader, config);
+            if let Some(c) = request.config.as_mut() {
+                // The reader's own output is not interesting.
+                c.log_path = String::new();
+            }
+            let id = self.create_container(&request).await?;
+            self.start_container(&id).await?;
+            let command = requests::log_reader_command(&dir_name, container, LOG_TAIL_BYTES, tail);
+            self.exec_sync(&id, &command, 10).await
+        };
+        match attempt.await {
+            Ok(out) => requests::strip_cri_log(&String::from_utf8_lossy(&out.stdout)),
+            Err(e) => {
+                tracing::warn!(hypervisor = %self.target().hypervisor, error = %e, "cannot read the log of a throwaway container");
+                format!("(log unavailable: {e})")
+            }
+        }
+    }
+
+    async fn run_helper(&self, job: &'static str, container: &ContainerSpec) -> Result<()> {
+        let exit = self.run_to_completion(container, HELPER_TIMEOUT).await?;
+        if exit.code != 0 {
+            return Err(Error::HelperFailed {
+                target: self.target().clone(),
+                job,
+                exit_code: exit.code,
+                log_tail: exit.log_tail,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_paths<'a>(&self, paths: impl IntoIterator<Item = &'a str>) -> Result<()> {
+        for path in paths {
+            requests::check_host_path(path).map_err(|reason| Error::InvalidHostPath {
+                target: self.target().clone(),
+                path: path.to_string(),
+                reason,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl HypervisorRuntime for CriClient {
+    fn hypervisor(&self) -> &str {
+        &self.target().hypervisor
+    }
+
+    fn mutating_calls(&self) -> u64 {
+        CriClient::mutating_calls(self)
+    }
+
+    async fn ensure_image(&self, image: &str) -> Result<()> {
+        if self.image_present(image).await? {
+            return Ok(());
+        }
+        match self.pull_image(image).await {
+            Ok(_) => Ok(()),
+            Err(Error::Call { target, status, .. }) => Err(Error::ImageUnavailable {
+                target,
+                image: image.to_string(),
+                status,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn ensure_pod(&self, spec: &PodSpec) -> Result<Outcome> {
+        let existing: Vec<PodStatus> = self
+            .observe(&BTreeMap::new(), false)
+            .await?
+            .into_iter()
+            .filter(|p| p.namespace == spec.namespace && p.name == spec.name)
+            .collect();
+        if let [only] = existing.as_slice()
+            && only.runs(spec)
+        {
+            return Ok(Outcome::Unchanged);
+        }
+        let mut images: Vec<&str> = spec.containers.iter().map(|c| c.image.as_str()).collect();
+        images.sort_unstable();
+        images.dedup();
+        for image in images {
+            self.ensure_image(image).await?;
+        }
+        for pod in &existing {
+            self.stop_and_remove_sandbox(&pod.id).await?;
+        }
+        self.create_pod(spec).await?;
+        Ok(if existing.is_empty() {
+            Outcome::Created
+        } else {
+            Outcome::Replaced
+        })
+    }
+
+    async fn list_pods(&self, selector: &BTreeMap<String, String>) -> Result<Vec<PodStatus>> {
+        self.observe(selector, true).await
+    }
+
+    async fn remove_pod(&self, id: &str) -> Result<()> {
+        self.stop_and_remove_sandbox(id).await
+    }
+
+    async fn run_to_completion(
+        &self,
+        container: &ContainerSpec,
+        timeout: Duration,
+    ) -> Result<Exit> {
+        self.ensure_image(&container.image).await?;
+        let pod = requests::throwaway_pod(container, &unique_suffix());
+        let config = requests::sandbox_config(&pod, &self.options().log_root);
+        let sandbox_id = self.run_sandbox(&config).await?;
+        let waited = async {
+            let request = requests::create_container_request(&sandbox_id, container, &config);
+            let id = self.create_container(&request).await?;
+            self.start_container(&id).await?;
+            let deadline = Instant::now() + timeout;
+            loop {
+                let status = self.container_status(&id).await?;
+                if container_state(status.state) == ContainerState::Exited {
+                    return Ok(Some(status.exit_code));
+                }
+                if Instant::now() >= deadline {
+                    return Ok(None);
+                }
+                tokio::time::sleep(POLL).await;
+            }
+        }
+        .await;
+        let outcome = match waited {
+            Ok(Some(code)) => {
+                let log_tail = self
+                    .collect_log(&sandbox_id, &config, &pod, &container.name, code != 0)
+                    .await;
+                Ok(Exit {
+                    code,
+                    log_tail: if code == 0 { String::new() } else { log_tail },
+                })
+            }
+            Ok(None) => {
+                let log_tail = self
+                    .collect_log(&sandbox_id, &config, &pod, &container.name, true)
+                    .await;
+                Err(Error::RunTimeout {
+                    target: self.target().clone(),
+                    container: container.name.clone(),
+                    timeout,
+                    log_tail,
+                })
+            }
+            Err(e) => {
+                let _ = self
+                    .collect_log(&sandbox_id, &config, &pod, &container.name, false)
+                    .await;
+                Err(e)
+            }
+        };
+        // Always clean up; a cleanup failure is reported unless the run already failed.
+        let removed = self.stop_and_remove_sandbox(&sandbox_id).await;
+        match (outcome, removed) {
+            (Ok(exit), Ok(())) => Ok(exit),
+            (Ok(_), Err(e)) => Err(e),
+            (Err(e), Ok(())) => Err(e),
+            (Err(e), Err(cleanup)) => {
+                tracing::warn!(hypervisor = %self.target().hypervisor, error = %cleanup, "cannot remove a throwaway pod");
+                Err(e)
+            }
+        }
+    }
+
+    async fn write_files(
+        &self,
+        files: &[HostFile],
+        known: &BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, String>> {
+        self.check_paths(files.iter().map(|f| f.path.as_str()))?;
+        let changed: Vec<HostFile> = files
+            .iter()
+            .filter(|f| known.get(&f.path) != Some(&f.content_hash()))
+            .cloned()
+            .collect();
+        for batch in requests::writer_batches(&changed) {
+            let writer = requests::writer_container(&batch, &self.options().toolbox_image);
+            self.run_helper("file writer", &writer).await?;
+        }
+        let mut hashes = known.clone();
+        for file in files {
+            hashes.insert(file.path.clone(), file.content_hash());
+        }
+        Ok(hashes)
+    }
+
+    async fn remove_host_paths(&self, paths: &[String]) -> Result<()> {
+        self.check_paths(paths.iter().map(String::as_str))?;
+        if paths.is_empty() {
+            return Ok(());
+        }
+        let remover = requests::remover_container(paths, &self.options().toolbox_image);
+        self.run_helper("path remover", &remover).await
+    }
+}

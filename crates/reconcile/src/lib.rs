@@ -24,8 +24,15 @@
 //! as it was and reported in [`Prepared::failures`]; the others proceed.
 
 pub mod ports;
+pub mod prepare;
 pub mod schedule;
 
+pub use prepare::{
+    Options, Prepared, control_plane_name, ingress_name, prepare, prepare_with, remove_cluster,
+    remove_component, required_ports,
+};
+
+use oi_api::validation::FieldError;
 use oi_api::{ComponentRole, ObjectKey};
 
 /// Why a cluster could not be prepared.
@@ -38,7 +45,8 @@ pub enum Error {
     )]
     NoPrivateHypervisor { cluster: ObjectKey },
     #[error(
-        "cluster {cluster} cannot be scheduled: no {} hypervisor has {ports_needed} free ports for a {role} component", if *role == ComponentRole::ControlPlaneIngress { "public" } else { "private" }
+        "cluster {cluster} cannot be scheduled: no {} hypervisor has {ports_needed} free ports for a {role} component",
+        hypervisor_kind(*role)
     )]
     NoCapacity {
         cluster: ObjectKey,
@@ -65,6 +73,34 @@ pub enum Error {
         component: ObjectKey,
         hypervisor: String,
     },
+    #[error("{object} is invalid: {}", describe(errors))]
+    Invalid {
+        object: ObjectKey,
+        errors: Vec<FieldError>,
+    },
+    #[error("cluster {cluster}: generating {field}: {message}")]
+    Pki {
+        cluster: ObjectKey,
+        /// The Cluster field that was to hold the generated CA or key pair.
+        field: &'static str,
+        /// The PKI error, as text (it holds no secret).
+        message: String,
+    },
+}
+
+fn hypervisor_kind(role: ComponentRole) -> &'static str {
+    match role {
+        ComponentRole::ControlPlane => "private",
+        ComponentRole::ControlPlaneIngress => "public",
+    }
+}
+
+fn describe(errors: &[FieldError]) -> String {
+    errors
+        .iter()
+        .map(|e| format!("field `{}`: {}", e.field, e.reason))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Result with this crate's [`Error`].

@@ -1,0 +1,631 @@
+//! `prepare`: from the declared world to a world whose clusters are fully described:
+//! PKI, components, placement, host ports and status endpoints.
+//!
+//! Each cluster is prepared all or nothing, in key order: a cluster that fails (invalid, no
+//! hypervisor of a kind, no free port) keeps exactly its input state, ports included, and is
+//! reported; the clusters after it proceed. Components are derived from
+//! `controlPlaneReplicas`, named `<cluster>-control-plane-<i>` (lowest free index first) and
+//! `<cluster>-ingress`. Scaling down marks the replicas with the highest index for deletion
+//! (`metadata.deletionTimestamp = now`): they keep their hypervisor and ports until the engine
+//! has removed their etcd member and pod and calls [`remove_component`]. A cluster marked for
+//! deletion is left as it is; the engine tears it down, then calls [`remove_cluster`].
+//!
+//! Preparing a prepared world changes nothing (idempotent), whatever `now` is.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use oi_api::validation::{validate_cluster, validate_component, validate_hypervisor};
+use oi_api::{
+    Certificate, Cluster, Component, ComponentHostPortAllocation, ComponentRole, ComponentSpec,
+    KeyPair, ObjectKey, ObjectMeta, Resource, World,
+};
+use oi_pki::{CaKind, CertificateAuthority, KeyAlgorithm, KeyPairPem, join_key_algorithm};
+use time::{Duration, OffsetDateTime};
+
+use crate::ports::{PortAllocator, PortOwner, names};
+use crate::schedule::{Candidate, Domain, Spread, ZONE_LABEL, place};
+use crate::{Error, Result};
+
+/// Settings of [`prepare_with`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// Algorithm of CAs and the service-account key generated for new clusters.
+    pub key_algorithm: KeyAlgorithm,
+    /// Validity of generated CAs.
+    pub ca_lifetime: Duration,
+}
+
+impl Default for Options {
+    /// ECDSA P-256, CAs valid ten years (kubeadm's CA lifetime).
+    fn default() -> Self {
+        Self {
+            key_algorithm: KeyAlgorithm::EcdsaP256,
+            ca_lifetime: Duration::days(3650),
+        }
+    }
+}
+
+/// The prepared world and the clusters that could not be prepared (left as they were).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prepared {
+    pub world: World,
+    pub failures: BTreeMap<ObjectKey, Error>,
+}
+
+/// The name of control plane replica `index` of `cluster`.
+pub fn control_plane_name(cluster: &str, index: u32) -> String {
+    format!("{cluster}-control-plane-{index}")
+}
+
+/// The name of the ingress of `cluster`.
+pub fn ingress_name(cluster: &str) -> String {
+    format!("{cluster}-ingress")
+}
+
+/// The replica index in a control plane component name, `None` for other names.
+fn replica_index(cluster: &str, component: &str) -> Option<u32> {
+    component
+        .strip_prefix(cluster)?
+        .strip_prefix("-control-plane-")?
+        .parse()
+        .ok()
+}
+
+/// Host ports a component needs, by name, sorted.
+pub fn required_ports(role: ComponentRole, vpn_enabled: bool) -> &'static [&'static str] {
+    match (role, vpn_enabled) {
+        (ComponentRole::ControlPlane, _) => {
+            &[names::APISERVER, names::ETCD_CLIENT, names::ETCD_PEER]
+        }
+        (ComponentRole::ControlPlaneIngress, false) => &[names::APISERVER],
+        (ComponentRole::ControlPlaneIngress, true) => &[names::APISERVER, names::WIREGUARD],
+    }
+}
+
+/// [`prepare_with`] with the default [`Options`].
+pub fn prepare(world: World, now: OffsetDateTime) -> Prepared {
+    prepare_with(world, now, &Options::default())
+}
+
+/// One hypervisor, as preparation sees it.
+struct Hv {
+    name: String,
+    public: bool,
+    valid: bool,
+    zone: Option<String>,
+    ip: String,
+    ports: PortAllocator,
+    load: usize,
+}
+
+/// Defaults the world, then prepares every cluster not marked for deletion; see the module
+/// documentation. Never fails as a whole: per cluster failures are in [`Prepared::failures`].
+pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &Options) -> Prepared {
+    world.apply_defaults();
+    let mut hvs: Vec<Hv> = world
+        .hypervisors
+        .values()
+        .map(|h| Hv {
+            name: h.metadata.name.clone(),
+            public: h.spec.public,
+            valid: validate_hypervisor(h).is_empty(),
+            zone: h.metadata.labels.get(ZONE_LABEL).cloned(),
+            ip: h.spec.ip_address.clone(),
+            ports: PortAllocator::from_hypervisor(h),
+            load: 0,
+        })
+        .collect();
+    let index: HashMap<String, usize> = hvs
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (h.name.clone(), i))
+        .collect();
+    let mut by_cluster: BTreeMap<ObjectKey, Vec<ObjectKey>> = BTreeMap::new();
+    for (key, c) in &world.components {
+        if let Some(&i) = c.spec.hypervisor.as_ref().and_then(|h| index.get(h)) {
+            hvs[i].load += 1;
+        }
+        by_cluster
+            .entry(ObjectKey::new(
+                key.namespace.clone(),
+                c.spec.cluster.clone(),
+            ))
+            .or_default()
+            .push(key.clone());
+    }
+
+    let mut failures = BTreeMap::new();
+    let cluster_keys: Vec<ObjectKey> = world.clusters.keys().cloned().collect();
+    for key in cluster_keys {
+        let Some(cluster) = world.clusters.get(&key) else {
+            continue;
+        };
+        if cluster.is_being_deleted() {
+            continue;
+        }
+        let components: Vec<&Component> = by_cluster
+            .get(&key)
+            .map(|keys| {
+                keys.iter()
+                    .filter_map(|k| world.components.get(k))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut cx = ClusterPrep {
+            key: &key,
+            now,
+            options,
+            hvs: &mut hvs,
+            index: &index,
+            all_components: &world.components,
+            touched: BTreeSet::new(),
+        };
+        let result = cx.run(cluster, &components);
+        let touched = std::mem::take(&mut cx.touched);
+        match result {
+            Ok((cluster, components)) => {
+                for i in touched {
+                    hvs[i].ports.commit();
+                }
+                for c in components {
+                    let old_hv = world
+                        .components
+                        .get(&c.key())
+                        .and_then(|o| o.spec.hypervisor.clone());
+                    if old_hv.is_none()
+                        && let Some(&i) = c.spec.hypervisor.as_ref().and_then(|h| index.get(h))
+                    {
+                        hvs[i].load += 1;
+                    }
+                    world.components.insert(c.key(), c);
+                }
+                world.clusters.insert(key.clone(), cluster);
+            }
+            Err(e) => {
+                for i in touched {
+                    hvs[i].ports.rollback();
+                }
+                failures.insert(key.clone(), e);
+            }
+        }
+    }
+    for h in world.hypervisors.values_mut() {
+        if let Some(&i) = index.get(&h.metadata.name) {
+            hvs[i].ports.write_status(&mut h.status);
+        }
+    }
+    Prepared { world, failures }
+}
+
+struct ClusterPrep<'w> {
+    key: &'w ObjectKey,
+    now: OffsetDateTime,
+    options: &'w Options,
+    hvs: &'w mut Vec<Hv>,
+    index: &'w HashMap<String, usize>,
+    all_components: &'w BTreeMap<ObjectKey, Component>,
+    touched: BTreeSet<usize>,
+}
+
+impl ClusterPrep<'_> {
+    fn run(
+        &mut self,
+        cluster: &Cluster,
+        existing: &[&Component],
+    ) -> Result<(Cluster, Vec<Component>)> {
+        let errors = validate_cluster(cluster);
+        if !errors.is_empty() {
+            return Err(Error::Invalid {
+                object: self.key.clone(),
+                errors,
+            });
+        }
+        for c in existing {
+            let errors = validate_component(c);
+            if !errors.is_empty() {
+                return Err(Error::Invalid {
+                    object: c.key(),
+                    errors,
+                });
+            }
+        }
+        let mut cluster = cluster.clone();
+        self.init_pki(&mut cluster)?;
+        let vpn = cluster.spec.vpn.enabled;
+        let mut components: Vec<Component> = existing.iter().map(|c| (*c).clone()).collect();
+        components.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        self.derive(&cluster, &mut components);
+        self.schedule(&mut components, vpn)?;
+        self.allocate(&mut components, vpn)?;
+        self.set_status(&mut cluster, &components);
+        Ok((cluster, components))
+    }
+
+    /// Generates the CAs and key pairs the cluster lacks; existing ones are kept.
+    fn init_pki(&self, cluster: &mut Cluster) -> Result<()> {
+        let name = cluster.metadata.name.clone();
+        let algorithm = self.options.key_algorithm;
+        let spec = &mut cluster.spec;
+        let slots: [(CaKind, &mut Option<Certificate>); 8] = [
+            (CaKind::ApiServer, &mut spec.api_server.ca),
+            (
+                CaKind::ApiServerClient,
+                &mut spec.certificate_authorities.api_server_client,
+            ),
+            (
+                CaKind::CertificateSigner,
+                &mut spec.certificate_authorities.certificate_signer,
+            ),
+            (CaKind::Kubelet, &mut spec.certificate_authorities.kubelet),
+            (
+                CaKind::KubeletClient,
+                &mut spec.certificate_authorities.kubelet_client,
+            ),
+            (CaKind::EtcdServer, &mut spec.etcd_server.ca),
+            (
+                CaKind::EtcdClient,
+                &mut spec.certificate_authorities.etcd_client,
+            ),
+            (
+                CaKind::EtcdPeer,
+                &mut spec.certificate_authorities.etcd_peer,
+            ),
+        ];
+        for (kind, slot) in slots {
+            if slot.as_ref().is_some_and(|c| !c.certificate.is_empty()) {
+                continue;
+            }
+            let ca = CertificateAuthority::generate(
+                &format!("{name}-{}", kind.common_name_suffix()),
+                algorithm,
+                self.now,
+                self.options.ca_lifetime,
+            )
+            .map_err(|e| self.pki_error(kind.manifest_field(), &e))?;
+            *slot = Some(Certificate {
+                certificate: ca.certificate_pem().to_string(),
+                private_key: ca.private_key_pem().to_string(),
+            });
+        }
+        let key_pairs: [(&'static str, KeyAlgorithm, &mut Option<KeyPair>); 2] = [
+            (
+                oi_pki::SERVICE_ACCOUNT_FIELD,
+                algorithm,
+                &mut spec.api_server.service_account,
+            ),
+            (
+                oi_pki::JOIN_KEY_FIELD,
+                join_key_algorithm(algorithm),
+                &mut spec.join_key,
+            ),
+        ];
+        for (field, algorithm, slot) in key_pairs {
+            if slot.as_ref().is_some_and(|k| !k.private_key.is_empty()) {
+                continue;
+            }
+            let pair = KeyPairPem::generate(algorithm).map_err(|e| self.pki_error(field, &e))?;
+            *slot = Some(KeyPair {
+                public_key: pair.public_key_pem,
+                private_key: pair.private_key_pem,
+            });
+        }
+        Ok(())
+    }
+
+    fn pki_error(&self, field: &'static str, e: &oi_pki::Error) -> Error {
+        Error::Pki {
+            cluster: self.key.clone(),
+            field,
+            message: e.to_string(),
+        }
+    }
+
+    /// Creates missing replicas and the ingress; marks surplus ones for deletion.
+    fn derive(&self, cluster: &Cluster, components: &mut Vec<Component>) {
+        let name = &self.key.name;
+        let ns = &self.key.namespace;
+        let live = |c: &Component, role| c.spec.role == role && !c.metadata.is_being_deleted();
+        let taken = |components: &[Component], candidate: &str| {
+            self.all_components
+                .contains_key(&ObjectKey::new(ns.clone(), candidate.to_string()))
+                || components.iter().any(|c| c.metadata.name == candidate)
+        };
+
+        // Control plane: order by replica index (names of other forms last, by name).
+        let mut replicas: Vec<usize> = (0..components.len())
+            .filter(|&i| live(&components[i], ComponentRole::ControlPlane))
+            .collect();
+        replicas.sort_by_key(|&i| {
+            let n = &components[i].metadata.name;
+            (replica_index(name, n).map_or((1, 0), |x| (0, x)), n.clone())
+        });
+        let desired = cluster.control_plane_replicas() as usize;
+        for &i in replicas.iter().skip(desired) {
+            components[i].metadata.deletion_timestamp = Some(self.now);
+        }
+        let mut next = 0u32;
+        for _ in replicas.len()..desired {
+            while taken(components, &control_plane_name(name, next)) {
+                next += 1;
+            }
+            components.push(
+                self.new_component(control_plane_name(name, next), ComponentRole::ControlPlane),
+            );
+        }
+
+        // Ingress: exactly one live.
+        let mut ingresses: Vec<usize> = (0..components.len())
+            .filter(|&i| live(&components[i], ComponentRole::ControlPlaneIngress))
+            .collect();
+        // Keep a placed one over an unplaced one, then the first by name.
+        ingresses.sort_by_key(|&i| {
+            (
+                components[i].spec.hypervisor.is_none(),
+                components[i].metadata.name.clone(),
+            )
+        });
+        for &i in ingresses.iter().skip(1) {
+            components[i].metadata.deletion_timestamp = Some(self.now);
+        }
+        if ingresses.is_empty() {
+            let mut candidate = ingress_name(name);
+            let mut n = 1;
+            while taken(components, &candidate) {
+                candidate = format!("{}-{n}", ingress_name(name));
+                n += 1;
+            }
+            components.push(self.new_component(candidate, ComponentRole::ControlPlaneIngress));
+        }
+    }
+
+    fn new_component(&self, name: String, role: ComponentRole) -> Component {
+        let mut meta = ObjectMeta::named(name);
+        if self.key.namespace != oi_api::DEFAULT_NAMESPACE {
+            meta.namespace = Some(self.key.namespace.clone());
+        }
+        Component::new(
+            meta,
+            ComponentSpec {
+                cluster: self.key.name.clone(),
+                role,
+                hypervisor: None,
+            },
+        )
+    }
+
+    fn hv(&self, component: &Component, hypervisor: &str) -> Result<usize> {
+        self.index
+            .get(hypervisor)
+            .copied()
+            .ok_or_else(|| Error::UnknownHypervisor {
+                cluster: self.key.clone(),
+                component: component.key(),
+                hypervisor: hypervisor.to_string(),
+            })
+    }
+
+    /// Places live unplaced components; placed ones stay.
+    fn schedule(&mut self, components: &mut [Component], vpn: bool) -> Result<()> {
+        for role in [
+            ComponentRole::ControlPlane,
+            ComponentRole::ControlPlaneIngress,
+        ] {
+            let public = role == ComponentRole::ControlPlaneIngress;
+            let pending: Vec<usize> = (0..components.len())
+                .filter(|&i| {
+                    let c = &components[i];
+                    c.spec.role == role
+                        && !c.metadata.is_being_deleted()
+                        && c.spec.hypervisor.is_none()
+                })
+                .collect();
+            if pending.is_empty() {
+                continue;
+            }
+            let chosen: Vec<String> = {
+                let hvs: &[Hv] = self.hvs;
+                let mut spread = Spread::default();
+                for c in components.iter() {
+                    if c.spec.role != role || c.metadata.is_being_deleted() {
+                        continue;
+                    }
+                    if let Some(&i) = c.spec.hypervisor.as_ref().and_then(|h| self.index.get(h)) {
+                        spread.add(&hvs[i].name, domain(&hvs[i]));
+                    }
+                }
+                let mut candidates: Vec<Candidate<'_>> = hvs
+                    .iter()
+                    .filter(|h| h.public == public && h.valid)
+                    .map(|h| Candidate {
+                        name: &h.name,
+                        domain: domain(h),
+                        load: h.load,
+                        free_ports: h.ports.free_ports(),
+                    })
+                    .collect();
+                if candidates.is_empty() {
+                    return Err(if public {
+                        Error::NoPublicHypervisor {
+                            cluster: self.key.clone(),
+                        }
+                    } else {
+                        Error::NoPrivateHypervisor {
+                            cluster: self.key.clone(),
+                        }
+                    });
+                }
+                let ports_needed = required_ports(role, vpn).len();
+                let chosen = place(&mut candidates, &mut spread, pending.len(), ports_needed);
+                if chosen.len() < pending.len() {
+                    return Err(Error::NoCapacity {
+                        cluster: self.key.clone(),
+                        role,
+                        ports_needed,
+                    });
+                }
+                chosen.into_iter().map(str::to_string).collect()
+            };
+            for (i, hv) in pending.into_iter().zip(chosen) {
+                components[i].spec.hypervisor = Some(hv);
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives every live component exactly the ports it needs, and releases the cluster's
+    /// other ports, except those of components marked for deletion.
+    fn allocate(&mut self, components: &mut [Component], vpn: bool) -> Result<()> {
+        let ns = self.key.namespace.as_str();
+        let cluster = self.key.name.as_str();
+        let mut keep: BTreeSet<PortOwner> = BTreeSet::new();
+        for c in components.iter_mut() {
+            let Some(hypervisor) = c.spec.hypervisor.clone() else {
+                continue;
+            };
+            if c.metadata.is_being_deleted() {
+                for p in &c.status.allocated_host_ports {
+                    keep.insert(PortOwner::new(ns, cluster, &c.metadata.name, &p.name));
+                }
+                continue;
+            }
+            let i = self.hv(c, &hypervisor)?;
+            let mut ports = Vec::new();
+            for &port_name in required_ports(c.spec.role, vpn) {
+                let owner = PortOwner::new(ns, cluster, &c.metadata.name, port_name);
+                let alloc = &mut self.hvs[i].ports;
+                let port = match alloc.port_of(&owner) {
+                    Some(p) => p,
+                    None => {
+                        self.touched.insert(i);
+                        match c.status.host_port(port_name) {
+                            Some(p) if alloc.claim(&owner, p) => p,
+                            _ => alloc.allocate(&owner)?,
+                        }
+                    }
+                };
+                ports.push(ComponentHostPortAllocation {
+                    name: port_name.to_string(),
+                    port,
+                });
+                keep.insert(owner);
+            }
+            c.status.allocated_host_ports = ports;
+        }
+        for i in 0..self.hvs.len() {
+            let stale: Vec<PortOwner> = self.hvs[i]
+                .ports
+                .cluster_owners(ns, cluster)
+                .into_iter()
+                .map(|(o, _)| o)
+                .filter(|o| !keep.contains(o))
+                .collect();
+            for owner in stale {
+                self.touched.insert(i);
+                self.hvs[i].ports.release(&owner);
+            }
+        }
+        Ok(())
+    }
+
+    /// Endpoints of the cluster: API server behind the ingress, etcd members, VPN.
+    fn set_status(&self, cluster: &mut Cluster, components: &[Component]) {
+        let status = &mut cluster.status;
+        status.api_server_endpoint.clear();
+        status.vpn_server_endpoint.clear();
+        status.storage_client_endpoints.clear();
+        status.storage_peer_endpoints.clear();
+        for c in components {
+            if c.metadata.is_being_deleted() {
+                continue;
+            }
+            let Some(ip) = c
+                .spec
+                .hypervisor
+                .as_ref()
+                .and_then(|h| self.index.get(h))
+                .map(|&i| host(&self.hvs[i].ip))
+            else {
+                continue;
+            };
+            let port = |name| c.status.host_port(name);
+            match c.spec.role {
+                ComponentRole::ControlPlane => {
+                    if let Some(p) = port(names::ETCD_CLIENT) {
+                        status
+                            .storage_client_endpoints
+                            .insert(c.metadata.name.clone(), format!("https://{ip}:{p}"));
+                    }
+                    if let Some(p) = port(names::ETCD_PEER) {
+                        status
+                            .storage_peer_endpoints
+                            .insert(c.metadata.name.clone(), format!("https://{ip}:{p}"));
+                    }
+                }
+                ComponentRole::ControlPlaneIngress => {
+                    if let Some(p) = port(names::APISERVER) {
+                        status.api_server_endpoint = format!("https://{ip}:{p}");
+                    }
+                    if let Some(p) = port(names::WIREGUARD) {
+                        status.vpn_server_endpoint = format!("{ip}:{p}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn domain(h: &Hv) -> Domain<'_> {
+    Domain::of(&h.name, h.zone.as_deref())
+}
+
+/// An IP address as the host part of a URL: IPv6 in brackets.
+fn host(ip: &str) -> String {
+    if ip.contains(':') && !ip.starts_with('[') {
+        format!("[{ip}]")
+    } else {
+        ip.to_string()
+    }
+}
+
+/// Removes a component from the world and releases its ports on its hypervisor: what the
+/// engine calls once the component's pod (and etcd member) is gone. Returns the component.
+pub fn remove_component(world: &mut World, key: &ObjectKey) -> Option<Component> {
+    let component = world.components.remove(key)?;
+    if let Some(h) = component.spec.hypervisor.as_ref().and_then(|name| {
+        world
+            .hypervisors
+            .get_mut(&ObjectKey::cluster_scoped(name.clone()))
+    }) {
+        let mut ports = PortAllocator::from_hypervisor(h);
+        for p in &component.status.allocated_host_ports {
+            ports.release(&PortOwner::new(
+                &key.namespace,
+                &component.spec.cluster,
+                &component.metadata.name,
+                &p.name,
+            ));
+        }
+        ports.write_status(&mut h.status);
+    }
+    Some(component)
+}
+
+/// Removes a cluster, its components and every port it holds on any hypervisor: what the
+/// engine calls once a cluster marked for deletion is torn down. Returns whether the cluster
+/// existed.
+pub fn remove_cluster(world: &mut World, key: &ObjectKey) -> bool {
+    let existed = world.clusters.remove(key).is_some();
+    world
+        .components
+        .retain(|ck, c| !(ck.namespace == key.namespace && c.spec.cluster == key.name));
+    for h in world.hypervisors.values_mut() {
+        let mut ports = PortAllocator::from_hypervisor(h);
+        if !ports.release_cluster(&key.namespace, &key.name).is_empty() {
+            ports.write_status(&mut h.status);
+        }
+    }
+    existed
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,806 @@
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use super::*;
+
+use oi_api::{
+    ClusterSpec, Hypervisor, HypervisorSpec, LocalCriEndpoint, PortRange, validation::Reason,
+};
+use pretty_assertions::assert_eq;
+use proptest::prelude::*;
+use time::macros::datetime;
+
+const NOW: OffsetDateTime = datetime!(2026-11-22 03:00:00 UTC);
+const LATER: OffsetDateTime = datetime!(2026-11-23 03:00:00 UTC);
+
+fn hypervisor(
+    name: &str,
+    public: bool,
+    ip: &str,
+    zone: Option<&str>,
+    range: (u32, u32),
+) -> Hypervisor {
+    let mut meta = ObjectMeta::named(name);
+    if let Some(z) = zone {
+        meta.labels.insert(ZONE_LABEL.into(), z.into());
+    }
+    Hypervisor::new(
+        meta,
+        HypervisorSpec {
+            local_cri_endpoint: Some(LocalCriEndpoint {
+                cri_endpoint_path: format!("/run/{name}/containerd.sock"),
+            }),
+            remote_cri_endpoint: None,
+            public,
+            ip_address: ip.into(),
+            port_range: PortRange {
+                low: range.0,
+                high: range.1,
+            },
+        },
+    )
+}
+
+/// Placeholder PEM text: preparation keeps existing CAs and keys without reading them, so
+/// tests that are not about PKI generation avoid minting keys (an RSA join key is slow).
+fn with_fake_pki(mut c: Cluster) -> Cluster {
+    let cert = |what: &str| {
+        Some(Certificate {
+            certificate: format!("CERT {what}"),
+            private_key: format!("KEY {what}"),
+        })
+    };
+    let s = &mut c.spec;
+    s.api_server.ca = cert("apiserver");
+    s.etcd_server.ca = cert("etcd-server");
+    let cas = &mut s.certificate_authorities;
+    cas.api_server_client = cert("apiserver-client");
+    cas.certificate_signer = cert("signer");
+    cas.kubelet = cert("kubelet");
+    cas.kubelet_client = cert("kubelet-client");
+    cas.etcd_client = cert("etcd-client");
+    cas.etcd_peer = cert("etcd-peer");
+    let pair = |what: &str| {
+        Some(KeyPair {
+            public_key: format!("PUB {what}"),
+            private_key: format!("KEY {what}"),
+        })
+    };
+    s.api_server.service_account = pair("sa");
+    s.join_key = pair("join");
+    c
+}
+
+fn cluster(name: &str, replicas: u32, vpn: bool) -> Cluster {
+    let mut spec = ClusterSpec {
+        control_plane_replicas: Some(replicas),
+        ..ClusterSpec::default()
+    };
+    spec.vpn.enabled = vpn;
+    with_fake_pki(Cluster::new(ObjectMeta::named(name), spec))
+}
+
+fn world(hypervisors: Vec<Hypervisor>, clusters: Vec<Cluster>) -> World {
+    let mut w = World::default();
+    for h in hypervisors {
+        w.hypervisors.insert(h.key(), h);
+    }
+    for c in clusters {
+        w.clusters.insert(c.key(), c);
+    }
+    w
+}
+
+fn basic() -> Vec<Hypervisor> {
+    vec![
+        hypervisor("private-1", false, "10.0.0.1", None, (30000, 30099)),
+        hypervisor("private-2", false, "10.0.0.2", None, (30000, 30099)),
+        hypervisor("private-3", false, "10.0.0.3", None, (30000, 30099)),
+        hypervisor("public-1", true, "192.0.2.1", None, (40000, 40099)),
+    ]
+}
+
+fn key(name: &str) -> ObjectKey {
+    ObjectKey::new("default", name)
+}
+
+fn ok(w: World) -> World {
+    let p = prepare(w, NOW);
+    assert_eq!(p.failures, BTreeMap::new());
+    p.world
+}
+
+fn placement(w: &World) -> Vec<(String, Option<String>, bool)> {
+    w.components
+        .values()
+        .map(|c| {
+            (
+                c.metadata.name.clone(),
+                c.spec.hypervisor.clone(),
+                c.metadata.is_being_deleted(),
+            )
+        })
+        .collect()
+}
+
+fn host_ports(w: &World, component: &str) -> Vec<(String, u16)> {
+    w.components[&key(component)]
+        .status
+        .allocated_host_ports
+        .iter()
+        .map(|p| (p.name.clone(), p.port))
+        .collect()
+}
+
+fn hp(pairs: &[(&str, u16)]) -> Vec<(String, u16)> {
+    pairs.iter().map(|(n, p)| (n.to_string(), *p)).collect()
+}
+
+#[test]
+fn single_replica_cluster_is_fully_described() {
+    let w = ok(world(basic(), vec![cluster("c1", 1, false)]));
+    assert_eq!(
+        placement(&w),
+        vec![
+            ("c1-control-plane-0".into(), Some("private-1".into()), false),
+            ("c1-ingress".into(), Some("public-1".into()), false),
+        ]
+    );
+    assert_eq!(
+        host_ports(&w, "c1-control-plane-0"),
+        hp(&[
+            ("apiserver", 30000),
+            ("etcd-client", 30001),
+            ("etcd-peer", 30002)
+        ])
+    );
+    assert_eq!(host_ports(&w, "c1-ingress"), hp(&[("apiserver", 40000)]));
+    let status = &w.clusters[&key("c1")].status;
+    assert_eq!(status.api_server_endpoint, "https://192.0.2.1:40000");
+    assert_eq!(status.vpn_server_endpoint, "");
+    assert_eq!(
+        status.storage_client_endpoints,
+        BTreeMap::from([(
+            "c1-control-plane-0".to_string(),
+            "https://10.0.0.1:30001".to_string()
+        )])
+    );
+    assert_eq!(
+        status.storage_peer_endpoints,
+        BTreeMap::from([(
+            "c1-control-plane-0".to_string(),
+            "https://10.0.0.1:30002".to_string()
+        )])
+    );
+    let allocated: Vec<(String, String, String, u16)> = w.hypervisors
+        [&ObjectKey::cluster_scoped("private-1")]
+        .status
+        .allocated_ports
+        .iter()
+        .map(|a| {
+            (
+                a.cluster_namespace.clone(),
+                a.cluster.clone(),
+                a.component.clone(),
+                a.port,
+            )
+        })
+        .collect();
+    assert_eq!(
+        allocated,
+        vec![
+            (
+                "default".into(),
+                "c1".into(),
+                "c1-control-plane-0-apiserver".into(),
+                30000
+            ),
+            (
+                "default".into(),
+                "c1".into(),
+                "c1-control-plane-0-etcd-client".into(),
+                30001
+            ),
+            (
+                "default".into(),
+                "c1".into(),
+                "c1-control-plane-0-etcd-peer".into(),
+                30002
+            ),
+        ]
+    );
+    // Components of the default namespace are written without one, like the input.
+    assert_eq!(w.components[&key("c1-ingress")].metadata.namespace, None);
+}
+
+#[test]
+fn namespaced_cluster_gets_namespaced_components() {
+    let mut c = cluster("c1", 1, false);
+    c.metadata.namespace = Some("team-a".into());
+    let w = ok(world(basic(), vec![c]));
+    let ingress = &w.components[&ObjectKey::new("team-a", "c1-ingress")];
+    assert_eq!(ingress.metadata.namespace.as_deref(), Some("team-a"));
+    let a = &w.hypervisors[&ObjectKey::cluster_scoped("public-1")]
+        .status
+        .allocated_ports[0];
+    assert_eq!(
+        (a.cluster_namespace.as_str(), a.component.as_str()),
+        ("team-a", "c1-ingress-apiserver")
+    );
+}
+
+#[test]
+fn vpn_gets_a_wireguard_port_and_endpoint() {
+    let w = ok(world(basic(), vec![cluster("c1", 1, true)]));
+    assert_eq!(
+        host_ports(&w, "c1-ingress"),
+        hp(&[("apiserver", 40000), ("wireguard", 40001)])
+    );
+    assert_eq!(
+        w.clusters[&key("c1")].status.vpn_server_endpoint,
+        "192.0.2.1:40001"
+    );
+    // Disabling it releases the port.
+    let mut w2 = w.clone();
+    w2.clusters.get_mut(&key("c1")).unwrap().spec.vpn.enabled = false;
+    let w2 = ok(w2);
+    assert_eq!(host_ports(&w2, "c1-ingress"), hp(&[("apiserver", 40000)]));
+    assert_eq!(
+        w2.hypervisors[&ObjectKey::cluster_scoped("public-1")]
+            .status
+            .freed_ports,
+        vec![40001]
+    );
+    assert_eq!(w2.clusters[&key("c1")].status.vpn_server_endpoint, "");
+}
+
+#[test]
+fn replicas_spread_over_distinct_hypervisors_least_loaded_first() {
+    let w = ok(world(
+        basic(),
+        vec![cluster("a", 1, false), cluster("b", 3, false)],
+    ));
+    assert_eq!(
+        placement(&w)
+            .into_iter()
+            .filter(|(n, ..)| n.starts_with("b-control"))
+            .map(|(_, h, _)| h.unwrap())
+            .collect::<Vec<_>>(),
+        // private-1 holds a's replica: b starts on the least loaded ones.
+        vec!["private-2", "private-3", "private-1"]
+    );
+}
+
+#[test]
+fn replicas_spread_over_zones_before_reusing_one() {
+    let hvs = vec![
+        hypervisor("a1", false, "10.0.0.1", Some("zone-a"), (30000, 30099)),
+        hypervisor("a2", false, "10.0.0.2", Some("zone-a"), (30000, 30099)),
+        hypervisor("a3", false, "10.0.0.3", Some("zone-a"), (30000, 30099)),
+        hypervisor("b1", false, "10.0.1.1", Some("zone-b"), (30000, 30099)),
+        hypervisor("x", false, "10.0.2.1", None, (30000, 30099)),
+        hypervisor("pub", true, "192.0.2.1", None, (40000, 40099)),
+    ];
+    let w = ok(world(hvs, vec![cluster("c", 4, false)]));
+    let hosts: Vec<String> = placement(&w)
+        .into_iter()
+        .filter(|(n, ..)| n.starts_with("c-control"))
+        .map(|(_, h, _)| h.unwrap())
+        .collect();
+    assert_eq!(hosts, vec!["a1", "b1", "x", "a2"]);
+}
+
+#[test]
+fn placed_components_stay() {
+    let mut w = world(basic(), vec![cluster("c1", 2, false)]);
+    let mut placed = Component::new(
+        ObjectMeta::named("c1-control-plane-0"),
+        ComponentSpec {
+            cluster: "c1".into(),
+            role: ComponentRole::ControlPlane,
+            hypervisor: Some("private-3".into()),
+        },
+    );
+    placed.status.allocated_host_ports = vec![ComponentHostPortAllocation {
+        name: "apiserver".into(),
+        port: 30050,
+    }];
+    w.components.insert(placed.key(), placed);
+    let w = ok(w);
+    assert_eq!(
+        placement(&w),
+        vec![
+            ("c1-control-plane-0".into(), Some("private-3".into()), false),
+            ("c1-control-plane-1".into(), Some("private-1".into()), false),
+            ("c1-ingress".into(), Some("public-1".into()), false),
+        ]
+    );
+    // The port its status recorded (and the hypervisor lost) is claimed back.
+    assert_eq!(
+        host_ports(&w, "c1-control-plane-0"),
+        hp(&[
+            ("apiserver", 30050),
+            ("etcd-client", 30000),
+            ("etcd-peer", 30001)
+        ])
+    );
+}
+
+#[test]
+fn scale_down_marks_highest_indexes_and_keeps_their_ports_until_removed() {
+    let w = ok(world(basic(), vec![cluster("c1", 3, false)]));
+    let mut down = w.clone();
+    down.clusters
+        .get_mut(&key("c1"))
+        .unwrap()
+        .spec
+        .control_plane_replicas = Some(1);
+    let down = ok(down);
+    assert_eq!(
+        placement(&down),
+        vec![
+            ("c1-control-plane-0".into(), Some("private-1".into()), false),
+            ("c1-control-plane-1".into(), Some("private-2".into()), true),
+            ("c1-control-plane-2".into(), Some("private-3".into()), true),
+            ("c1-ingress".into(), Some("public-1".into()), false),
+        ]
+    );
+    assert_eq!(
+        down.components[&key("c1-control-plane-2")]
+            .metadata
+            .deletion_timestamp,
+        Some(NOW)
+    );
+    assert_eq!(
+        host_ports(&down, "c1-control-plane-2"),
+        host_ports(&w, "c1-control-plane-2")
+    );
+    assert_eq!(
+        down.hypervisors[&ObjectKey::cluster_scoped("private-3")]
+            .status
+            .allocated_ports
+            .len(),
+        3
+    );
+    let status = &down.clusters[&key("c1")].status;
+    assert_eq!(status.storage_client_endpoints.len(), 1);
+    // Preparing again, later, changes nothing.
+    assert_eq!(prepare(down.clone(), LATER).world, down);
+
+    // The engine removed replica 2: its ports are freed and reused first.
+    let mut removed = down.clone();
+    assert!(remove_component(&mut removed, &key("c1-control-plane-2")).is_some());
+    let h3 = &removed.hypervisors[&ObjectKey::cluster_scoped("private-3")].status;
+    assert_eq!(h3.allocated_ports, vec![]);
+    assert_eq!(h3.freed_ports, vec![30000, 30001, 30002]);
+    // Scaling up again: index 1 is still taken by the replica being deleted.
+    removed
+        .clusters
+        .get_mut(&key("c1"))
+        .unwrap()
+        .spec
+        .control_plane_replicas = Some(2);
+    let up = ok(removed);
+    assert_eq!(
+        placement(&up)[2],
+        ("c1-control-plane-2".into(), Some("private-3".into()), false)
+    );
+    assert_eq!(
+        host_ports(&up, "c1-control-plane-2"),
+        hp(&[
+            ("apiserver", 30000),
+            ("etcd-client", 30001),
+            ("etcd-peer", 30002)
+        ])
+    );
+    assert_eq!(
+        up.hypervisors[&ObjectKey::cluster_scoped("private-3")]
+            .status
+            .freed_ports,
+        Vec::<u16>::new()
+    );
+}
+
+#[test]
+fn no_public_hypervisor_is_an_error_and_leaves_the_cluster_untouched() {
+    let hvs = vec![hypervisor("p", false, "10.0.0.1", None, (30000, 30099))];
+    let input = world(hvs, vec![cluster("c1", 1, false)]);
+    let p = prepare(input.clone(), NOW);
+    assert_eq!(
+        p.failures,
+        BTreeMap::from([(key("c1"), Error::NoPublicHypervisor { cluster: key("c1") })])
+    );
+    let mut expected = input;
+    expected.apply_defaults();
+    assert_eq!(p.world, expected);
+    assert_eq!(
+        Error::NoPublicHypervisor { cluster: key("c1") }.to_string(),
+        "cluster default/c1 cannot be scheduled: there is no public hypervisor for its ingress"
+    );
+}
+
+#[test]
+fn no_private_hypervisor_is_an_error_other_clusters_proceed() {
+    let hvs = vec![
+        hypervisor("pub", true, "192.0.2.1", None, (40000, 40099)),
+        hypervisor("priv", false, "10.0.0.1", None, (30000, 30002)),
+    ];
+    // `a` takes the only private hypervisor's three ports; `b` finds no room.
+    let p = prepare(
+        world(
+            hvs.clone(),
+            vec![cluster("a", 1, false), cluster("b", 1, false)],
+        ),
+        NOW,
+    );
+    assert_eq!(
+        p.failures,
+        BTreeMap::from([(
+            key("b"),
+            Error::NoCapacity {
+                cluster: key("b"),
+                role: ComponentRole::ControlPlane,
+                ports_needed: 3
+            }
+        )])
+    );
+    assert_eq!(p.world.components.len(), 2);
+    // b's ingress port was rolled back.
+    assert_eq!(
+        p.world.hypervisors[&ObjectKey::cluster_scoped("pub")]
+            .status
+            .allocated_ports
+            .len(),
+        1
+    );
+    let p = prepare(
+        world(vec![hvs[0].clone()], vec![cluster("a", 1, false)]),
+        NOW,
+    );
+    assert_eq!(
+        p.failures,
+        BTreeMap::from([(key("a"), Error::NoPrivateHypervisor { cluster: key("a") })])
+    );
+    assert!(p.world.components.is_empty());
+}
+
+#[test]
+fn exhausted_range_names_hypervisor_and_range_and_rolls_back() {
+    let hvs = vec![
+        hypervisor("pub", true, "192.0.2.1", None, (40000, 40000)),
+        hypervisor("priv", false, "10.0.0.1", None, (30000, 30099)),
+    ];
+    let w = ok(world(hvs, vec![cluster("c1", 1, false)]));
+    let mut vpn = w.clone();
+    vpn.clusters.get_mut(&key("c1")).unwrap().spec.vpn.enabled = true;
+    vpn.clusters
+        .get_mut(&key("c1"))
+        .unwrap()
+        .spec
+        .control_plane_replicas = Some(2);
+    let p = prepare(vpn.clone(), NOW);
+    assert_eq!(
+        p.failures,
+        BTreeMap::from([(
+            key("c1"),
+            Error::PortRangeExhausted {
+                hypervisor: "pub".into(),
+                low: 40000,
+                high: 40000
+            }
+        )])
+    );
+    // Nothing of the failed attempt remains: no second replica, no ports on priv.
+    let mut expected = vpn;
+    expected.apply_defaults();
+    assert_eq!(p.world, expected);
+}
+
+#[test]
+fn unknown_hypervisor_is_an_error() {
+    let mut w = world(basic(), vec![cluster("c1", 1, false)]);
+    let c = Component::new(
+        ObjectMeta::named("c1-control-plane-0"),
+        ComponentSpec {
+            cluster: "c1".into(),
+            role: ComponentRole::ControlPlane,
+            hypervisor: Some("gone".into()),
+        },
+    );
+    w.components.insert(c.key(), c);
+    assert_eq!(
+        prepare(w, NOW).failures[&key("c1")],
+        Error::UnknownHypervisor {
+            cluster: key("c1"),
+            component: key("c1-control-plane-0"),
+            hypervisor: "gone".into()
+        }
+    );
+}
+
+#[test]
+fn invalid_cluster_is_reported_with_its_fields() {
+    let mut c = cluster("c1", 1, false);
+    c.spec.kubernetes_version = "1.2.3".into();
+    let p = prepare(world(basic(), vec![c]), NOW);
+    let Error::Invalid { object, errors } = &p.failures[&key("c1")] else {
+        panic!("{:?}", p.failures);
+    };
+    assert_eq!(object, &key("c1"));
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0].field, "spec.kubernetesVersion");
+    assert!(matches!(
+        errors[0].reason,
+        Reason::UnsupportedVersion { .. }
+    ));
+}
+
+#[test]
+fn cluster_being_deleted_is_not_expanded_and_remove_cluster_frees_its_ports() {
+    let w = ok(world(
+        basic(),
+        vec![cluster("c1", 2, false), cluster("c2", 1, false)],
+    ));
+    let mut deleting = w.clone();
+    deleting
+        .clusters
+        .get_mut(&key("c1"))
+        .unwrap()
+        .metadata
+        .deletion_timestamp = Some(NOW);
+    deleting
+        .clusters
+        .get_mut(&key("c1"))
+        .unwrap()
+        .spec
+        .control_plane_replicas = Some(3);
+    assert_eq!(ok(deleting.clone()), deleting);
+    let fresh = world(
+        basic(),
+        vec![{
+            let mut c = cluster("c1", 1, false);
+            c.metadata.deletion_timestamp = Some(NOW);
+            c
+        }],
+    );
+    assert!(ok(fresh).components.is_empty());
+
+    assert!(remove_cluster(&mut deleting, &key("c1")));
+    assert!(!deleting.clusters.contains_key(&key("c1")));
+    assert!(deleting.components.values().all(|c| c.spec.cluster == "c2"));
+    let p1 = &deleting.hypervisors[&ObjectKey::cluster_scoped("private-1")].status;
+    assert_eq!(p1.freed_ports, vec![30000, 30001, 30002]);
+    assert!(p1.allocated_ports.is_empty());
+    // c2's replica, placed on the least loaded private-3, keeps its ports.
+    let p3 = &deleting.hypervisors[&ObjectKey::cluster_scoped("private-3")].status;
+    assert_eq!(p3.allocated_ports.len(), 3);
+    assert!(p3.allocated_ports.iter().all(|a| a.cluster == "c2"));
+    assert!(!remove_cluster(&mut deleting, &key("c1")));
+}
+
+#[test]
+fn missing_pki_is_generated_once_and_existing_kept() {
+    let mut c = cluster("c1", 1, false);
+    c.spec.certificate_authorities.etcd_peer = None;
+    c.spec.api_server.service_account = None;
+    let w = ok(world(basic(), vec![c]));
+    let spec = &w.clusters[&key("c1")].spec;
+    let peer = spec.certificate_authorities.etcd_peer.clone().unwrap();
+    let info = oi_pki::inspect_certificate(&peer.certificate).unwrap();
+    assert_eq!(info.common_name.as_deref(), Some("c1-etcd-peer-ca"));
+    assert!(info.is_ca);
+    assert!(
+        spec.api_server
+            .service_account
+            .as_ref()
+            .unwrap()
+            .private_key
+            .contains("PRIVATE KEY")
+    );
+    assert_eq!(
+        spec.certificate_authorities
+            .etcd_client
+            .as_ref()
+            .unwrap()
+            .certificate,
+        "CERT etcd-client"
+    );
+    assert_eq!(spec.join_key.as_ref().unwrap().public_key, "PUB join");
+    // Generated material is kept on the next pass.
+    assert_eq!(ok(w.clone()), w);
+}
+
+// --- properties ---
+
+#[derive(Debug, Clone)]
+struct Shape {
+    private: Vec<Option<u8>>,
+    public: usize,
+    clusters: Vec<(u32, bool)>,
+    range_len: u32,
+}
+
+fn shape() -> impl Strategy<Value = Shape> {
+    (
+        prop::collection::vec(prop::option::of(0u8..3), 1..7),
+        1usize..3,
+        prop::collection::vec((1u32..6, any::<bool>()), 1..7),
+        prop_oneof![Just(200u32), 6u32..30],
+    )
+        .prop_map(|(private, public, clusters, range_len)| Shape {
+            private,
+            public,
+            clusters,
+            range_len,
+        })
+}
+
+fn build(s: &Shape) -> World {
+    let mut hvs = Vec::new();
+    for (i, zone) in s.private.iter().enumerate() {
+        let z = zone.map(|z| format!("zone-{z}"));
+        hvs.push(hypervisor(
+            &format!("priv-{i}"),
+            false,
+            &format!("10.0.0.{i}"),
+            z.as_deref(),
+            (30000, 30000 + s.range_len - 1),
+        ));
+    }
+    for i in 0..s.public {
+        hvs.push(hypervisor(
+            &format!("pub-{i}"),
+            true,
+            &format!("192.0.2.{i}"),
+            None,
+            (40000, 40000 + s.range_len - 1),
+        ));
+    }
+    let clusters = s
+        .clusters
+        .iter()
+        .enumerate()
+        .map(|(i, (r, vpn))| cluster(&format!("c{i}"), *r, *vpn))
+        .collect();
+    world(hvs, clusters)
+}
+
+/// Invariants every prepared world holds.
+fn check(
+    w: &World,
+    failures: &BTreeMap<ObjectKey, Error>,
+) -> std::result::Result<(), TestCaseError> {
+    for h in w.hypervisors.values() {
+        let range = h.spec.port_range;
+        let mut seen = BTreeSet::new();
+        for a in &h.status.allocated_ports {
+            prop_assert!(
+                seen.insert(a.port),
+                "port {} twice on {}",
+                a.port,
+                h.metadata.name
+            );
+            prop_assert!(range.contains(a.port));
+        }
+        for f in &h.status.freed_ports {
+            prop_assert!(!seen.contains(f) && range.contains(*f));
+        }
+    }
+    for c in w.components.values() {
+        let hv = c.spec.hypervisor.as_ref().unwrap();
+        let h = &w.hypervisors[&ObjectKey::cluster_scoped(hv.clone())];
+        prop_assert_eq!(
+            h.spec.public,
+            c.spec.role == ComponentRole::ControlPlaneIngress
+        );
+        for p in &c.status.allocated_host_ports {
+            let owner = format!("{}-{}", c.metadata.name, p.name);
+            prop_assert!(
+                h.status.allocated_ports.iter().any(|a| a.port == p.port
+                    && a.component == owner
+                    && a.cluster == c.spec.cluster),
+                "{} {} not recorded on {}",
+                owner,
+                p.port,
+                hv
+            );
+        }
+    }
+    let privates: Vec<&Hypervisor> = w.hypervisors.values().filter(|h| !h.spec.public).collect();
+    let domains: BTreeSet<Domain<'_>> = privates
+        .iter()
+        .map(|h| {
+            Domain::of(
+                &h.metadata.name,
+                h.metadata.labels.get(ZONE_LABEL).map(String::as_str),
+            )
+        })
+        .collect();
+    for (k, cl) in &w.clusters {
+        if failures.contains_key(k) {
+            continue;
+        }
+        let replicas: Vec<&Component> = w
+            .components_of(k)
+            .filter(|c| {
+                c.spec.role == ComponentRole::ControlPlane && !c.metadata.is_being_deleted()
+            })
+            .collect();
+        prop_assert_eq!(replicas.len() as u32, cl.control_plane_replicas());
+        let used: BTreeSet<&str> = replicas
+            .iter()
+            .map(|c| c.spec.hypervisor.as_deref().unwrap())
+            .collect();
+        let enough_room = privates
+            .iter()
+            .all(|h| h.spec.port_range.high - h.spec.port_range.low >= 100);
+        if enough_room {
+            prop_assert_eq!(
+                used.len(),
+                replicas.len().min(privates.len()),
+                "replicas share a hypervisor"
+            );
+            let used_domains: BTreeSet<Domain<'_>> = privates
+                .iter()
+                .filter(|h| used.contains(h.metadata.name.as_str()))
+                .map(|h| {
+                    Domain::of(
+                        &h.metadata.name,
+                        h.metadata.labels.get(ZONE_LABEL).map(String::as_str),
+                    )
+                })
+                .collect();
+            prop_assert_eq!(
+                used_domains.len(),
+                replicas.len().min(domains.len()),
+                "replicas share a domain"
+            );
+        }
+        prop_assert!(
+            cl.status
+                .api_server_endpoint
+                .starts_with("https://192.0.2.")
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn prepare_is_deterministic_idempotent_and_consistent(s in shape()) {
+        let w = build(&s);
+        let first = prepare(w.clone(), NOW);
+        let second = prepare(w, NOW);
+        prop_assert_eq!(&first, &second);
+        check(&first.world, &first.failures)?;
+        if first.failures.is_empty() {
+            let again = prepare(first.world.clone(), LATER);
+            prop_assert_eq!(&again.world, &first.world);
+            prop_assert!(again.failures.is_empty());
+        }
+    }
+
+    #[test]
+    fn rescaling_keeps_invariants(s in shape(), scales in prop::collection::vec((0usize..7, 1u32..6, any::<bool>()), 1..6)) {
+        let mut w = prepare(build(&s), NOW).world;
+        for (i, replicas, remove_deleted) in scales {
+            let k = key(&format!("c{}", i % s.clusters.len()));
+            w.clusters.get_mut(&k).unwrap().spec.control_plane_replicas = Some(replicas);
+            let p = prepare(w, NOW);
+            check(&p.world, &p.failures)?;
+            w = p.world;
+            if remove_deleted {
+                let gone: Vec<ObjectKey> = w.components.iter().filter(|(_, c)| c.metadata.is_being_deleted()).map(|(k, _)| k.clone()).collect();
+                for k in gone {
+                    prop_assert!(remove_component(&mut w, &k).is_some());
+                }
+            }
+            let again = prepare(w.clone(), LATER);
+            if again.failures.is_empty() {
+                let twice = prepare(again.world.clone(), LATER);
+                prop_assert_eq!(twice.world, again.world);
+            }
+        }
+    }
+}

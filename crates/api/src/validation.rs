@@ -64,6 +64,10 @@ pub enum Reason {
     PortOutOfRange { port: u32 },
     #[error("low port {low} is above high port {high}")]
     PortRangeInverted { low: u32, high: u32 },
+    #[error("{value:?} is not an absolute path")]
+    NotAbsolutePath { value: String },
+    #[error("{value:?} is not a CRI endpoint URI ([tcp|https|grpcs://]host:port)")]
+    InvalidEndpointUri { value: String },
     #[error("{value:?} is not an IP address")]
     InvalidIp { value: String },
     #[error("{value:?} is not a CIDR (address/prefix)")]
@@ -174,10 +178,16 @@ pub fn validate_hypervisor(hypervisor: &Hypervisor) -> Vec<FieldError> {
         (Some(_), Some(_)) => errors.push(FieldError::new("spec", Reason::BothCriEndpoints)),
         (None, None) => errors.push(FieldError::new("spec", Reason::NoCriEndpoint)),
         (Some(local), None) => {
-            if local.cri_endpoint_path.trim().is_empty() {
+            let path = &local.cri_endpoint_path;
+            let field = "spec.localCRIEndpoint.criEndpointPath";
+            if path.trim().is_empty() {
+                errors.push(FieldError::new(field, Reason::Required));
+            } else if !path.starts_with('/') {
                 errors.push(FieldError::new(
-                    "spec.localCRIEndpoint.criEndpointPath",
-                    Reason::Required,
+                    field,
+                    Reason::NotAbsolutePath {
+                        value: path.clone(),
+                    },
                 ));
             }
         }
@@ -187,6 +197,13 @@ pub fn validate_hypervisor(hypervisor: &Hypervisor) -> Vec<FieldError> {
                 errors.push(FieldError::new(
                     format!("{base}.criEndpointURI"),
                     Reason::Required,
+                ));
+            } else if !is_endpoint_uri(&remote.cri_endpoint_uri) {
+                errors.push(FieldError::new(
+                    format!("{base}.criEndpointURI"),
+                    Reason::InvalidEndpointUri {
+                        value: remote.cri_endpoint_uri.clone(),
+                    },
                 ));
             }
             if remote.ca_certificate.trim().is_empty() {
@@ -430,6 +447,32 @@ pub fn is_dns1123_label(value: &str) -> bool {
                 && bytes.iter().all(|b| alnum(b) || *b == b'-')
         }
         _ => false,
+    }
+}
+
+/// `[scheme://]host:port[/]` with scheme `tcp`, `https` or `grpcs`, an IPv6 host in brackets
+/// and a port in 1..65535: the forms the CRI client dials.
+pub fn is_endpoint_uri(uri: &str) -> bool {
+    let rest = match uri.split_once("://") {
+        Some(("tcp" | "https" | "grpcs", rest)) => rest,
+        Some(_) => return false,
+        None => uri,
+    };
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if authority.contains(['/', '@', ' ']) {
+        return false;
+    }
+    let split = match authority.strip_prefix('[') {
+        Some(after) => after
+            .split_once("]:")
+            .filter(|(host, _)| host.parse::<std::net::Ipv6Addr>().is_ok()),
+        None => authority
+            .rsplit_once(':')
+            .filter(|(host, _)| !host.contains(':')),
+    };
+    match split {
+        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0),
+        None => false,
     }
 }
 

@@ -492,6 +492,60 @@ fn load_reports_every_validation_error() {
 }
 
 #[test]
+fn bad_cri_endpoint_forms() {
+    let spec = LOCAL.replace("/run/containerd.sock", "run/containerd.sock");
+    assert_eq!(
+        errors(&hypervisor("h1", &spec)),
+        [hv_error(
+            "h1",
+            "spec.localCRIEndpoint.criEndpointPath",
+            Reason::NotAbsolutePath {
+                value: "run/containerd.sock".into()
+            }
+        )]
+    );
+    let spec = format!(
+        "  public: true\n  ipAddress: 192.0.2.10\n  portRange: {{low: 30000, high: 30099}}\n  remoteCRIEndpoint:\n    criEndpointURI: unix:///run/c.sock\n    caCertificate: {CA:?}\n    clientCertificate: {{certificate: c, privateKey: k}}\n"
+    );
+    assert_eq!(
+        errors(&hypervisor("h1", &spec)),
+        [hv_error(
+            "h1",
+            "spec.remoteCRIEndpoint.criEndpointURI",
+            Reason::InvalidEndpointUri {
+                value: "unix:///run/c.sock".into()
+            }
+        )]
+    );
+}
+
+#[test]
+fn endpoint_uri_forms() {
+    for ok in [
+        "tcp://192.0.2.1:27000",
+        "https://hv.example.com:443/",
+        "grpcs://[2001:db8::1]:1",
+        "192.0.2.1:65535",
+    ] {
+        assert!(is_endpoint_uri(ok), "{ok}");
+    }
+    for bad in [
+        "",
+        "tcp://192.0.2.1",
+        "tcp://192.0.2.1:0",
+        "tcp://192.0.2.1:65536",
+        "tcp://:27000",
+        "http://192.0.2.1:80",
+        "tcp://2001:db8::1:27000",
+        "tcp://[nonsense]:27000",
+        "tcp://u@host:1",
+        "tcp://host:1/path",
+    ] {
+        assert!(!is_endpoint_uri(bad), "{bad}");
+    }
+}
+
+#[test]
 fn dns_label_rule() {
     for ok in ["a", "a-b", "0", "a0-9z", &"a".repeat(63)] {
         assert!(is_dns1123_label(ok), "{ok}");

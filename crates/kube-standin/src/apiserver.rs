@@ -25,6 +25,7 @@ use std::time::Duration;
 use http::StatusCode;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use x509_parser::extensions::GeneralName;
 
 use crate::config::ApiServerConfig;
 use crate::etcd::Etcd;
@@ -198,7 +199,21 @@ fn describe(cert: &rustls::pki_types::CertificateDer<'_>) -> String {
             ext.value
                 .general_names
                 .iter()
-                .map(|n| n.to_string())
+                .map(|name| match name {
+                    GeneralName::DNSName(dns) => format!("DNS:{dns}"),
+                    GeneralName::IPAddress(bytes) => match bytes.len() {
+                        4 => format!(
+                            "IP:{}",
+                            IpAddr::from(<[u8; 4]>::try_from(*bytes).unwrap_or_default())
+                        ),
+                        16 => format!(
+                            "IP:{}",
+                            IpAddr::from(<[u8; 16]>::try_from(*bytes).unwrap_or_default())
+                        ),
+                        _ => "IP:?".to_string(),
+                    },
+                    other => other.to_string(),
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         })

@@ -1,0 +1,307 @@
+//! Command line arguments: what the user can say, apart from what the commands do with it.
+//!
+//! Command and flag names follow oneinfra's `oi`, so that its documentation keeps working.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap_complete::Shell;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+/// oneinfra: Kubernetes control planes as a service, on machines you already own.
+///
+/// Commands read manifests from stdin (or `-f FILE`; nothing when stdin is a terminal) and
+/// write the updated manifests to stdout (or `-o FILE`), so they compose with pipes:
+///
+///   oi hypervisor inject --name h1 ... | oi hypervisor inject --name h2 --public ... \
+///     | oi cluster inject --name c1 -o world.yaml
+///   oi cluster admin-kubeconfig -f world.yaml > c1.kubeconfig
+#[derive(Debug, Parser)]
+#[command(name = "oi", version, max_term_width = 100)]
+pub struct Cli {
+    #[command(flatten)]
+    pub globals: GlobalArgs,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every command accepts.
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Write the output to FILE instead of stdout: atomically (a temporary file in the same
+    /// directory, fsync, rename), with mode 0600, and only if the command succeeds. FILE may
+    /// be one of the inputs.
+    #[arg(short, long, global = true, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// The current time, for reproducible output (tests).
+    #[arg(long, global = true, hide = true, value_name = "RFC3339", value_parser = parse_rfc3339)]
+    pub now: Option<OffsetDateTime>,
+
+    /// Seed the random generator (scheduling choices, join tokens), for reproducible output.
+    /// Tokens generated from a known seed are known to anyone: use it for tests only. Keys
+    /// always come from the operating system.
+    #[arg(long, global = true, value_name = "N")]
+    pub seed: Option<u64>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Cluster operations: inject a cluster, get its admin kubeconfig or API server CA.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+
+    /// Hypervisor operations: register a machine exposing a CRI endpoint.
+    #[command(subcommand)]
+    Hypervisor(HypervisorCommand),
+
+    /// Bootstrap tokens that worker nodes join clusters with.
+    #[command(subcommand)]
+    JoinToken(JoinTokenCommand),
+
+    /// Versions of oi, of the supported Kubernetes releases and of component images.
+    Version(VersionArgs),
+
+    /// Print a shell completion script.
+    Completion(CompletionArgs),
+    //
+    // `oi reconcile` (apply the world to the hypervisors) belongs here, beside these, and
+    // `oi cluster delete` in `ClusterCommand`: added with the engine that executes plans.
+}
+
+/// Where manifests come from.
+#[derive(Debug, Args)]
+pub struct InputArgs {
+    /// Read manifests from FILE instead of stdin. Repeatable; `-` is stdin.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Print a kubeconfig for the cluster's administrator (a new client certificate on
+    /// every call).
+    AdminKubeconfig(ClusterSelectArgs),
+
+    /// Print the certificate (PEM) of the CA that signs the cluster's API server certificate.
+    #[command(name = "apiserver-ca")]
+    ApiserverCa(ClusterSelectArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ClusterInjectArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+
+    /// Name of the new cluster.
+    #[arg(long)]
+    pub name: String,
+
+    /// Namespace of the new cluster.
+    #[arg(long)]
+    pub namespace: Option<String>,
+
+    /// Kubernetes version (`default`, `1.37`, `1.37.1`; see `oi version kubernetes`).
+    #[arg(long, value_name = "VERSION", default_value = "default")]
+    pub kubernetes_version: String,
+
+    /// Number of control plane replicas (each an etcd member and API server).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub control_plane_replicas: u32,
+
+    /// Enable the cluster's WireGuard VPN.
+    #[arg(long)]
+    pub vpn_enabled: bool,
+
+    /// Address range of the cluster's VPN (with --vpn-enabled).
+    #[arg(long, value_name = "CIDR", requires = "vpn_enabled")]
+    pub vpn_cidr: Option<String>,
+
+    /// Extra subject alternative names of the API server certificate (comma separated).
+    #[arg(long, value_name = "SAN,...", value_delimiter = ',')]
+    pub apiserver_extra_sans: Vec<String>,
+
+    /// Algorithm of the cluster's keys: ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096.
+    #[arg(long, value_name = "ALGORITHM")]
+    pub key_algorithm: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ClusterSelectArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+
+    /// The cluster (`NAME` or `NAMESPACE/NAME`); may be omitted when there is only one.
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HypervisorCommand {
+    /// Add a hypervisor to the manifests and print all manifests.
+    Inject(HypervisorInjectArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("cri").required(true).args(["local_cri_endpoint", "remote_cri_endpoint"]))]
+pub struct HypervisorInjectArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+
+    /// Name of the hypervisor.
+    #[arg(long)]
+    pub name: String,
+
+    /// Unix socket path of a CRI endpoint on this machine.
+    #[arg(long, value_name = "PATH")]
+    pub local_cri_endpoint: Option<PathBuf>,
+
+    /// CRI endpoint reached over TCP with mutual TLS, e.g. tcp://192.0.2.10:27000.
+    #[arg(
+        long,
+        value_name = "URI",
+        requires_all = ["ca_certificate", "client_certificate", "client_key"]
+    )]
+    pub remote_cri_endpoint: Option<String>,
+
+    /// PEM file of the CA the remote endpoint's certificate is checked against.
+    #[arg(long, value_name = "FILE", requires = "remote_cri_endpoint")]
+    pub ca_certificate: Option<PathBuf>,
+
+    /// PEM file of the client certificate presented to the remote endpoint.
+    #[arg(long, value_name = "FILE", requires = "remote_cri_endpoint")]
+    pub client_certificate: Option<PathBuf>,
+
+    /// PEM file of the client certificate's private key.
+    #[arg(long, value_name = "FILE", requires = "remote_cri_endpoint")]
+    pub client_key: Option<PathBuf>,
+
+    /// Address components on this hypervisor are reached at.
+    #[arg(long, value_name = "IP")]
+    pub ip_address: IpAddr,
+
+    /// A public hypervisor runs cluster ingresses; a private one runs control planes.
+    #[arg(long)]
+    pub public: bool,
+
+    /// Ports allocated to components on this hypervisor.
+    #[arg(long, value_name = "LOW-HIGH", default_value = "30000-65000", value_parser = parse_port_range)]
+    pub port_range: (u32, u32),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JoinTokenCommand {
+    /// Add a new bootstrap token to a cluster and print all manifests (the token on stderr).
+    Inject(JoinTokenInjectArgs),
+
+    /// Print a new bootstrap token.
+    Generate,
+}
+
+#[derive(Debug, Args)]
+pub struct JoinTokenInjectArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+
+    /// The cluster (`NAME` or `NAMESPACE/NAME`).
+    #[arg(long, value_name = "NAME")]
+    pub cluster: String,
+}
+
+#[derive(Debug, Args)]
+pub struct VersionArgs {
+    #[command(subcommand)]
+    pub command: Option<VersionCommand>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum VersionCommand {
+    /// The default and the supported Kubernetes versions.
+    Kubernetes,
+
+    /// The image of a component for a Kubernetes version.
+    Component(VersionComponentArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct VersionComponentArgs {
+    /// The component.
+    #[arg(long, value_enum)]
+    pub component: ComponentName,
+
+    /// Kubernetes version (`default`, `1.37`, `1.37.1`).
+    #[arg(long, value_name = "VERSION", default_value = "default")]
+    pub kubernetes_version: String,
+}
+
+/// Components whose image `oi version component` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ComponentName {
+    Etcd,
+    KubeApiserver,
+    KubeControllerManager,
+    KubeScheduler,
+    Haproxy,
+    Pause,
+    Toolbox,
+    Wireguard,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: Shell,
+}
+
+fn parse_rfc3339(s: &str) -> Result<OffsetDateTime, String> {
+    OffsetDateTime::parse(s, &Rfc3339).map_err(|e| format!("not an RFC 3339 time: {e}"))
+}
+
+/// `LOW-HIGH`, both ports. Order is checked by hypervisor validation, like in manifests.
+fn parse_port_range(s: &str) -> Result<(u32, u32), String> {
+    let (low, high) = s
+        .split_once('-')
+        .ok_or_else(|| format!("expected LOW-HIGH, got {s:?}"))?;
+    let port = |p: &str| {
+        p.trim()
+            .parse::<u16>()
+            .map(u32::from)
+            .map_err(|_| format!("{p:?} is not a port (1-65535)"))
+    };
+    Ok((port(low)?, port(high)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn port_range_forms() {
+        assert_eq!(parse_port_range("30000-30100"), Ok((30000, 30100)));
+        assert_eq!(parse_port_range("200-100"), Ok((200, 100)));
+        assert_eq!(
+            parse_port_range("30000"),
+            Err("expected LOW-HIGH, got \"30000\"".to_string())
+        );
+        assert_eq!(
+            parse_port_range("1-70000"),
+            Err("\"70000\" is not a port (1-65535)".to_string())
+        );
+    }
+
+    #[test]
+    fn now_is_rfc3339() {
+        assert!(parse_rfc3339("2026-11-22T00:00:00Z").is_ok());
+        assert!(parse_rfc3339("yesterday").is_err());
+    }
+}

@@ -1,0 +1,87 @@
+//! The commands, one module per subcommand. Each is a function of its arguments, the
+//! [`Context`] (time and randomness, as inputs), stdin and an output buffer; none touches the
+//! file system except through [`crate::io`].
+
+pub mod cluster;
+pub mod completion;
+pub mod hypervisor;
+pub mod join_token;
+pub mod version;
+// `reconcile` (and `cluster/delete`) join these with the engine that executes plans.
+
+use std::io::{Read, Write};
+
+use rand::SeedableRng as _;
+use rand_chacha::ChaCha20Rng;
+use time::OffsetDateTime;
+
+use crate::args::{ClusterCommand, Command, GlobalArgs, HypervisorCommand, JoinTokenCommand};
+
+/// What commands take from the world besides their arguments: the time and randomness.
+#[derive(Debug, Clone, Copy)]
+pub struct Context {
+    pub now: OffsetDateTime,
+    /// `--seed`; `None` means fresh operating system randomness.
+    pub seed: Option<u64>,
+}
+
+impl Context {
+    /// A random generator: seeded with `--seed`, or from the operating system.
+    pub fn rng(&self) -> ChaCha20Rng {
+        match self.seed {
+            Some(seed) => ChaCha20Rng::seed_from_u64(seed),
+            None => ChaCha20Rng::from_entropy(),
+        }
+    }
+
+    /// The seed for the planning core: `--seed`, or one drawn from the operating system.
+    // Used by `cluster inject`, which lands with the planning core's `prepare`.
+    #[allow(dead_code)]
+    pub fn seed(&self) -> u64 {
+        self.seed
+            .unwrap_or_else(|| rand::RngCore::next_u64(&mut rand::rngs::OsRng))
+    }
+}
+
+impl GlobalArgs {
+    /// The context the flags describe, the clock and the operating system filling the gaps.
+    pub fn context(&self) -> Context {
+        Context {
+            now: self.now.unwrap_or_else(OffsetDateTime::now_utc),
+            seed: self.seed,
+        }
+    }
+}
+
+/// Runs a command, its output going to `output` (the caller writes it out only on success).
+/// Returns a note for stderr, to be shown once the output is written.
+///
+/// # Errors
+/// Whatever the command reports.
+pub fn dispatch(
+    command: &Command,
+    ctx: &Context,
+    input: impl Read,
+    output: &mut impl Write,
+) -> anyhow::Result<Option<String>> {
+    let no_note = |result: anyhow::Result<()>| result.map(|()| None);
+    match command {
+        Command::Cluster(ClusterCommand::AdminKubeconfig(args)) => {
+            no_note(cluster::admin_kubeconfig::run(args, ctx, input, output))
+        }
+        Command::Cluster(ClusterCommand::ApiserverCa(args)) => {
+            no_note(cluster::apiserver_ca::run(args, input, output))
+        }
+        Command::Hypervisor(HypervisorCommand::Inject(args)) => {
+            no_note(hypervisor::inject::run(args, input, output))
+        }
+        Command::JoinToken(JoinTokenCommand::Inject(args)) => {
+            join_token::inject::run(args, ctx, input, output).map(Some)
+        }
+        Command::JoinToken(JoinTokenCommand::Generate) => {
+            no_note(join_token::generate::run(ctx, output))
+        }
+        Command::Version(args) => no_note(version::run(args, output)),
+        Command::Completion(args) => no_note(completion::run(args, output)),
+    }
+}

@@ -1,0 +1,3 @@
+//! `oi hypervisor inject`: register a machine exposing a CRI endpoint.
+
+pub mod inject;

@@ -1,0 +1,81 @@
+//! `oi hypervisor inject`: add a validated Hypervisor to the manifests and print them all.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::path::Path;
+
+use anyhow::Context as _;
+use oi_api::{
+    Certificate, Hypervisor, HypervisorSpec, LocalCriEndpoint, Object, ObjectKey, ObjectMeta,
+    PortRange, RemoteCriEndpoint,
+};
+
+use crate::args::HypervisorInjectArgs;
+use crate::manifests;
+
+/// # Errors
+/// When the manifests do not load, a hypervisor of that name exists, a PEM file cannot be
+/// read, or the new hypervisor is invalid.
+pub fn run(
+    args: &HypervisorInjectArgs,
+    input: impl Read,
+    output: &mut impl Write,
+) -> anyhow::Result<()> {
+    let mut world = manifests::load(&args.input, input)?;
+    let hypervisor = hypervisor(args)?;
+    let key = ObjectKey::cluster_scoped(&args.name);
+    anyhow::ensure!(
+        !world.hypervisors.contains_key(&key),
+        "hypervisor {:?} already exists",
+        args.name
+    );
+    let hypervisor = Object::Hypervisor(hypervisor);
+    manifests::validate_new(&hypervisor)?;
+    world.insert(hypervisor);
+    manifests::finish(&world, output)
+}
+
+/// The Hypervisor the flags describe, certificates and key read from their files.
+fn hypervisor(args: &HypervisorInjectArgs) -> anyhow::Result<Hypervisor> {
+    let local_cri_endpoint = args
+        .local_cri_endpoint
+        .as_ref()
+        .map(|path| LocalCriEndpoint {
+            cri_endpoint_path: path.display().to_string(),
+        });
+    let remote_cri_endpoint = match &args.remote_cri_endpoint {
+        None => None,
+        Some(uri) => Some(RemoteCriEndpoint {
+            cri_endpoint_uri: uri.clone(),
+            ca_certificate: read_pem(args.ca_certificate.as_deref(), "--ca-certificate")?,
+            client_certificate: Some(Certificate {
+                certificate: read_pem(args.client_certificate.as_deref(), "--client-certificate")?,
+                private_key: read_pem(args.client_key.as_deref(), "--client-key")?,
+            }),
+        }),
+    };
+    let (low, high) = args.port_range;
+    Ok(Hypervisor::new(
+        ObjectMeta::named(&args.name),
+        HypervisorSpec {
+            local_cri_endpoint,
+            remote_cri_endpoint,
+            public: args.public,
+            ip_address: args.ip_address.to_string(),
+            port_range: PortRange { low, high },
+        },
+    ))
+}
+
+/// Reads a PEM file a flag names; clap makes the flag required with `--remote-cri-endpoint`.
+fn read_pem(path: Option<&Path>, flag: &str) -> anyhow::Result<String> {
+    let path = path.with_context(|| format!("{flag} is required with --remote-cri-endpoint"))?;
+    let text = fs::read_to_string(path)
+        .with_context(|| format!("cannot read {flag} {}", path.display()))?;
+    anyhow::ensure!(
+        text.contains("-----BEGIN "),
+        "{flag} {} is not a PEM file",
+        path.display()
+    );
+    Ok(text)
+}

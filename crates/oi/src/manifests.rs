@@ -1,0 +1,119 @@
+//! From input sources to a [`World`] and back: what every manifest-editing command shares.
+
+use std::io::{Read, Write};
+
+use oi_api::{Cluster, LoadError, Object, ObjectKey, World};
+
+use crate::args::InputArgs;
+use crate::io;
+
+/// Reads and parses every input into one world (defaulted and validated by the api crate).
+///
+/// # Errors
+/// When an input cannot be read, a document does not parse, or the world is invalid
+/// (duplicate names, bad fields), the message naming the source and document.
+pub fn load(input: &InputArgs, stdin: impl Read) -> anyhow::Result<World> {
+    let sources = io::read_sources(&input.files, stdin)?;
+    let mut documents = Vec::new();
+    for source in &sources {
+        documents.extend(oi_api::parse_manifests(&source.text, &source.name)?);
+    }
+    let mut world = World::from_documents(documents).map_err(LoadError::Invalid)?;
+    world.apply_defaults();
+    Ok(world)
+}
+
+/// Checks an object a command made from its flags, as if it came in a manifest.
+///
+/// # Errors
+/// Every invalid field, one per line.
+pub fn validate_new(object: &Object) -> anyhow::Result<()> {
+    let errors = oi_api::validate_object(object);
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let lines: Vec<_> = errors
+        .iter()
+        .map(|e| format!("field `{}`: {}", e.field, e.reason))
+        .collect();
+    anyhow::bail!(
+        "invalid {} {:?}: {}",
+        object.kind(),
+        object.key().to_string(),
+        lines.join("; ")
+    )
+}
+
+/// Writes the world as manifests.
+///
+/// # Errors
+/// When the world cannot be serialized.
+pub fn finish(world: &World, output: &mut impl Write) -> anyhow::Result<()> {
+    output.write_all(world.to_yaml()?.as_bytes())?;
+    Ok(())
+}
+
+/// The cluster `selector` names: `NAME` (in whatever namespace, if only one has it) or
+/// `NAMESPACE/NAME`; with no selector, the only cluster there is.
+///
+/// # Errors
+/// When no cluster matches, or several do (naming them).
+pub fn select_cluster<'w>(
+    world: &'w World,
+    selector: Option<&str>,
+) -> anyhow::Result<(&'w ObjectKey, &'w Cluster)> {
+    select(world, selector)
+}
+
+/// Like [`select_cluster`], for changing the cluster.
+///
+/// # Errors
+/// As [`select_cluster`].
+pub fn select_cluster_mut<'w>(
+    world: &'w mut World,
+    selector: Option<&str>,
+) -> anyhow::Result<&'w mut Cluster> {
+    let key = select(world, selector)?.0.clone();
+    // `select` just found this key in the same map.
+    world
+        .clusters
+        .get_mut(&key)
+        .ok_or_else(|| anyhow::anyhow!("cluster {key} not found"))
+}
+
+fn select<'w>(
+    world: &'w World,
+    selector: Option<&str>,
+) -> anyhow::Result<(&'w ObjectKey, &'w Cluster)> {
+    let matches: Vec<_> = match selector {
+        None => world.clusters.iter().collect(),
+        Some(s) => match s.split_once('/') {
+            Some((namespace, name)) => world
+                .clusters
+                .get_key_value(&ObjectKey::new(namespace, name))
+                .into_iter()
+                .collect(),
+            None => world.clusters.iter().filter(|(k, _)| k.name == s).collect(),
+        },
+    };
+    let names = || {
+        matches
+            .iter()
+            .map(|(k, _)| k.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (matches.as_slice(), selector) {
+        ([only], _) => Ok(*only),
+        ([], None) => anyhow::bail!("no cluster in the manifests"),
+        ([], Some(s)) => anyhow::bail!("cluster {s:?} not found"),
+        (_, None) => anyhow::bail!(
+            "several clusters in the manifests ({}): choose one with --cluster",
+            names()
+        ),
+        (_, Some(s)) => anyhow::bail!(
+            "several clusters are named {s:?} ({}): use --cluster NAMESPACE/NAME",
+            names()
+        ),
+    }
+}

@@ -33,11 +33,13 @@
 //! skew. A leaf's key follows its CA's algorithm unless its spec says otherwise.
 //!
 //! [`inspect_certificate`], [`is_signed_by`] and [`needs_renewal`] read certificates back for
-//! the reconciler; [`kubeconfig`] renders the files components and users connect with.
+//! the reconciler; [`kubeconfig`] renders the files components and users connect with;
+//! [`SymmetricKey`] and the join key carry node join requests.
 
 mod ca;
 mod cluster;
 mod inspect;
+mod join;
 mod key;
 mod kubeconfig;
 mod leaf;
@@ -48,6 +50,7 @@ pub use inspect::{
     CertificateInfo, KeyUsages, RenewalReason, inspect_certificate, is_signed_by, needs_renewal,
     renewal_reason,
 };
+pub use join::{SymmetricKey, decrypt_with_join_key, encrypt_to_join_key};
 pub use key::{KeyAlgorithm, KeyPairPem};
 pub use kubeconfig::kubeconfig;
 pub use leaf::{
@@ -173,6 +176,20 @@ pub enum Error {
         /// The underlying failure.
         #[source]
         source: serde_yaml::Error,
+    },
+    /// A symmetric key of a length AES-GCM here does not take.
+    #[error("symmetric key of {length} bytes (expected 16 or 32)")]
+    InvalidSymmetricKey {
+        /// The length given.
+        length: usize,
+    },
+    /// Join crypto failed.
+    #[error("join crypto {operation}: {reason}")]
+    Join {
+        /// `wrap`, `unwrap`, `seal` or `open`.
+        operation: &'static str,
+        /// Why.
+        reason: String,
     },
     /// An error about the value of one manifest field.
     #[error("{field}")]

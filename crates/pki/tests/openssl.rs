@@ -249,8 +249,9 @@ fn ca_loaded_from_pem_keeps_signing() {
     assert!(ok, "{out}");
 }
 
-/// A CA made by another tool, with a PKCS#1 RSA key as Go programs (the original oneinfra)
-/// write them, and an EC one in PKCS#8, loads and signs.
+/// A CA made by another tool, shaped like the original oneinfra's (PKCS#1 RSA key, a subject
+/// with country, province, locality, street and postal code), and an EC one in PKCS#8, loads
+/// and signs.
 #[test]
 fn ca_made_by_openssl_loads_and_signs() {
     if !have_openssl("ca_made_by_openssl_loads_and_signs") {
@@ -261,7 +262,9 @@ fn ca_made_by_openssl_loads_and_signs() {
     fs::write(
         &config,
         "[req]\ndistinguished_name = dn\nx509_extensions = v3_ca\nprompt = no\n\
-         [dn]\nO = example\nCN = foreign-ca\n\
+         [dn]\nC = ES\nST = Some Province\nL = Some Locality\n\
+         street = Some StreetAddress\npostalCode = Some PostalCode\nO = Some Company\n\
+         CN = foreign-ca\n\
          [v3_ca]\nbasicConstraints = critical,CA:TRUE\n\
          keyUsage = critical,keyCertSign,cRLSign,digitalSignature\n\
          subjectKeyIdentifier = hash\n",
@@ -408,4 +411,91 @@ fn kubeconfig_embeds_a_verifiable_client_certificate() {
         &["-purpose", "sslclient"],
     );
     assert!(ok, "{out}");
+}
+
+/// Join-key wrapping is RSA-OAEP with SHA-256 for both the hash and MGF1, as Go's
+/// `rsa.EncryptOAEP(sha256.New(), ..)` in oneinfra: openssl decrypts ours and we decrypt its.
+#[test]
+fn join_key_wrapping_interoperates_with_openssl_oaep_sha256() {
+    if !have_openssl("join_key_wrapping_interoperates_with_openssl_oaep_sha256") {
+        return;
+    }
+    use base64::Engine as _;
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let b64 = base64::engine::general_purpose::STANDARD_NO_PAD;
+    let dir = tempfile::tempdir().unwrap();
+    let join = oi_pki::KeyPairPem::generate(KeyAlgorithm::Rsa2048).unwrap();
+    let key_path = dir.path().join("join.key");
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&key_path)
+        .unwrap()
+        .write_all(join.private_key_pem.as_bytes())
+        .unwrap();
+    fs::write(dir.path().join("join.pub"), &join.public_key_pem).unwrap();
+    let oaep = [
+        "-pkeyopt",
+        "rsa_padding_mode:oaep",
+        "-pkeyopt",
+        "rsa_oaep_md:sha256",
+        "-pkeyopt",
+        "rsa_mgf1_md:sha256",
+    ];
+    let pkeyutl = |args: &[&str]| {
+        let out = Command::new(OPENSSL)
+            .arg("pkeyutl")
+            .args(args)
+            .args(oaep)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl pkeyutl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+
+    let symmetric = oi_pki::SymmetricKey::generate();
+    let wrapped = symmetric.wrap(&join.public_key_pem).unwrap();
+    fs::write(
+        dir.path().join("wrapped.bin"),
+        b64.decode(&wrapped).unwrap(),
+    )
+    .unwrap();
+    pkeyutl(&[
+        "-decrypt",
+        "-inkey",
+        "join.key",
+        "-in",
+        "wrapped.bin",
+        "-out",
+        "plain.bin",
+    ]);
+    assert_eq!(
+        fs::read(dir.path().join("plain.bin")).unwrap(),
+        symmetric.as_bytes()
+    );
+
+    fs::write(
+        dir.path().join("message.bin"),
+        b"0123456789abcdef0123456789abcdef",
+    )
+    .unwrap();
+    pkeyutl(&[
+        "-encrypt",
+        "-pubin",
+        "-inkey",
+        "join.pub",
+        "-in",
+        "message.bin",
+        "-out",
+        "theirs.bin",
+    ]);
+    let theirs = b64.encode(fs::read(dir.path().join("theirs.bin")).unwrap());
+    let unwrapped = oi_pki::SymmetricKey::unwrap_with(&join.private_key_pem, &theirs).unwrap();
+    assert_eq!(unwrapped.as_bytes(), b"0123456789abcdef0123456789abcdef");
 }

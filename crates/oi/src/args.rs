@@ -41,9 +41,9 @@ pub struct GlobalArgs {
     #[arg(long, global = true, hide = true, value_name = "RFC3339", value_parser = parse_rfc3339)]
     pub now: Option<OffsetDateTime>,
 
-    /// Seed the random generator (scheduling choices, join tokens), for reproducible output.
-    /// Tokens generated from a known seed are known to anyone: use it for tests only. Keys
-    /// always come from the operating system.
+    /// Seed the random generator of join tokens, for reproducible output. Tokens generated
+    /// from a known seed are known to anyone: use it for tests only. Keys always come from the
+    /// operating system.
     #[arg(long, global = true, value_name = "N")]
     pub seed: Option<u64>,
 }
@@ -82,6 +82,10 @@ pub struct InputArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
+    /// Add a cluster to the manifests, with its PKI, control plane components and ingress
+    /// scheduled on the hypervisors, and print all manifests.
+    Inject(ClusterInjectArgs),
+
     /// Print a kubeconfig for the cluster's administrator (a new client certificate on
     /// every call).
     AdminKubeconfig(ClusterSelectArgs),

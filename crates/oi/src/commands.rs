@@ -33,14 +33,6 @@ impl Context {
             None => ChaCha20Rng::from_entropy(),
         }
     }
-
-    /// The seed for the planning core: `--seed`, or one drawn from the operating system.
-    // Used by `cluster inject`, which lands with the planning core's `prepare`.
-    #[allow(dead_code)]
-    pub fn seed(&self) -> u64 {
-        self.seed
-            .unwrap_or_else(|| rand::RngCore::next_u64(&mut rand::rngs::OsRng))
-    }
 }
 
 impl GlobalArgs {
@@ -66,6 +58,9 @@ pub fn dispatch(
 ) -> anyhow::Result<Option<String>> {
     let no_note = |result: anyhow::Result<()>| result.map(|()| None);
     match command {
+        Command::Cluster(ClusterCommand::Inject(args)) => {
+            cluster::inject::run(args, ctx, input, output)
+        }
         Command::Cluster(ClusterCommand::AdminKubeconfig(args)) => {
             no_note(cluster::admin_kubeconfig::run(args, ctx, input, output))
         }

@@ -2,4 +2,5 @@
 
 pub mod admin_kubeconfig;
 pub mod apiserver_ca;
+pub mod inject;
 // `delete` joins these with the engine that executes plans.

@@ -1,0 +1,95 @@
+//! `oi cluster inject --name N ...`: add a cluster to the world and prepare it (PKI, control
+//! plane components and ingress, scheduling, ports, endpoints), then print every manifest.
+
+use std::io::{Read, Write};
+
+use anyhow::Context as _;
+use oi_api::{
+    Cluster, ClusterSpec, DEFAULT_NAMESPACE, KubeApiServer, Object, ObjectKey, ObjectMeta, Vpn,
+};
+use oi_pki::KeyAlgorithm;
+use oi_reconcile::Options;
+
+use crate::args::ClusterInjectArgs;
+use crate::commands::Context;
+use crate::manifests;
+
+/// Returns warnings about other clusters of the world that could not be prepared (they are
+/// written back as they were).
+///
+/// # Errors
+/// When the manifests do not load, the cluster exists, the flags are invalid, or the cluster
+/// cannot be prepared (no suitable hypervisor, ports exhausted, ...).
+pub fn run(
+    args: &ClusterInjectArgs,
+    ctx: &Context,
+    input: impl Read,
+    output: &mut impl Write,
+) -> anyhow::Result<Option<String>> {
+    let mut world = manifests::load(&args.input, input)?;
+    let key = ObjectKey::new(
+        args.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE),
+        &args.name,
+    );
+    anyhow::ensure!(
+        !world.clusters.contains_key(&key),
+        "cluster {key} already exists"
+    );
+    let options = Options {
+        key_algorithm: match &args.key_algorithm {
+            Some(algorithm) => algorithm
+                .parse::<KeyAlgorithm>()
+                .context("invalid --key-algorithm")?,
+            None => KeyAlgorithm::default(),
+        },
+        ..Options::default()
+    };
+    let cluster = Object::Cluster(cluster(args));
+    manifests::validate_new(&cluster)?;
+    world.insert(cluster);
+
+    let mut prepared = oi_reconcile::prepare_with(world, ctx.now, &options);
+    if let Some(error) = prepared.failures.remove(&key) {
+        // The error names the cluster and why it could not be scheduled.
+        return Err(error.into());
+    }
+    manifests::finish(&prepared.world, output)?;
+    Ok(warnings(&prepared.failures))
+}
+
+/// The Cluster the flags describe, before defaults and preparation.
+fn cluster(args: &ClusterInjectArgs) -> Cluster {
+    Cluster::new(
+        match &args.namespace {
+            Some(namespace) => ObjectMeta::namespaced(namespace, &args.name),
+            None => ObjectMeta::named(&args.name),
+        },
+        ClusterSpec {
+            kubernetes_version: args.kubernetes_version.clone(),
+            control_plane_replicas: Some(args.control_plane_replicas),
+            api_server: KubeApiServer {
+                extra_sans: args.apiserver_extra_sans.clone(),
+                ..KubeApiServer::default()
+            },
+            vpn: Vpn {
+                enabled: args.vpn_enabled,
+                cidr: args.vpn_cidr.clone().unwrap_or_default(),
+                ..Vpn::default()
+            },
+            ..ClusterSpec::default()
+        },
+    )
+}
+
+/// One `warning:` line per other cluster that could not be prepared.
+fn warnings(
+    failures: &std::collections::BTreeMap<ObjectKey, oi_reconcile::Error>,
+) -> Option<String> {
+    (!failures.is_empty()).then(|| {
+        failures
+            .iter()
+            .map(|(key, error)| format!("warning: cluster {key} left unprepared: {error}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    })
+}

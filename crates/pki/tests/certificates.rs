@@ -58,7 +58,7 @@ fn cluster_pki_cas_are_distinct_self_signed_cas() {
         pki.service_account.algorithm().unwrap(),
         KeyAlgorithm::EcdsaP256
     );
-    assert_eq!(pki.join_key.algorithm().unwrap(), KeyAlgorithm::Rsa3072);
+    assert_eq!(pki.join_key.algorithm().unwrap(), KeyAlgorithm::Rsa2048);
     assert_ne!(pki.service_account, pki.join_key);
     assert!(
         pki.service_account

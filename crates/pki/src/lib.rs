@@ -28,7 +28,7 @@
 //! ```
 //!
 //! CAs carry basicConstraints CA:TRUE and keyCertSign, cRLSign, digitalSignature. Leaves get
-//! digitalSignature (plus keyEncipherment for RSA keys), CA:FALSE, a random 128-bit serial,
+//! digitalSignature (plus keyEncipherment for RSA keys), CA:FALSE, a random 16-byte serial,
 //! an authority key identifier, and a validity starting [`BACKDATE`] before `now` for clock
 //! skew. A leaf's key follows its CA's algorithm unless its spec says otherwise.
 //!

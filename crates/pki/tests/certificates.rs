@@ -151,7 +151,7 @@ fn roles_carry_kubeadm_subjects_sans_and_usages() {
         assert!(info.key_usages.digital_signature, "{cn}");
         assert!(!info.key_usages.key_encipherment, "{cn}: ECDSA key");
         assert!(!info.key_usages.key_cert_sign, "{cn}");
-        assert_eq!(info.serial_hex.len(), 32, "{cn}: 128-bit serial");
+        assert_eq!(info.serial_hex.len(), 32, "{cn}: 16-byte serial");
         assert!(
             is_signed_by(&leaf.certificate_pem, pki.ca(spec.issuer).certificate_pem()).unwrap()
         );

@@ -9,7 +9,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::common::{Certificate, Condition, KeyPair, redacted};
-use crate::meta::{Kind, ObjectMeta, is_default, resource};
+use crate::meta::{Kind, ObjectMeta, is_default, null_as_default, resource};
 
 /// One managed Kubernetes control plane.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -17,11 +17,19 @@ use crate::meta::{Kind, ObjectMeta, is_default, resource};
 pub struct Cluster {
     pub api_version: String,
     pub kind: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub metadata: ObjectMeta,
-    #[serde(default, skip_serializing_if = "is_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub spec: ClusterSpec,
-    #[serde(default, skip_serializing_if = "is_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub status: ClusterStatus,
 }
 
@@ -55,11 +63,23 @@ pub struct ClusterSpec {
     /// One when absent; zero is invalid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane_replicas: Option<u32>,
-    #[serde(default, skip_serializing_if = "is_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub certificate_authorities: CertificateAuthorities,
-    #[serde(default, skip_serializing_if = "is_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub etcd_server: EtcdServer,
-    #[serde(default, skip_serializing_if = "is_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub api_server: KubeApiServer,
     /// Key pair join requests are encrypted to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -67,9 +87,17 @@ pub struct ClusterSpec {
     /// Bootstrap tokens workers may join with.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub join_tokens: Vec<String>,
-    #[serde(default, skip_serializing_if = "is_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub vpn: Vpn,
-    #[serde(default, skip_serializing_if = "is_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub networking: ClusterNetworking,
 }
 

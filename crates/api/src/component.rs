@@ -7,7 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::common::{Certificate, Condition};
-use crate::meta::{Kind, ObjectKey, ObjectMeta, is_default, resource};
+use crate::meta::{Kind, ObjectKey, ObjectMeta, is_default, null_as_default, resource};
 
 /// One schedulable unit of a cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -15,10 +15,14 @@ use crate::meta::{Kind, ObjectKey, ObjectMeta, is_default, resource};
 pub struct Component {
     pub api_version: String,
     pub kind: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub metadata: ObjectMeta,
     pub spec: ComponentSpec,
-    #[serde(default, skip_serializing_if = "is_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub status: ComponentStatus,
 }
 

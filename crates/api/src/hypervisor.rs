@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::common::Certificate;
-use crate::meta::{Kind, ObjectMeta, is_default, resource};
+use crate::meta::{Kind, ObjectMeta, is_default, null_as_default, resource};
 
 /// A machine exposing a CRI endpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -14,10 +14,14 @@ use crate::meta::{Kind, ObjectMeta, is_default, resource};
 pub struct Hypervisor {
     pub api_version: String,
     pub kind: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub metadata: ObjectMeta,
     pub spec: HypervisorSpec,
-    #[serde(default, skip_serializing_if = "is_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub status: HypervisorStatus,
 }
 
@@ -48,7 +52,7 @@ pub struct HypervisorSpec {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub ip_address: String,
     /// Ports allocated to components are taken from this range.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub port_range: PortRange,
 }
 

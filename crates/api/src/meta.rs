@@ -271,3 +271,13 @@ pub(crate) use resource;
 pub(crate) fn is_default<T: Default + PartialEq>(value: &T) -> bool {
     *value == T::default()
 }
+
+/// `deserialize_with` helper: an explicit `null` (a YAML key with nothing under it, e.g. a
+/// `spec:` whose children are commented out) reads as the default value.
+pub(crate) fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}

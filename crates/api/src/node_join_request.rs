@@ -7,7 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::common::{Condition, redacted};
-use crate::meta::{Kind, ObjectMeta, is_default, resource};
+use crate::meta::{Kind, ObjectMeta, is_default, null_as_default, resource};
 
 /// A worker's join request and its encrypted answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -15,11 +15,19 @@ use crate::meta::{Kind, ObjectMeta, is_default, resource};
 pub struct NodeJoinRequest {
     pub api_version: String,
     pub kind: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub metadata: ObjectMeta,
-    #[serde(default, skip_serializing_if = "is_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub spec: NodeJoinRequestSpec,
-    #[serde(default, skip_serializing_if = "is_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_default"
+    )]
     pub status: NodeJoinRequestStatus,
 }
 

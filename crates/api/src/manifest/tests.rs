@@ -566,3 +566,27 @@ fn duplicate_yaml_keys_are_malformed() {
         "{err:?}"
     );
 }
+
+#[test]
+fn empty_sections_read_as_defaults() {
+    let text = "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1
+kind: Cluster
+metadata:
+  name: c
+spec:
+  # controlPlaneReplicas: 3
+  vpn:
+status:
+";
+    let docs = parse_manifests(text, "t").unwrap();
+    let Object::Cluster(cluster) = &docs[0].object else {
+        panic!("{docs:?}");
+    };
+    assert_eq!(cluster.spec, crate::cluster::ClusterSpec::default());
+    // Null is not a way around required fields.
+    let text = "apiVersion: infra.oneinfra.ereslibre.es/v1alpha1\nkind: Hypervisor\nmetadata: {name: h}\nspec:\n";
+    assert!(matches!(
+        parse_manifests(text, "t"),
+        Err(ManifestError::Field { path, .. }) if path == "spec"
+    ));
+}

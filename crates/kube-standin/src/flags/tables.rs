@@ -49,6 +49,7 @@ const GLOBAL: &[Spec] = &[
 const SECURE_SERVING: &[Spec] = &[
     f("bind-address", Ip),
     f("cert-dir", Str),
+    f("disable-http2-serving", Bool),
     f("http2-max-streams-per-connection", Int),
     f("permit-address-sharing", Bool),
     f("permit-port-sharing", Bool),
@@ -103,6 +104,8 @@ const APISERVER: &[Spec] = &[
     // generic
     f("advertise-address", Ip),
     f("aggregator-reject-forwarding-redirect", Bool),
+    f("cloud-config", File),
+    f("cloud-provider", Str),
     f("cloud-provider-gce-l7lb-src-cidrs", List),
     f("cloud-provider-gce-lb-src-cidrs", List),
     f("cors-allowed-origins", List),
@@ -251,6 +254,7 @@ const CONTROLLER_MANAGER: &[Spec] = &[
     f("cidr-allocator-type", Str),
     f("cloud-config", File),
     f("cloud-provider", Str),
+    f("cloud-provider-gce-lb-src-cidrs", List),
     f("cluster-cidr", Str),
     f("cluster-name", Str),
     f("cluster-signing-cert-file", File),
@@ -265,6 +269,7 @@ const CONTROLLER_MANAGER: &[Spec] = &[
     f("cluster-signing-legacy-unknown-cert-file", File),
     f("cluster-signing-legacy-unknown-key-file", File),
     f("concurrent-cron-job-syncs", Int),
+    f("concurrent-daemonset-syncs", Int),
     f("concurrent-deployment-syncs", Int),
     f("concurrent-endpoint-syncs", Int),
     f("concurrent-ephemeralvolume-syncs", Int),
@@ -285,6 +290,7 @@ const CONTROLLER_MANAGER: &[Spec] = &[
     f("controller-start-interval", Dur),
     f("controllers", List),
     f("disable-attach-detach-reconcile-sync", Bool),
+    f("disable-force-detach-on-timeout", Bool),
     f("enable-dynamic-provisioning", Bool),
     f("enable-garbage-collector", Bool),
     f("enable-hostpath-provisioner", Bool),
@@ -330,6 +336,8 @@ const CONTROLLER_MANAGER: &[Spec] = &[
     f("terminated-pod-gc-threshold", Int),
     f("unhealthy-zone-threshold", Float),
     f("use-service-account-credentials", Bool),
+    f("volume-host-allow-local-loopback", Bool),
+    f("volume-host-cidr-denylist", List),
 ];
 
 const SCHEDULER: &[Spec] = &[

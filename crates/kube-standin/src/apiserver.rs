@@ -31,7 +31,7 @@ use crate::config::ApiServerConfig;
 use crate::etcd::Etcd;
 use crate::https::{HttpsError, chain};
 use crate::keys::{self, KeyError};
-use crate::serve::{self, Handler, Reply};
+use crate::serve::{self, Handler};
 use crate::tls::{self, Identity, TlsError};
 
 /// How often etcd is written and read.
@@ -334,13 +334,9 @@ fn handler(config: &ApiServerConfig, version: String, health: watch::Receiver<He
                 StatusCode::OK,
                 &serde_json::json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}),
             ),
-            other => not_served(other),
+            other => serve::not_found(other),
         }
     })
-}
-
-fn not_served(path: &str) -> Reply {
-    serve::not_found(path)
 }
 
 fn note_user(seen: &Mutex<BTreeSet<String>>, who: &Identity) {

@@ -42,7 +42,15 @@ fn main() -> ExitCode {
         }
     };
 
+    // klog's -v: 4 and above is debug detail (per-endpoint etcd failures, connection ends).
+    let verbosity = flags.get("v").and_then(flags::parse_go_int).unwrap_or(0);
+    let level = if verbosity >= 4 {
+        tracing::Level::DEBUG
+    } else {
+        tracing::Level::INFO
+    };
     tracing_subscriber::fmt()
+        .with_max_level(level)
         .with_writer(std::io::stderr)
         .with_target(false)
         .with_ansi(false)

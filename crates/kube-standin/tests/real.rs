@@ -472,6 +472,23 @@ fn apiserver_against_real_etcd_with_mutual_tls() {
         status(&get(&rt, &anonymous, &api.endpoint, "/livez")),
         Some(StatusCode::OK)
     );
+
+    // SIGTERM: a clean exit.
+    let mut api = api;
+    terminate(&api.proc);
+    let exited = api.proc.wait_exit(Duration::from_secs(10));
+    assert!(
+        exited.is_some_and(|s| s.success()),
+        "SIGTERM did not end the API server cleanly: {exited:?}"
+    );
+}
+
+fn terminate(proc: &Proc) {
+    let status = Command::new("kill")
+        .args(["-TERM", &proc.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
 }
 
 #[test]
@@ -654,9 +671,7 @@ fn controller_stand_ins_check_their_kubeconfig_credentials() {
     assert_eq!(healthz.status, StatusCode::OK);
 
     // SIGTERM: a clean exit.
-    let pid = controller_manager.child.id().to_string();
-    let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    assert!(status.success());
+    terminate(&controller_manager);
     let exited = controller_manager.wait_exit(Duration::from_secs(10));
     assert!(
         exited.is_some_and(|s| s.success()),

@@ -5,8 +5,9 @@
 //!         bind --bind-address:--secure-port
 //!  every 1 s: put + range <etcd-prefix>/standin/<address>:<port> on every etcd ──► Health
 //!  requests:
-//!    /livez                      200 while the process runs
-//!    /healthz /readyz            200 while some etcd endpoint answers, else 500 + reason
+//!    /livez[/ping]               200 while the process runs
+//!    /healthz /readyz [/etcd]    200 while some etcd endpoint answers, else 500 + reason
+//!                                (`?verbose` lists the checks, as the real server does)
 //!    /version                    {"major","minor","gitVersion",...}
 //!      (these four are anonymous unless --anonymous-auth=false, as in the real server)
 //!    /api /apis                  small discovery JSON     } a client certificate verified
@@ -301,24 +302,14 @@ fn handler(config: &ApiServerConfig, version: String, health: watch::Receiver<He
         if let Some(who) = who {
             note_user(&seen, who);
         }
-        let public = matches!(path, "/healthz" | "/livez" | "/readyz" | "/version");
+        let public = path == "/version" || health_endpoint(path).is_some();
         if who.is_none() && !(public && anonymous) {
             return serve::status_json(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
         }
+        if let Some((status, body)) = health_check(path, request.uri().query(), &health.borrow()) {
+            return serve::text(status, body);
+        }
         match path {
-            "/livez" => serve::text(StatusCode::OK, "ok"),
-            "/healthz" | "/readyz" => {
-                let health = health.borrow();
-                if health.ready {
-                    serve::text(StatusCode::OK, "ok")
-                } else {
-                    let check = path.trim_start_matches('/');
-                    serve::text(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        format!("[-]etcd failed: {}\n{check} check failed\n", health.reason),
-                    )
-                }
-            }
             "/version" => serve::json(StatusCode::OK, &version_json),
             "/api" => serve::json(
                 StatusCode::OK,
@@ -339,6 +330,72 @@ fn handler(config: &ApiServerConfig, version: String, health: watch::Receiver<He
     })
 }
 
+/// The health endpoint a path names (`/healthz`, `/livez`, `/readyz`) and the single check
+/// it asks for, if any (`/readyz/etcd`).
+fn health_endpoint(path: &str) -> Option<(&str, Option<&str>)> {
+    let trimmed = path.strip_prefix('/')?;
+    let (endpoint, check) = match trimmed.split_once('/') {
+        Some((endpoint, check)) => (endpoint, Some(check)),
+        None => (trimmed, None),
+    };
+    matches!(endpoint, "healthz" | "livez" | "readyz").then_some((endpoint, check))
+}
+
+/// Answers a health endpoint like the real server's: checks `ping` and (except `/livez`)
+/// `etcd`; `?verbose` lists them; `/<endpoint>/<check>` asks for one. `None`: not a health
+/// path.
+pub fn health_check(
+    path: &str,
+    query: Option<&str>,
+    health: &Health,
+) -> Option<(StatusCode, String)> {
+    let (endpoint, only) = health_endpoint(path)?;
+    let mut checks: Vec<(&str, Result<(), &str>)> = vec![("ping", Ok(()))];
+    if endpoint != "livez" {
+        let etcd = if health.ready {
+            Ok(())
+        } else {
+            Err(health.reason.as_str())
+        };
+        checks.push(("etcd", etcd));
+    }
+    if let Some(only) = only {
+        return Some(match checks.iter().find(|(name, _)| *name == only) {
+            Some((_, Ok(()))) => (StatusCode::OK, "ok".to_string()),
+            Some((name, Err(reason))) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("internal server error: {name} failed: {reason}\n"),
+            ),
+            None => (
+                StatusCode::NOT_FOUND,
+                format!("no such {endpoint} check: {only}\n"),
+            ),
+        });
+    }
+    let failed = checks.iter().any(|(_, r)| r.is_err());
+    let verbose = query.is_some_and(|q| {
+        q.split('&')
+            .any(|p| p == "verbose" || p.starts_with("verbose="))
+    });
+    if !failed && !verbose {
+        return Some((StatusCode::OK, "ok".to_string()));
+    }
+    let mut body = String::new();
+    for (name, result) in &checks {
+        match result {
+            Ok(()) => body.push_str(&format!("[+]{name} ok\n")),
+            Err(reason) => body.push_str(&format!("[-]{name} failed: {reason}\n")),
+        }
+    }
+    if failed {
+        body.push_str(&format!("{endpoint} check failed\n"));
+        Some((StatusCode::INTERNAL_SERVER_ERROR, body))
+    } else {
+        body.push_str(&format!("{endpoint} check passed\n"));
+        Some((StatusCode::OK, body))
+    }
+}
+
 fn note_user(seen: &Mutex<BTreeSet<String>>, who: &Identity) {
     // A poisoned lock only means another request panicked mid-insert; the set is still usable.
     let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
@@ -348,5 +405,89 @@ fn note_user(seen: &Mutex<BTreeSet<String>>, who: &Identity) {
             who.user,
             who.groups
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health(ready: bool) -> Health {
+        Health {
+            ready,
+            reason: if ready {
+                String::new()
+            } else {
+                "connection refused".to_string()
+            },
+        }
+    }
+
+    #[test]
+    fn health_endpoints_report_etcd_like_the_real_server() {
+        let up = health(true);
+        let down = health(false);
+        assert_eq!(
+            health_check("/readyz", None, &up),
+            Some((StatusCode::OK, "ok".into()))
+        );
+        assert_eq!(
+            health_check("/readyz", Some("verbose"), &up),
+            Some((
+                StatusCode::OK,
+                "[+]ping ok\n[+]etcd ok\nreadyz check passed\n".into()
+            ))
+        );
+        assert_eq!(
+            health_check("/healthz", None, &down),
+            Some((
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "[+]ping ok\n[-]etcd failed: connection refused\nhealthz check failed\n".into()
+            ))
+        );
+        assert_eq!(
+            health_check("/livez", None, &down),
+            Some((StatusCode::OK, "ok".into()))
+        );
+        assert_eq!(
+            health_check("/readyz/etcd", None, &down).map(|(s, _)| s),
+            Some(StatusCode::INTERNAL_SERVER_ERROR)
+        );
+        assert_eq!(
+            health_check("/livez/ping", None, &down),
+            Some((StatusCode::OK, "ok".into()))
+        );
+        assert_eq!(
+            health_check("/livez/etcd", None, &up).map(|(s, _)| s),
+            Some(StatusCode::NOT_FOUND)
+        );
+        assert_eq!(health_check("/api", None, &up), None);
+        assert_eq!(health_check("/readyzz", None, &up), None);
+    }
+
+    #[test]
+    fn etcd_key_prefers_advertised_then_bound_address() {
+        let mut config = ApiServerConfig {
+            etcd_servers: vec![],
+            etcd_ca: Default::default(),
+            etcd_cert: Default::default(),
+            etcd_key: Default::default(),
+            etcd_prefix: "/registry".into(),
+            tls_cert: Default::default(),
+            tls_key: Default::default(),
+            client_ca: Default::default(),
+            bind_address: IpAddr::from([10, 0, 0, 2]),
+            secure_port: 30001,
+            advertise_address: Some(IpAddr::from([10, 0, 0, 1])),
+            anonymous_auth: true,
+            authorization_modes: vec![],
+            service_account_issuers: vec![],
+            service_account_key_files: vec![],
+            service_account_signing_key: Default::default(),
+            service_cluster_ip_ranges: vec![],
+        };
+        assert_eq!(etcd_key(&config), "/registry/standin/10.0.0.1:30001");
+        config.advertise_address = None;
+        assert_eq!(etcd_key(&config), "/registry/standin/10.0.0.2:30001");
     }
 }

@@ -26,6 +26,7 @@
 pub mod cluster;
 pub mod common;
 pub mod component;
+pub mod crd;
 pub mod defaults;
 pub mod hypervisor;
 pub mod manifest;

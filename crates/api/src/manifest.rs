@@ -419,4 +419,4 @@ impl fmt::Display for Object {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

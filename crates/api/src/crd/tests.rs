@@ -1,30 +1,57 @@
-//! Wire compatibility with oneinfra's CRD schemas: for each kind, an object holding every
-//! property its schema declares (with sample values) parses, and writes back identically.
-//! So every oneinfra field is accepted under its exact JSON name, and none is renamed or lost.
+//! Wire compatibility of our types with oneinfra's CRD schemas, and of our CRDs with our
+//! types: an object holding every property a schema declares (sample values) parses and
+//! writes back identically; every oneinfra property is in our schemas; every field our types
+//! write is in our schemas. Golden file for the generated CRDs.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use pretty_assertions::assert_eq;
+use proptest::prelude::*;
+use serde::Deserialize;
 use serde_yaml::{Mapping, Value};
 
+use super::*;
 use crate::manifest::parse_manifests;
-use crate::meta::Kind;
+use crate::manifest::tests::props::world;
 
-fn crd_dir() -> std::path::PathBuf {
+fn oneinfra_crd_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/oneinfra/crd")
 }
 
-/// The object schema of a CRD file, or the bare schema (NodeJoinRequest's openapi file).
-fn schema(file: &str) -> Value {
-    let text = std::fs::read_to_string(crd_dir().join(file)).unwrap();
-    let doc: Value = serde_yaml::from_str(&text).unwrap();
+const ONEINFRA_FILES: [(Kind, &str); 4] = [
+    (
+        Kind::Hypervisor,
+        "infra.oneinfra.ereslibre.es_hypervisors.yaml",
+    ),
+    (Kind::Cluster, "cluster.oneinfra.ereslibre.es_clusters.yaml"),
+    (
+        Kind::Component,
+        "cluster.oneinfra.ereslibre.es_components.yaml",
+    ),
+    (
+        Kind::NodeJoinRequest,
+        "node.oneinfra.ereslibre.es_nodejoinrequests.openapi.yaml",
+    ),
+];
+
+/// The object schema of a CRD, or a bare schema (NodeJoinRequest's openapi file).
+fn object_schema(doc: &Value) -> Value {
     match doc.get("spec") {
         Some(spec) => spec["versions"][0]["schema"]["openAPIV3Schema"].clone(),
-        None => doc,
+        None => doc.clone(),
     }
 }
 
-/// A sample value for every property of `schema`; `path` (dotted) picks values for
-/// string fields that are enums on our side.
+fn oneinfra_schema(file: &str) -> Value {
+    let text = std::fs::read_to_string(oneinfra_crd_dir().join(file)).unwrap();
+    object_schema(&serde_yaml::from_str(&text).unwrap())
+}
+
+fn our_schema(kind: Kind) -> Value {
+    object_schema(&serde_yaml::to_value(custom_resource_definition(kind)).unwrap())
+}
+
+/// A sample value for every property of `schema`.
 fn sample(schema: &Value, path: &str) -> Value {
     let ty = schema
         .get("type")
@@ -48,58 +75,391 @@ fn sample(schema: &Value, path: &str) -> Value {
         "integer" => Value::Number(7.into()),
         "boolean" => Value::Bool(true),
         "string" => {
-            let s = if path.ends_with(".role") {
-                "control-plane-ingress"
+            // oneinfra's schemas have no enums: pick values our enums accept.
+            let s = if let Some(Value::Sequence(values)) = schema.get("enum") {
+                values[values.len() - 1].as_str().unwrap().to_string()
+            } else if path.ends_with(".role") {
+                "control-plane-ingress".to_string()
             } else if path.ends_with("conditions[].status") {
-                "Unknown"
+                "Unknown".to_string()
             } else if schema.get("format").and_then(Value::as_str) == Some("date-time") {
-                "2026-01-02T03:04:05Z"
+                "2026-01-02T03:04:05Z".to_string()
             } else {
-                "s"
+                "s".to_string()
             };
-            Value::String(s.into())
+            Value::String(s)
         }
         other => panic!("{path}: unexpected schema type {other}"),
     }
 }
 
-fn check(file: &str, kind: Kind) {
-    let mut object = sample(&schema(file), "");
+/// A full sample object of `schema` parses as `kind` and writes back identically.
+fn assert_round_trips(schema: &Value, kind: Kind, what: &str) {
+    let mut object = sample(schema, "");
     object["apiVersion"] = kind.api_version().into();
     object["kind"] = kind.as_str().into();
     object["metadata"] = serde_yaml::from_str("{name: sample}").unwrap();
     let text = serde_yaml::to_string(&object).unwrap();
-    let docs = parse_manifests(&text, file).unwrap_or_else(|e| panic!("{e}"));
+    let docs = parse_manifests(&text, what).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(docs.len(), 1);
     let written: Value = serde_yaml::from_str(&docs[0].object.to_yaml().unwrap()).unwrap();
-    assert_eq!(written, object, "{file}");
+    assert_eq!(written, object, "{what}");
 }
 
 #[test]
-fn hypervisor_matches_crd() {
-    check(
-        "infra.oneinfra.ereslibre.es_hypervisors.yaml",
-        Kind::Hypervisor,
+fn every_oneinfra_property_parses_and_writes_back() {
+    for (kind, file) in ONEINFRA_FILES {
+        assert_round_trips(&oneinfra_schema(file), kind, file);
+    }
+}
+
+#[test]
+fn every_property_of_our_crds_parses_and_writes_back() {
+    for kind in Kind::ALL {
+        assert_round_trips(&our_schema(kind), kind, kind.as_str());
+    }
+}
+
+/// Every property path of `theirs` is in `ours`, with the same JSON type.
+fn assert_superset(ours: &Value, theirs: &Value, path: &str) {
+    let ty = |s: &Value| {
+        s.get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("object")
+            .to_string()
+    };
+    assert_eq!(ty(ours), ty(theirs), "type of {path}");
+    if let Some(Value::Mapping(props)) = theirs.get("properties") {
+        for (k, their_prop) in props {
+            let key = k.as_str().unwrap();
+            let our_prop = ours
+                .get("properties")
+                .and_then(|p| p.get(key))
+                .unwrap_or_else(|| panic!("{path}.{key} is missing from our schema"));
+            assert_superset(our_prop, their_prop, &format!("{path}.{key}"));
+        }
+    }
+    if let Some(their_values) = theirs.get("additionalProperties") {
+        let our_values = ours
+            .get("additionalProperties")
+            .unwrap_or_else(|| panic!("{path}: our schema is not a map"));
+        assert_superset(our_values, their_values, &format!("{path}.*"));
+    }
+    if let Some(their_items) = theirs.get("items") {
+        assert_superset(&ours["items"], their_items, &format!("{path}[]"));
+    }
+}
+
+#[test]
+fn our_crds_cover_oneinfra_schemas() {
+    for (kind, file) in ONEINFRA_FILES {
+        assert_superset(&our_schema(kind), &oneinfra_schema(file), kind.as_str());
+    }
+}
+
+/// Every field of `value` is declared by `schema` with a matching JSON type.
+fn assert_declared(schema: &Value, value: &serde_json::Value, path: &str) {
+    let ty = schema
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("object");
+    match value {
+        serde_json::Value::Object(fields) => {
+            assert_eq!(ty, "object", "{path}");
+            if path.ends_with(".metadata") {
+                return;
+            }
+            for (key, field) in fields {
+                let sub = schema
+                    .get("properties")
+                    .and_then(|p| p.get(key.as_str()))
+                    .or_else(|| schema.get("additionalProperties"))
+                    .unwrap_or_else(|| panic!("{path}.{key} is not in the schema"));
+                assert_declared(sub, field, &format!("{path}.{key}"));
+            }
+        }
+        serde_json::Value::Array(items) => {
+            assert_eq!(ty, "array", "{path}");
+            for item in items {
+                assert_declared(&schema["items"], item, &format!("{path}[]"));
+            }
+        }
+        serde_json::Value::String(_) => assert_eq!(ty, "string", "{path}"),
+        serde_json::Value::Number(n) => {
+            assert_eq!(ty, "integer", "{path}");
+            assert!(n.is_u64(), "{path}: {n}");
+        }
+        serde_json::Value::Bool(_) => assert_eq!(ty, "boolean", "{path}"),
+        serde_json::Value::Null => panic!("{path}: null written"),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn every_field_we_write_is_in_our_crds(world in world()) {
+        let schemas: Vec<(Kind, Value)> =
+            Kind::ALL.into_iter().map(|k| (k, our_schema(k))).collect();
+        let schema = |kind: Kind| &schemas.iter().find(|(k, _)| *k == kind).unwrap().1;
+        for o in world.hypervisors.values() {
+            assert_declared(schema(Kind::Hypervisor), &serde_json::to_value(o).unwrap(), "Hypervisor");
+        }
+        for o in world.clusters.values() {
+            assert_declared(schema(Kind::Cluster), &serde_json::to_value(o).unwrap(), "Cluster");
+        }
+        for o in world.components.values() {
+            assert_declared(schema(Kind::Component), &serde_json::to_value(o).unwrap(), "Component");
+        }
+        for o in world.node_join_requests.values() {
+            assert_declared(
+                schema(Kind::NodeJoinRequest),
+                &serde_json::to_value(o).unwrap(),
+                "NodeJoinRequest",
+            );
+        }
+    }
+}
+
+/// `testdata/crds.yaml` is what [`crds_yaml`] writes. Regenerate with
+/// `OI_UPDATE_GOLDEN=1 cargo test -p oi-api crds_golden`.
+#[test]
+fn crds_golden() {
+    let out = crds_yaml().unwrap();
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/crds.yaml");
+    if std::env::var_os("OI_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&golden, &out).unwrap();
+    }
+    assert_eq!(out, std::fs::read_to_string(&golden).unwrap());
+    let names: Vec<String> = serde_yaml::Deserializer::from_str(&out)
+        .map(|d| {
+            let v = Value::deserialize(d).unwrap();
+            v["metadata"]["name"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "hypervisors.infra.oneinfra.ereslibre.es",
+            "clusters.cluster.oneinfra.ereslibre.es",
+            "components.cluster.oneinfra.ereslibre.es",
+            "nodejoinrequests.node.oneinfra.ereslibre.es",
+        ]
     );
 }
 
-#[test]
-fn cluster_matches_crd() {
-    check("cluster.oneinfra.ereslibre.es_clusters.yaml", Kind::Cluster);
+mod full {
+    //! One instance of each kind with every field set, written as exhaustive struct literals
+    //! (no `..Default::default()`): a field added to a type fails to compile here until it is
+    //! given a value, and then fails the schema test until the CRD declares it.
+
+    use std::collections::BTreeMap;
+
+    use time::macros::datetime;
+
+    use crate::cluster::*;
+    use crate::common::*;
+    use crate::component::*;
+    use crate::hypervisor::*;
+    use crate::meta::ObjectMeta;
+    use crate::node_join_request::*;
+
+    fn cert() -> Certificate {
+        Certificate {
+            certificate: "c".into(),
+            private_key: "k".into(),
+        }
+    }
+
+    fn keys() -> KeyPair {
+        KeyPair {
+            public_key: "p".into(),
+            private_key: "k".into(),
+        }
+    }
+
+    fn map<T: Clone>(v: T) -> BTreeMap<String, T> {
+        [("k".to_string(), v)].into()
+    }
+
+    fn conditions() -> Vec<Condition> {
+        vec![Condition {
+            type_: "Ready".into(),
+            status: ConditionStatus::True,
+            reason: "r".into(),
+            message: "m".into(),
+            last_set_time: Some(datetime!(2026-01-01 00:00:00 UTC)),
+            last_transition_time: Some(datetime!(2026-01-01 00:00:00 UTC)),
+        }]
+    }
+
+    pub(super) fn hypervisor() -> Hypervisor {
+        let mut h = Hypervisor::new(
+            ObjectMeta::named("h"),
+            HypervisorSpec {
+                local_cri_endpoint: Some(LocalCriEndpoint {
+                    cri_endpoint_path: "/p".into(),
+                }),
+                remote_cri_endpoint: Some(RemoteCriEndpoint {
+                    cri_endpoint_uri: "tcp://h:1".into(),
+                    ca_certificate: "ca".into(),
+                    client_certificate: Some(cert()),
+                }),
+                public: true,
+                ip_address: "192.0.2.1".into(),
+                port_range: PortRange { low: 1, high: 2 },
+            },
+        );
+        h.status = HypervisorStatus {
+            allocated_ports: vec![HypervisorPortAllocation {
+                cluster: "c".into(),
+                cluster_namespace: "n".into(),
+                component: "p".into(),
+                port: 1,
+            }],
+            freed_ports: vec![2],
+            files: map(map(map(map("hash".to_string())))),
+        };
+        h
+    }
+
+    pub(super) fn cluster() -> Cluster {
+        let mut c = Cluster::new(
+            ObjectMeta::namespaced("n", "c"),
+            ClusterSpec {
+                kubernetes_version: "1.37.1".into(),
+                control_plane_replicas: Some(3),
+                certificate_authorities: CertificateAuthorities {
+                    api_server_client: Some(cert()),
+                    certificate_signer: Some(cert()),
+                    kubelet: Some(cert()),
+                    kubelet_client: Some(cert()),
+                    etcd_client: Some(cert()),
+                    etcd_peer: Some(cert()),
+                },
+                etcd_server: EtcdServer { ca: Some(cert()) },
+                api_server: KubeApiServer {
+                    ca: Some(cert()),
+                    extra_sans: vec!["san".into()],
+                    service_account: Some(keys()),
+                },
+                join_key: Some(keys()),
+                join_tokens: vec!["t".into()],
+                vpn: Vpn {
+                    enabled: true,
+                    cidr: "10.0.0.0/16".into(),
+                    private_key: "k".into(),
+                    public_key: "p".into(),
+                },
+                networking: ClusterNetworking {
+                    cluster_cidr: "10.244.0.0/16".into(),
+                    service_cidr: "10.96.0.0/12".into(),
+                    node_cidr_mask_size: Some(24),
+                    node_cidr_mask_size_ipv4: Some(24),
+                    node_cidr_mask_size_ipv6: Some(64),
+                },
+            },
+        );
+        c.status = ClusterStatus {
+            api_server_endpoint: "https://a:1".into(),
+            vpn_server_endpoint: "a:2".into(),
+            storage_client_endpoints: map("https://e:1".to_string()),
+            storage_peer_endpoints: map("https://e:2".to_string()),
+            client_certificates: map(cert()),
+            join_tokens: vec!["t".into()],
+            vpn_peers: vec![VpnPeer {
+                name: "w".into(),
+                address: "10.0.0.2/32".into(),
+                private_key: "k".into(),
+                public_key: "p".into(),
+            }],
+            conditions: conditions(),
+        };
+        c
+    }
+
+    pub(super) fn component() -> Component {
+        let mut c = Component::new(
+            ObjectMeta::namespaced("n", "p"),
+            ComponentSpec {
+                cluster: "c".into(),
+                role: ComponentRole::ControlPlane,
+                hypervisor: Some("h".into()),
+            },
+        );
+        c.status = ComponentStatus {
+            allocated_host_ports: vec![ComponentHostPortAllocation {
+                name: "apiserver".into(),
+                port: 1,
+            }],
+            client_certificates: map(cert()),
+            server_certificates: map(cert()),
+            input_endpoints: map("i".to_string()),
+            output_endpoints: map("o".to_string()),
+            conditions: conditions(),
+        };
+        c
+    }
+
+    pub(super) fn node_join_request() -> NodeJoinRequest {
+        let mut r = NodeJoinRequest::new(
+            ObjectMeta::named("w"),
+            NodeJoinRequestSpec {
+                symmetric_key: "s".into(),
+                api_server_endpoint: "https://a:1".into(),
+                container_runtime_endpoint: "unix:///c".into(),
+                image_service_endpoint: "unix:///c".into(),
+                extra_sans: vec!["san".into()],
+            },
+        );
+        r.status = NodeJoinRequestStatus {
+            kubernetes_version: "v".into(),
+            vpn: Some(NodeJoinRequestVpn {
+                cidr: "c".into(),
+                address: "a".into(),
+                endpoint: "e".into(),
+                endpoint_public_key: "p".into(),
+                peer_private_key: "k".into(),
+            }),
+            kube_config: "k".into(),
+            kubelet_client_ca_certificate: "c".into(),
+            kubelet_server_certificate: "c".into(),
+            kubelet_server_private_key: "k".into(),
+            kubelet_config: "k".into(),
+            conditions: conditions(),
+        };
+        r
+    }
 }
 
 #[test]
-fn component_matches_crd() {
-    check(
-        "cluster.oneinfra.ereslibre.es_components.yaml",
-        Kind::Component,
-    );
-}
-
-#[test]
-fn node_join_request_matches_openapi_schema() {
-    check(
-        "node.oneinfra.ereslibre.es_nodejoinrequests.openapi.yaml",
-        Kind::NodeJoinRequest,
-    );
+fn every_field_of_full_objects_is_in_our_crds() {
+    let objects: [(Kind, serde_json::Value); 4] = [
+        (
+            Kind::Hypervisor,
+            serde_json::to_value(full::hypervisor()).unwrap(),
+        ),
+        (
+            Kind::Cluster,
+            serde_json::to_value(full::cluster()).unwrap(),
+        ),
+        (
+            Kind::Component,
+            serde_json::to_value(full::component()).unwrap(),
+        ),
+        (
+            Kind::NodeJoinRequest,
+            serde_json::to_value(full::node_join_request()).unwrap(),
+        ),
+    ];
+    for (kind, value) in &objects {
+        assert_declared(&our_schema(*kind), value, kind.as_str());
+    }
+    // The check can fail: a field the schema does not declare is reported.
+    let mut cluster = objects[1].1.clone();
+    cluster["status"]["extra"] = "x".into();
+    let caught = std::panic::catch_unwind(|| {
+        assert_declared(&our_schema(Kind::Cluster), &cluster, "Cluster")
+    });
+    assert!(caught.is_err());
 }

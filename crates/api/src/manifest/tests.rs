@@ -480,8 +480,7 @@ items:
     ));
 }
 
-mod crd;
-mod props;
+pub(crate) mod props;
 
 #[test]
 fn world_lookups_follow_references() {

@@ -393,7 +393,7 @@ fn node_join_request() -> impl Strategy<Value = NodeJoinRequest> {
     )
 }
 
-fn world() -> impl Strategy<Value = World> {
+pub(crate) fn world() -> impl Strategy<Value = World> {
     (
         vec(hypervisor(), 0..3),
         vec(cluster(), 0..3),

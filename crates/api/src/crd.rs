@@ -1,0 +1,364 @@
+//! CustomResourceDefinitions for the four kinds, for `oi-manager`'s management cluster.
+//!
+//! Same groups, names, scopes and printer columns as oneinfra's, with schemas that follow our
+//! types: every oneinfra property, the optional fields we add (e.g. `status.vpnServerEndpoint`),
+//! enums and ranges where our types have them. A structural schema makes the API server drop
+//! unknown fields, so a field missing here would be lost on write: tests check that every field
+//! our types write is in these schemas. Golden file: `testdata/crds.yaml`.
+
+use serde_json::{Map, Value, json};
+
+use crate::manifest::ManifestError;
+use crate::meta::Kind;
+
+/// The CRD of a kind, as a JSON value.
+pub fn custom_resource_definition(kind: Kind) -> Value {
+    let (plural, spec, status, columns) = match kind {
+        Kind::Hypervisor => (
+            "hypervisors",
+            hypervisor_spec(),
+            hypervisor_status(),
+            vec![
+                column("Public", "boolean", ".spec.public"),
+                column("IP Address", "string", ".spec.ipAddress"),
+                column("Port Low", "integer", ".spec.portRange.low"),
+                column("Port High", "integer", ".spec.portRange.high"),
+            ],
+        ),
+        Kind::Cluster => (
+            "clusters",
+            cluster_spec(),
+            cluster_status(),
+            vec![
+                column("Kubernetes version", "string", ".spec.kubernetesVersion"),
+                column("API server endpoint", "string", ".status.apiServerEndpoint"),
+                column("VPN", "boolean", ".spec.vpn.enabled"),
+                column("VPN CIDR", "string", ".spec.vpn.CIDR"),
+            ],
+        ),
+        Kind::Component => (
+            "components",
+            component_spec(),
+            component_status(),
+            vec![
+                column("Cluster", "string", ".spec.cluster"),
+                column("Role", "string", ".spec.role"),
+                column("Hypervisor", "string", ".spec.hypervisor"),
+            ],
+        ),
+        Kind::NodeJoinRequest => (
+            "nodejoinrequests",
+            node_join_request_spec(),
+            node_join_request_status(),
+            Vec::new(),
+        ),
+    };
+    let mut columns = columns;
+    columns.push(column("Age", "date", ".metadata.creationTimestamp"));
+    let (group, version) = kind
+        .api_version()
+        .split_once('/')
+        .unwrap_or((kind.api_version(), ""));
+    let mut root = object(&[
+        ("apiVersion", string()),
+        ("kind", string()),
+        ("metadata", json!({"type": "object"})),
+        ("spec", spec),
+        ("status", status),
+    ]);
+    if matches!(kind, Kind::Hypervisor | Kind::Component) {
+        root["required"] = json!(["spec"]);
+    }
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {
+            "group": group,
+            "names": {
+                "kind": kind.as_str(),
+                "listKind": format!("{kind}List"),
+                "plural": plural,
+                "singular": kind.as_str().to_lowercase(),
+            },
+            "scope": if kind.namespaced() { "Namespaced" } else { "Cluster" },
+            "versions": [{
+                "name": version,
+                "served": true,
+                "storage": true,
+                "additionalPrinterColumns": columns,
+                "schema": {"openAPIV3Schema": root},
+                "subresources": {"status": {}},
+            }],
+        },
+    })
+}
+
+/// Every CRD as a multi-document YAML stream, in [`Kind::ALL`] order.
+///
+/// # Errors
+///
+/// [`ManifestError::Serialize`] if serde_yaml refuses a value.
+pub fn crds_yaml() -> Result<String, ManifestError> {
+    let docs = Kind::ALL
+        .into_iter()
+        .map(|kind| {
+            serde_yaml::to_string(&custom_resource_definition(kind)).map_err(|e| {
+                ManifestError::Serialize {
+                    kind,
+                    name: "CustomResourceDefinition".to_string(),
+                    message: e.to_string(),
+                }
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(docs.join("---\n"))
+}
+
+fn column(name: &str, type_: &str, path: &str) -> Value {
+    json!({"name": name, "type": type_, "jsonPath": path})
+}
+
+fn object(properties: &[(&str, Value)]) -> Value {
+    let props: Map<String, Value> = properties
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), v.clone()))
+        .collect();
+    json!({"type": "object", "properties": props})
+}
+
+fn required(mut schema: Value, fields: &[&str]) -> Value {
+    schema["required"] = json!(fields);
+    schema
+}
+
+fn string() -> Value {
+    json!({"type": "string"})
+}
+
+fn string_enum(values: &[&str]) -> Value {
+    json!({"type": "string", "enum": values})
+}
+
+fn date_time() -> Value {
+    json!({"type": "string", "format": "date-time"})
+}
+
+fn integer(minimum: i64, maximum: i64) -> Value {
+    json!({"type": "integer", "minimum": minimum, "maximum": maximum})
+}
+
+fn port() -> Value {
+    integer(0, 65535)
+}
+
+fn boolean() -> Value {
+    json!({"type": "boolean"})
+}
+
+fn array(items: Value) -> Value {
+    json!({"type": "array", "items": items})
+}
+
+fn map(values: Value) -> Value {
+    json!({"type": "object", "additionalProperties": values})
+}
+
+fn certificate() -> Value {
+    object(&[("certificate", string()), ("privateKey", string())])
+}
+
+fn key_pair() -> Value {
+    object(&[("publicKey", string()), ("privateKey", string())])
+}
+
+fn conditions() -> Value {
+    array(required(
+        object(&[
+            ("type", string()),
+            ("status", string_enum(&["True", "False", "Unknown"])),
+            ("reason", string()),
+            ("message", string()),
+            ("lastSetTime", date_time()),
+            ("lastTransitionTime", date_time()),
+        ]),
+        &["type", "status"],
+    ))
+}
+
+fn hypervisor_spec() -> Value {
+    required(
+        object(&[
+            ("localCRIEndpoint", object(&[("criEndpointPath", string())])),
+            (
+                "remoteCRIEndpoint",
+                object(&[
+                    ("criEndpointURI", string()),
+                    ("caCertificate", string()),
+                    ("clientCertificate", certificate()),
+                ]),
+            ),
+            ("public", boolean()),
+            ("ipAddress", string()),
+            (
+                "portRange",
+                object(&[("low", integer(1, 65535)), ("high", integer(1, 65535))]),
+            ),
+        ]),
+        &["public"],
+    )
+}
+
+fn hypervisor_status() -> Value {
+    object(&[
+        (
+            "allocatedPorts",
+            array(required(
+                object(&[
+                    ("cluster", string()),
+                    ("clusterNamespace", string()),
+                    ("component", string()),
+                    ("port", port()),
+                ]),
+                &["port"],
+            )),
+        ),
+        ("freedPorts", array(port())),
+        ("files", map(map(map(map(string()))))),
+    ])
+}
+
+fn cluster_spec() -> Value {
+    object(&[
+        ("kubernetesVersion", string()),
+        ("controlPlaneReplicas", integer(1, 4_294_967_295)),
+        (
+            "certificateAuthorities",
+            object(&[
+                ("apiServerClient", certificate()),
+                ("certificateSigner", certificate()),
+                ("kubelet", certificate()),
+                ("kubeletClient", certificate()),
+                ("etcdClient", certificate()),
+                ("etcdPeer", certificate()),
+            ]),
+        ),
+        ("etcdServer", object(&[("ca", certificate())])),
+        (
+            "apiServer",
+            object(&[
+                ("ca", certificate()),
+                ("extraSANs", array(string())),
+                ("serviceAccount", key_pair()),
+            ]),
+        ),
+        ("joinKey", key_pair()),
+        ("joinTokens", array(string())),
+        (
+            "vpn",
+            object(&[
+                ("enabled", boolean()),
+                ("CIDR", string()),
+                ("privateKey", string()),
+                ("publicKey", string()),
+            ]),
+        ),
+        (
+            "networking",
+            object(&[
+                ("clusterCIDR", string()),
+                ("serviceCIDR", string()),
+                ("nodeCIDRMaskSize", integer(0, 128)),
+                ("nodeCIDRMaskSizeIPv4", integer(0, 32)),
+                ("nodeCIDRMaskSizeIPv6", integer(0, 128)),
+            ]),
+        ),
+    ])
+}
+
+fn cluster_status() -> Value {
+    object(&[
+        ("apiServerEndpoint", string()),
+        ("vpnServerEndpoint", string()),
+        ("storageClientEndpoints", map(string())),
+        ("storagePeerEndpoints", map(string())),
+        ("clientCertificates", map(certificate())),
+        ("joinTokens", array(string())),
+        (
+            "vpnPeers",
+            array(object(&[
+                ("name", string()),
+                ("address", string()),
+                ("privateKey", string()),
+                ("publicKey", string()),
+            ])),
+        ),
+        ("conditions", conditions()),
+    ])
+}
+
+fn component_spec() -> Value {
+    required(
+        object(&[
+            ("cluster", string()),
+            (
+                "role",
+                string_enum(&["control-plane", "control-plane-ingress"]),
+            ),
+            ("hypervisor", string()),
+        ]),
+        &["role"],
+    )
+}
+
+fn component_status() -> Value {
+    object(&[
+        (
+            "allocatedHostPorts",
+            array(required(
+                object(&[("name", string()), ("port", port())]),
+                &["port"],
+            )),
+        ),
+        ("clientCertificates", map(certificate())),
+        ("serverCertificates", map(certificate())),
+        ("inputEndpoints", map(string())),
+        ("outputEndpoints", map(string())),
+        ("conditions", conditions()),
+    ])
+}
+
+fn node_join_request_spec() -> Value {
+    object(&[
+        ("symmetricKey", string()),
+        ("apiServerEndpoint", string()),
+        ("containerRuntimeEndpoint", string()),
+        ("imageServiceEndpoint", string()),
+        ("extraSANs", array(string())),
+    ])
+}
+
+fn node_join_request_status() -> Value {
+    object(&[
+        ("kubernetesVersion", string()),
+        (
+            "vpn",
+            object(&[
+                ("CIDR", string()),
+                ("address", string()),
+                ("endpoint", string()),
+                ("endpointPublicKey", string()),
+                ("peerPrivateKey", string()),
+            ]),
+        ),
+        ("kubeConfig", string()),
+        ("kubeletClientCACertificate", string()),
+        ("kubeletServerCertificate", string()),
+        ("kubeletServerPrivateKey", string()),
+        ("kubeletConfig", string()),
+        ("conditions", conditions()),
+    ])
+}
+
+#[cfg(test)]
+mod tests;

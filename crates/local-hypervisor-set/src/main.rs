@@ -1,1 +1,102 @@
-fn main() {}
+//! `oi-local-hypervisor-set`: create, destroy and list sets of local hypervisors.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use oi_local_hypervisor_set::Paths;
+use oi_local_hypervisor_set::commands::{self, CreateArgs, DestroyOutcome};
+
+/// Real hypervisors (network namespace + containerd each) on this machine, for demos and tests.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Create a set and print its Hypervisor manifests on stdout.
+    Create {
+        /// Set name (lowercase letters, digits and '-', at most 20 characters).
+        #[arg(long)]
+        name: String,
+        /// Number of private hypervisors (control planes).
+        #[arg(long, default_value_t = 1)]
+        size_private: usize,
+        /// Number of public hypervisors (ingresses).
+        #[arg(long, default_value_t = 1)]
+        size_public: usize,
+        /// Expose each CRI endpoint over TCP with mutual TLS instead of a local socket.
+        #[arg(long)]
+        tcp: bool,
+        /// Directory of image tarballs to import into every hypervisor.
+        #[arg(long, env = "OI_IMAGES_DIR", default_value = "target/oi-images")]
+        images_dir: PathBuf,
+    },
+    /// Stop and remove everything of a set.
+    Destroy {
+        #[arg(long)]
+        name: String,
+    },
+    /// List sets and their hypervisors.
+    List,
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let paths = Paths::default();
+    let mut stdout = std::io::stdout().lock();
+    let mut stderr = std::io::stderr();
+    match cli.command {
+        Command::Create {
+            name,
+            size_private,
+            size_public,
+            tcp,
+            images_dir,
+        } => {
+            let args = CreateArgs {
+                name,
+                private: size_private,
+                public: size_public,
+                tcp,
+                images_dir,
+            };
+            commands::create(&paths, &args, &mut stdout, &mut stderr)
+                .with_context(|| format!("cannot create set {}", args.name))?;
+        }
+        Command::Destroy { name } => {
+            match commands::destroy(&paths, &name, &mut stderr)
+                .with_context(|| format!("cannot destroy set {name}"))?
+            {
+                DestroyOutcome::Destroyed | DestroyOutcome::NothingToDo => {}
+            }
+        }
+        Command::List => commands::list(&paths, &mut stdout).context("cannot list sets")?,
+    }
+    stdout.flush().context("cannot write to stdout")
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // A closed stdout (`| head`) is not a failure.
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! `create`: a set of hypervisors, each a network namespace with its own containerd (and,
+//! with `--tcp`, a mutual-TLS front), printed as Hypervisor manifests.
+//!
+//! ```text
+//! validate ─► lock ─► exists? ─► choose subnet ─► state.json ─► bridge ─► unlock
+//!   ─► per hypervisor: netns + veth ─► containerd ─► socket ready ─► images ─► [front]
+//!   ─► state ready ─► manifests on stdout
+//! any failure after state.json ─► destroy (what was made goes away) ─► the error
+//! ```
+
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use oi_api::Hypervisor;
+use time::OffsetDateTime;
+
+use crate::error::{Error, Result, io};
+use crate::manifest::{self, Endpoint};
+use crate::plan::{self, CRI_TLS_PORT};
+use crate::state::{HypervisorState, Paths, Phase, SetState, write_atomically};
+use crate::{containerd, front, host};
+
+/// What to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateArgs {
+    pub name: String,
+    pub private: usize,
+    pub public: usize,
+    /// Front each containerd with a mutual-TLS TCP endpoint.
+    pub tcp: bool,
+    /// Every `*.tar` in it is imported into every hypervisor.
+    pub images_dir: PathBuf,
+}
+
+/// Creates a set and writes its Hypervisor manifests to `out` (progress to `progress`).
+/// Returns the manifests.
+///
+/// # Errors
+/// [`Error::AlreadyExists`] (nothing touched), validation errors (nothing touched), or the
+/// first failure while creating (what was created is removed again).
+pub fn create(
+    paths: &Paths,
+    args: &CreateArgs,
+    out: &mut dyn Write,
+    progress: &mut dyn Write,
+) -> Result<Vec<Hypervisor>> {
+    // Everything that can be checked without touching the host, first.
+    plan::plan_set(&args.name, 0, args.private, args.public)?;
+    let tarballs = containerd::image_tarballs(&args.images_dir)?;
+    let started = Instant::now();
+
+    for dir in [&paths.lib, &paths.run] {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+    }
+    let lock_path = paths.lock_file();
+    let lock = File::create(&lock_path).map_err(io(&lock_path))?;
+    // Concurrent creates must not pick the same subnet: choosing it and making the bridge
+    // that claims it happen under one machine-wide lock.
+    lock.lock().map_err(io(&lock_path))?;
+
+    if paths.state_file(&args.name).exists() || paths.set_lib(&args.name).exists() {
+        return Err(Error::AlreadyExists {
+            name: args.name.clone(),
+            path: paths.set_lib(&args.name),
+        });
+    }
+    if let Some(ns) = host::netns_names()?
+        .into_iter()
+        .find(|ns| plan::is_hypervisor_of(&args.name, ns))
+    {
+        return Err(Error::AlreadyExists {
+            name: args.name.clone(),
+            path: host::netns_path(&ns),
+        });
+    }
+
+    let mut host_nets = host::host_ipv4_networks()?;
+    let mut host_links = host::host_links()?;
+    for other in SetState::list_names(paths)? {
+        // A set being created or destroyed may not have its bridge (yet, or any more).
+        if let Ok(Some(state)) = SetState::load(paths, &other) {
+            host_nets.push(state.subnet);
+            host_links.push(state.bridge);
+        }
+    }
+    let slot = plan::choose_slot(&args.name, |s| {
+        !plan::slot_is_free(s, &host_nets, &host_links)
+    })?;
+    let plan = plan::plan_set(&args.name, slot, args.private, args.public)?;
+    let mut state = SetState::from_plan(&plan, args.tcp, paths);
+    state.save(paths)?;
+    let _ = writeln!(
+        progress,
+        "set {}: subnet {}, bridge {}, {} hypervisors",
+        plan.name,
+        plan.subnet,
+        plan.bridge,
+        plan.hypervisors.len()
+    );
+
+    let result = host::create_bridge(&plan.bridge, plan.gateway, plan.subnet).and_then(|()| {
+        drop(lock);
+        build(paths, &mut state, &tarballs, progress)
+    });
+    match result {
+        Ok(hypervisors) => {
+            let yaml = manifest::to_yaml(&hypervisors)?;
+            // Holds client keys with --tcp: owner only.
+            write_atomically(
+                &paths.set_lib(&args.name).join("hypervisors.yaml"),
+                yaml.as_bytes(),
+                0o600,
+            )?;
+            out.write_all(yaml.as_bytes()).map_err(io("<stdout>"))?;
+            let _ = writeln!(
+                progress,
+                "set {}: ready in {:.1}s",
+                args.name,
+                started.elapsed().as_secs_f64()
+            );
+            Ok(hypervisors)
+        }
+        Err(e) => {
+            let _ = writeln!(progress, "set {}: creation failed, cleaning up", args.name);
+            if let Err(cleanup) = crate::commands::destroy(paths, &args.name, progress) {
+                let _ = writeln!(
+                    progress,
+                    "set {}: cleanup failed too ({cleanup}); run destroy again",
+                    args.name
+                );
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Everything after the bridge: namespaces, containerds, images, fronts. Saves the state
+/// after each step that started something.
+fn build(
+    paths: &Paths,
+    state: &mut SetState,
+    tarballs: &[PathBuf],
+    progress: &mut dyn Write,
+) -> Result<Vec<Hypervisor>> {
+    let set = state.name.clone();
+    for hv in &state.hypervisors {
+        host::create_hypervisor_network(
+            &hv.name,
+            &hv.host_veth,
+            &state.bridge,
+            hv.ip,
+            state.subnet,
+            state.gateway,
+        )?;
+        let _ = writeln!(progress, "{}: network namespace, {}", hv.name, hv.ip);
+    }
+
+    for i in 0..state.hypervisors.len() {
+        let name = state.hypervisors[i].name.clone();
+        let hp = paths.hypervisor(&set, &name);
+        let pid = containerd::start(&name, &hp)?;
+        state.hypervisors[i].containerd_pid = Some(pid);
+        state.save(paths)?;
+    }
+    for hv in &state.hypervisors {
+        let hp = paths.hypervisor(&set, &hv.name);
+        // Set just above; `start` returned it.
+        let pid = hv.containerd_pid.unwrap_or_default();
+        containerd::wait_socket(
+            "containerd",
+            &hv.name,
+            pid,
+            &hp.socket,
+            &hp.containerd_log,
+            containerd::SOCKET_TIMEOUT,
+        )?;
+        let _ = writeln!(progress, "{}: containerd {pid} ready", hv.name);
+    }
+
+    let _ = writeln!(
+        progress,
+        "set {set}: importing {} images into each hypervisor",
+        tarballs.len()
+    );
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = state
+            .hypervisors
+            .iter()
+            .map(|hv| scope.spawn(move || containerd::import_images(&hv.socket, tarballs)))
+            .collect();
+        handles
+            .into_iter()
+            // An import thread only panics if `ctr`'s handling panics: pass that on.
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect::<Result<Vec<()>>>()
+    })?;
+
+    let mut hypervisors = Vec::with_capacity(state.hypervisors.len());
+    for i in 0..state.hypervisors.len() {
+        let hv = state.hypervisors[i].clone();
+        if !state.tcp {
+            hypervisors.push(manifest::hypervisor(&hv, Endpoint::Local));
+            continue;
+        }
+        let hp = paths.hypervisor(&set, &hv.name);
+        let pki = front::mint(&hv.name, hv.ip, OffsetDateTime::now_utc())?;
+        let pid = front::start(
+            &hv.name,
+            &host::netns_path(&hv.name),
+            &hp,
+            hv.ip,
+            CRI_TLS_PORT,
+            &pki,
+        )?;
+        let uri = format!("tcp://{}:{CRI_TLS_PORT}", hv.ip);
+        let _ = writeln!(progress, "{}: mutual-TLS front {pid} on {uri}", hv.name);
+        state.hypervisors[i] = HypervisorState {
+            haproxy_pid: Some(pid),
+            cri_endpoint_uri: Some(uri.clone()),
+            ..hv
+        };
+        state.save(paths)?;
+        hypervisors.push(manifest::hypervisor(
+            &state.hypervisors[i],
+            Endpoint::Remote {
+                uri: &uri,
+                ca_pem: &pki.server_ca_pem,
+                client_cert_pem: &pki.client.certificate_pem,
+                client_key_pem: &pki.client.private_key_pem,
+            },
+        ));
+    }
+    state.phase = Phase::Ready;
+    state.save(paths)?;
+    Ok(hypervisors)
+}

@@ -1,0 +1,299 @@
+//! Thin wrappers over the host tools this crate drives: `ip` for links, addresses and network
+//! namespaces. Every mutation is one `ip` invocation; failures carry the command and its
+//! stderr. Removal helpers treat "already gone" as success so that `destroy` converges.
+
+use std::ffi::OsStr;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use ipnet::Ipv4Net;
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// Where `ip netns` keeps namespace handles.
+pub const NETNS_DIR: &str = "/run/netns";
+
+fn describe(cmd: &Command) -> String {
+    std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(OsStr::to_string_lossy)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Runs a command to completion; its stdout on success.
+///
+/// # Errors
+/// [`Error::Spawn`] or [`Error::CommandFailed`] (with the trimmed stderr).
+pub fn run(cmd: &mut Command) -> Result<String> {
+    let output = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|source| Error::Spawn {
+            program: cmd.get_program().to_string_lossy().into_owned(),
+            source,
+        })?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(Error::CommandFailed {
+            command: describe(cmd),
+            status: output.status,
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        })
+    }
+}
+
+fn ip<I, S>(args: I) -> Result<String>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    run(Command::new("ip").args(args))
+}
+
+/// Runs an `ip` removal; "does not exist" answers count as success.
+fn ip_remove(args: &[&str]) -> Result<()> {
+    match ip(args) {
+        Ok(_) => Ok(()),
+        Err(Error::CommandFailed { stderr, .. })
+            if stderr.contains("Cannot find device")
+                || stderr.contains("No such file or directory")
+                || stderr.contains("does not exist") =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+#[derive(Deserialize)]
+struct JsonLink {
+    #[serde(default)]
+    addr_info: Vec<JsonAddr>,
+}
+
+#[derive(Deserialize)]
+struct JsonAddr {
+    local: Option<Ipv4Addr>,
+    prefixlen: Option<u8>,
+}
+
+#[derive(Deserialize)]
+struct JsonRoute {
+    dst: String,
+}
+
+/// Parses `ip -j -4 addr show` output into the networks of the addresses.
+fn parse_addrs(json: &str) -> Result<Vec<Ipv4Net>, serde_json::Error> {
+    let links: Vec<JsonLink> = serde_json::from_str(json)?;
+    Ok(links
+        .iter()
+        .flat_map(|l| &l.addr_info)
+        .filter_map(|a| Ipv4Net::new(a.local?, a.prefixlen?).ok())
+        .map(|n| n.trunc())
+        .collect())
+}
+
+/// Parses `ip -j -4 route show` output into the destination networks (not the default).
+fn parse_routes(json: &str) -> Result<Vec<Ipv4Net>, serde_json::Error> {
+    let routes: Vec<JsonRoute> = serde_json::from_str(json)?;
+    Ok(routes
+        .iter()
+        .filter_map(|r| {
+            r.dst
+                .parse::<Ipv4Net>()
+                .ok()
+                .or_else(|| r.dst.parse::<Ipv4Addr>().ok().map(Ipv4Net::from))
+        })
+        .collect())
+}
+
+/// The IPv4 networks present on the host: its addresses' networks and its routes.
+///
+/// # Errors
+/// When `ip` fails or prints something unexpected.
+pub fn host_ipv4_networks() -> Result<Vec<Ipv4Net>> {
+    let parse_err = |command: &str| {
+        let command = command.to_string();
+        move |source| Error::ParseOutput { command, source }
+    };
+    let mut nets =
+        parse_addrs(&ip(["-j", "-4", "addr", "show"])?).map_err(parse_err("ip -j -4 addr show"))?;
+    nets.extend(
+        parse_routes(&ip(["-j", "-4", "route", "show", "table", "all"])?)
+            .map_err(parse_err("ip -j -4 route show table all"))?,
+    );
+    Ok(nets)
+}
+
+/// Names of the host's network interfaces (of the current network namespace).
+///
+/// # Errors
+/// [`Error::Io`] when /sys/class/net cannot be read.
+pub fn host_links() -> Result<Vec<String>> {
+    let dir = Path::new("/sys/class/net");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(crate::error::io(dir))? {
+        let entry = entry.map_err(crate::error::io(dir))?;
+        names.push(entry.file_name().to_string_lossy().into_owned());
+    }
+    Ok(names)
+}
+
+pub fn link_exists(name: &str) -> bool {
+    Path::new("/sys/class/net").join(name).exists()
+}
+
+pub fn netns_path(name: &str) -> PathBuf {
+    Path::new(NETNS_DIR).join(name)
+}
+
+pub fn netns_exists(name: &str) -> bool {
+    netns_path(name).exists()
+}
+
+/// Names of all network namespaces `ip netns` knows.
+///
+/// # Errors
+/// [`Error::Io`] when /run/netns exists but cannot be read.
+pub fn netns_names() -> Result<Vec<String>> {
+    let dir = Path::new(NETNS_DIR);
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(crate::error::io(dir)(e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(crate::error::io(dir))?;
+        names.push(entry.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Creates the set's bridge holding the gateway address, and brings it up.
+///
+/// # Errors
+/// When an `ip` command fails.
+pub fn create_bridge(name: &str, gateway: Ipv4Addr, subnet: Ipv4Net) -> Result<()> {
+    ip(["link", "add", name, "type", "bridge"])?;
+    ip([
+        "addr",
+        "add",
+        &format!("{gateway}/{}", subnet.prefix_len()),
+        "dev",
+        name,
+    ])?;
+    ip(["link", "set", name, "up"])?;
+    Ok(())
+}
+
+/// Creates a hypervisor's network namespace with loopback up, and a veth pair from the
+/// bridge to `eth0` inside it, addressed, with a default route through the gateway.
+///
+/// # Errors
+/// When an `ip` command fails.
+pub fn create_hypervisor_network(
+    netns: &str,
+    host_veth: &str,
+    bridge: &str,
+    ip_addr: Ipv4Addr,
+    subnet: Ipv4Net,
+    gateway: Ipv4Addr,
+) -> Result<()> {
+    ip(["netns", "add", netns])?;
+    ip(["-n", netns, "link", "set", "lo", "up"])?;
+    ip([
+        "link", "add", host_veth, "type", "veth", "peer", "name", "eth0", "netns", netns,
+    ])?;
+    ip(["link", "set", host_veth, "master", bridge])?;
+    ip(["link", "set", host_veth, "up"])?;
+    ip([
+        "-n",
+        netns,
+        "addr",
+        "add",
+        &format!("{ip_addr}/{}", subnet.prefix_len()),
+        "dev",
+        "eth0",
+    ])?;
+    ip(["-n", netns, "link", "set", "eth0", "up"])?;
+    ip([
+        "-n",
+        netns,
+        "route",
+        "add",
+        "default",
+        "via",
+        &gateway.to_string(),
+    ])?;
+    Ok(())
+}
+
+/// Deletes a link if present.
+///
+/// # Errors
+/// When `ip` fails for another reason than the link being gone.
+pub fn delete_link(name: &str) -> Result<()> {
+    if !link_exists(name) {
+        return Ok(());
+    }
+    ip_remove(&["link", "del", name])
+}
+
+/// Deletes a network namespace handle if present.
+///
+/// # Errors
+/// When `ip` fails for another reason than the namespace being gone.
+pub fn delete_netns(name: &str) -> Result<()> {
+    if !netns_exists(name) {
+        return Ok(());
+    }
+    ip_remove(&["netns", "delete", name])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_ip_json() {
+        let addrs = r#"[{"ifindex":1,"ifname":"lo","addr_info":[{"family":"inet","local":"127.0.0.1","prefixlen":8}]},
+            {"ifindex":4,"ifname":"eth0","addr_info":[{"family":"inet","local":"192.0.2.2","prefixlen":24}]},
+            {"ifindex":5,"ifname":"x"}]"#;
+        assert_eq!(
+            parse_addrs(addrs).unwrap(),
+            [
+                "127.0.0.0/8".parse::<Ipv4Net>().unwrap(),
+                "192.0.2.0/24".parse().unwrap()
+            ]
+        );
+        let routes = r#"[{"dst":"default","gateway":"192.0.2.1"},{"dst":"192.0.2.0/24"},{"dst":"10.1.2.3"}]"#;
+        assert_eq!(
+            parse_routes(routes).unwrap(),
+            [
+                "192.0.2.0/24".parse::<Ipv4Net>().unwrap(),
+                "10.1.2.3/32".parse().unwrap()
+            ]
+        );
+        assert!(parse_addrs("nope").is_err());
+    }
+
+    #[test]
+    fn failed_commands_carry_stderr() {
+        let err = run(Command::new("sh").args(["-c", "echo boom >&2; exit 3"])).unwrap_err();
+        match err {
+            Error::CommandFailed {
+                command, stderr, ..
+            } => {
+                assert_eq!(command, "sh -c echo boom >&2; exit 3");
+                assert_eq!(stderr, "boom");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}

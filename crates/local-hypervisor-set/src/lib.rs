@@ -1,0 +1,65 @@
+//! `oi-local-hypervisor-set`: real hypervisors on one machine, for demos and tests.
+//!
+//! A *set* is a few hypervisors sharing one /24. Each hypervisor is a network namespace
+//! reached from the host through a veth pair on the set's bridge, running its own containerd
+//! (own root, state, socket and runc root) in a private mount namespace where a directory of
+//! its own is mounted over /var/lib/oneinfra and /etc/oneinfra, so files oneinfra places on
+//! "the hypervisor" do not collide with another hypervisor's on the same machine. With
+//! `--tcp`, haproxy inside the namespace fronts the socket with mutual TLS.
+//!
+//! ```text
+//!   host ── bridge ohsXXXX (10.x.y.1/24)
+//!              ├── veth ══ netns <set>-private-1 (10.x.y.2): containerd [+ haproxy :27000]
+//!              └── veth ══ netns <set>-public-1  (10.x.y.3): containerd [+ haproxy :27000]
+//!   /var/lib/oi-local-hypervisor-set/<set>/state.json   what exists, written atomically
+//! ```
+//!
+//! Decisions (names, subnet, layout, configuration files, manifests) are pure functions in
+//! [`plan`], [`containerd`], [`front`] and [`manifest`]; [`commands`] applies them with `ip`,
+//! `unshare`, `nsenter`, `containerd`, `ctr` and `haproxy`.
+
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod commands;
+pub mod containerd;
+pub mod cri;
+pub mod error;
+pub mod front;
+pub mod host;
+pub mod manifest;
+pub mod plan;
+pub mod procs;
+pub mod state;
+
+pub use error::{Error, Result};
+pub use state::Paths;
+
+/// Host commands the crate needs, for prerequisite checks.
+pub const REQUIRED_COMMANDS: [&str; 7] = [
+    "ip",
+    "nsenter",
+    "unshare",
+    "containerd",
+    "runc",
+    "ctr",
+    "haproxy",
+];
+
+/// Compares generated text with a checked-in golden file under `tests/golden/`.
+/// `OI_REGENERATE_GOLDEN=1 cargo test -p oi-local-hypervisor-set` rewrites them.
+#[cfg(test)]
+pub(crate) fn assert_golden(name: &str, actual: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var("OI_REGENERATE_GOLDEN").is_ok_and(|v| v == "1") {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        expected == actual,
+        "{} differs (OI_REGENERATE_GOLDEN=1 to regenerate):\n--- expected\n{expected}\n--- actual\n{actual}",
+        path.display()
+    );
+}

@@ -1,0 +1,409 @@
+//! Real sets: network namespaces, containerd, haproxy. Gated on root, the host commands and
+//! the offline image tarballs (`cargo xtask images`); see `oi_testsupport`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use oi_cri::{ClientOptions, CriClient, CriEndpoint};
+use oi_local_hypervisor_set::Paths;
+use oi_local_hypervisor_set::state::SetState;
+
+const BIN: &str = env!("CARGO_BIN_EXE_oi-local-hypervisor-set");
+
+fn images_dir() -> PathBuf {
+    std::env::var_os("OI_IMAGES_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/oi-images"),
+        PathBuf::from,
+    )
+}
+
+fn prerequisites(test: &str) -> bool {
+    if !oi_testsupport::require_root_and_commands(test, &oi_local_hypervisor_set::REQUIRED_COMMANDS)
+    {
+        return false;
+    }
+    let dir = images_dir();
+    let has_pause = std::fs::read_dir(&dir).is_ok_and(|entries| {
+        entries
+            .filter_map(Result::ok)
+            .any(|e| e.file_name().to_string_lossy().starts_with("pause_"))
+    });
+    oi_testsupport::require(
+        test,
+        &format!("image tarballs in {} (cargo xtask images)", dir.display()),
+        has_pause,
+    )
+}
+
+/// A set name unique to this test run and test.
+fn set_name(tag: &str) -> String {
+    format!("t{tag}{}", std::process::id())
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env("OI_IMAGES_DIR", images_dir())
+        .output()
+        .expect("run oi-local-hypervisor-set")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn create(name: &str, tcp: bool) -> Output {
+    let mut args = vec![
+        "create",
+        "--name",
+        name,
+        "--size-private",
+        "1",
+        "--size-public",
+        "1",
+    ];
+    if tcp {
+        args.push("--tcp");
+    }
+    run(&args)
+}
+
+fn destroy(name: &str) -> Output {
+    run(&["destroy", "--name", name])
+}
+
+/// Every trace of a set, recorded while it exists, to check its absence afterwards.
+struct Traces {
+    name: String,
+    namespaces: Vec<String>,
+    links: Vec<String>,
+    dirs: Vec<PathBuf>,
+}
+
+impl Traces {
+    fn of(name: &str) -> Traces {
+        let paths = Paths::default();
+        let state = SetState::load(&paths, name).unwrap().expect("state file");
+        let mut links: Vec<String> = state
+            .hypervisors
+            .iter()
+            .map(|h| h.host_veth.clone())
+            .collect();
+        links.push(state.bridge.clone());
+        Traces {
+            name: name.to_string(),
+            namespaces: state.hypervisors.iter().map(|h| h.name.clone()).collect(),
+            links,
+            dirs: vec![paths.set_lib(name), paths.set_run(name)],
+        }
+    }
+
+    fn assert_present(&self) {
+        for ns in &self.namespaces {
+            assert!(
+                Path::new("/run/netns").join(ns).exists(),
+                "netns {ns} missing"
+            );
+        }
+        for link in &self.links {
+            assert!(
+                Path::new("/sys/class/net").join(link).exists(),
+                "link {link} missing"
+            );
+        }
+        assert!(!set_processes(&self.name).is_empty());
+    }
+
+    fn assert_gone(&self) {
+        let procs = set_processes(&self.name);
+        assert!(
+            procs.is_empty(),
+            "processes of {} left: {procs:?}",
+            self.name
+        );
+        for ns in &self.namespaces {
+            assert!(
+                !Path::new("/run/netns").join(ns).exists(),
+                "netns {ns} left"
+            );
+        }
+        for link in &self.links {
+            assert!(
+                !Path::new("/sys/class/net").join(link).exists(),
+                "link {link} left"
+            );
+        }
+        for dir in &self.dirs {
+            assert!(!dir.exists(), "{} left", dir.display());
+        }
+    }
+}
+
+/// Live processes whose command line names the set's directories (containerd, shims,
+/// haproxy), as (pid, cmdline).
+fn set_processes(name: &str) -> Vec<(u32, String)> {
+    let marker = format!("/oi-local-hypervisor-set/{name}/");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().filter_map(Result::ok) {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let cmdline = text(&raw).replace('\0', " ");
+        if cmdline.contains(&marker) {
+            found.push((pid, cmdline));
+        }
+    }
+    found
+}
+
+fn load_hypervisors(yaml: &str) -> Vec<oi_api::Hypervisor> {
+    let world = oi_api::World::load(yaml, "create output").expect("manifests load with oi-api");
+    world.hypervisors.into_values().collect()
+}
+
+async fn version(name: &str, endpoint: CriEndpoint) -> Result<String, oi_cri::Error> {
+    let client = CriClient::connect(name, endpoint, ClientOptions::default()).await?;
+    Ok(client.version().await?.runtime_name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_set_lifecycle() {
+    if !prerequisites("plain_set_lifecycle") {
+        return;
+    }
+    let name = set_name("p");
+    let out = create(&name, false);
+    assert!(out.status.success(), "create failed: {}", text(&out.stderr));
+    let traces = Traces::of(&name);
+    traces.assert_present();
+
+    let hypervisors = load_hypervisors(&text(&out.stdout));
+    assert_eq!(hypervisors.len(), 2);
+    assert_eq!(hypervisors.iter().filter(|h| h.spec.public).count(), 1);
+    for h in &hypervisors {
+        assert_eq!(h.api_version, "infra.oneinfra.ereslibre.es/v1alpha1");
+        assert_eq!(
+            (h.spec.port_range.low, h.spec.port_range.high),
+            (30000, 32767)
+        );
+        let socket = &h
+            .spec
+            .local_cri_endpoint
+            .as_ref()
+            .unwrap()
+            .cri_endpoint_path;
+        let runtime = version(&h.metadata.name, CriEndpoint::Unix(socket.into()))
+            .await
+            .unwrap();
+        assert_eq!(runtime, "containerd");
+    }
+
+    // Each containerd sees its own /var/lib/oneinfra.
+    let paths = Paths::default();
+    let state = SetState::load(&paths, &name).unwrap().unwrap();
+    let [a, b] = &state.hypervisors[..] else {
+        panic!("two hypervisors expected");
+    };
+    let marker = "written-for-a";
+    std::fs::write(
+        paths
+            .hypervisor(&name, &a.name)
+            .var_lib_oneinfra
+            .join(marker),
+        b"a",
+    )
+    .unwrap();
+    let seen = |pid: Option<u32>| {
+        Path::new(&format!(
+            "/proc/{}/root/var/lib/oneinfra/{marker}",
+            pid.unwrap()
+        ))
+        .exists()
+    };
+    assert!(seen(a.containerd_pid));
+    assert!(!seen(b.containerd_pid));
+    assert!(!Path::new("/var/lib/oneinfra").join(marker).exists());
+
+    let again = create(&name, false);
+    assert!(!again.status.success(), "second create succeeded");
+    assert!(
+        text(&again.stderr).contains("already exists"),
+        "{}",
+        text(&again.stderr)
+    );
+    traces.assert_present();
+
+    let list = run(&["list"]);
+    assert!(list.status.success());
+    let listed = text(&list.stdout);
+    for h in &state.hypervisors {
+        let line = listed.lines().find(|l| l.contains(&h.name)).unwrap();
+        assert!(
+            line.contains(&h.ip.to_string()) && line.contains("running"),
+            "{line}"
+        );
+    }
+
+    let out = destroy(&name);
+    assert!(
+        out.status.success(),
+        "destroy failed: {}",
+        text(&out.stderr)
+    );
+    traces.assert_gone();
+    let out = destroy(&name);
+    assert!(
+        out.status.success(),
+        "second destroy failed: {}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("nothing to do"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_set_lifecycle() {
+    if !prerequisites("tcp_set_lifecycle") {
+        return;
+    }
+    let name = set_name("t");
+    let out = create(&name, true);
+    assert!(out.status.success(), "create failed: {}", text(&out.stderr));
+    let traces = Traces::of(&name);
+    traces.assert_present();
+    let listed: Vec<_> = set_processes(&name);
+    assert_eq!(
+        listed
+            .iter()
+            .filter(|(_, c)| c.starts_with("haproxy"))
+            .count(),
+        2,
+        "{listed:?}"
+    );
+    let key_file = Paths::default()
+        .hypervisor(&name, &format!("{name}-public-1"))
+        .tls
+        .join("server.pem");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&key_file).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+
+    let now = time::OffsetDateTime::now_utc();
+    let stranger_ca = oi_pki::CertificateAuthority::generate(
+        "stranger",
+        oi_pki::KeyAlgorithm::EcdsaP256,
+        now,
+        time::Duration::days(1),
+    )
+    .unwrap();
+    let stranger = stranger_ca
+        .issue(
+            &oi_pki::LeafSpec::client(oi_pki::CaKind::ApiServerClient, "stranger", &[]),
+            now,
+            time::Duration::days(1),
+        )
+        .unwrap();
+
+    for h in load_hypervisors(&text(&out.stdout)) {
+        assert!(h.spec.local_cri_endpoint.is_none());
+        let remote = h.spec.remote_cri_endpoint.clone().unwrap();
+        assert_eq!(
+            remote.cri_endpoint_uri,
+            format!("tcp://{}:27000", h.spec.ip_address)
+        );
+        let client = remote.client_certificate.clone().unwrap();
+        let endpoint = CriEndpoint::Tls {
+            uri: remote.cri_endpoint_uri.clone(),
+            ca_pem: remote.ca_certificate.clone(),
+            cert_pem: client.certificate.clone(),
+            key_pem: client.private_key.clone(),
+        };
+        assert_eq!(
+            version(&h.metadata.name, endpoint).await.unwrap(),
+            "containerd"
+        );
+        let wrong = CriEndpoint::Tls {
+            uri: remote.cri_endpoint_uri.clone(),
+            ca_pem: remote.ca_certificate.clone(),
+            cert_pem: stranger.certificate_pem.clone(),
+            key_pem: stranger.private_key_pem.clone(),
+        };
+        assert!(
+            version(&h.metadata.name, wrong).await.is_err(),
+            "front accepted a client certificate from another CA"
+        );
+    }
+
+    let out = destroy(&name);
+    assert!(
+        out.status.success(),
+        "destroy failed: {}",
+        text(&out.stderr)
+    );
+    traces.assert_gone();
+    assert!(destroy(&name).status.success());
+}
+
+#[test]
+fn failed_create_cleans_up() {
+    if !prerequisites("failed_create_cleans_up") {
+        return;
+    }
+    // A directory whose only tarball is not an image: containerd starts, the import fails.
+    let images = tempfile::tempdir().unwrap();
+    std::fs::write(images.path().join("broken.tar"), b"not a tarball").unwrap();
+    let name = set_name("f");
+    let out = Command::new(BIN)
+        .args([
+            "create",
+            "--name",
+            &name,
+            "--size-private",
+            "1",
+            "--size-public",
+            "1",
+        ])
+        .arg("--images-dir")
+        .arg(images.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("cleaning up") && stderr.contains("broken.tar"),
+        "{stderr}"
+    );
+    let paths = Paths::default();
+    assert!(!paths.set_lib(&name).exists() && !paths.set_run(&name).exists());
+    assert!(set_processes(&name).is_empty());
+    for ns in [format!("{name}-private-1"), format!("{name}-public-1")] {
+        assert!(!Path::new("/run/netns").join(ns).exists());
+    }
+}
+
+#[test]
+fn destroying_an_unknown_set_is_a_no_op() {
+    let out = destroy("never-created-0");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("nothing to do"));
+}
+
+#[test]
+fn invalid_names_are_refused_before_touching_anything() {
+    let out = run(&["create", "--name", "Bad_Name", "--size-private", "1"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("invalid set name"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -48,6 +48,15 @@ pub enum ApiServerError {
     /// Service-account keys.
     #[error("service-account keys")]
     ServiceAccount(#[source] KeyError),
+    /// A certificate and a key given together that do not belong together, or do not parse.
+    #[error("{what}")]
+    KeyPair {
+        /// The flags.
+        what: String,
+        /// Why.
+        #[source]
+        source: KeyError,
+    },
     /// The etcd endpoints.
     #[error("--etcd-servers")]
     Etcd(#[source] HttpsError),
@@ -114,6 +123,16 @@ pub async fn run(config: ApiServerConfig, version: String) -> Result<(), ApiServ
     let key = tls::key_from_pem(&tls::read(&config.tls_key)?, &shown(&config.tls_key))?;
     if let Some(leaf) = certs.first() {
         tracing::info!("serving certificate {serving_what}: {}", describe(leaf));
+    }
+    check_pair(
+        "--tls-cert-file and --tls-private-key-file",
+        &config.tls_cert,
+        &config.tls_key,
+    )?;
+    for (flag, cert, key) in &config.client_pairs {
+        tls::certs_from_pem(&tls::read(cert)?, &shown(cert))?;
+        check_pair(&format!("--{flag} and its key"), cert, key)?;
+        tracing::info!("--{flag} {} matches its key {}", shown(cert), shown(key));
     }
     let client_ca_what = shown(&config.client_ca);
     let client_roots = tls::roots_from_pem(&tls::read(&config.client_ca)?, &client_ca_what)?;
@@ -185,6 +204,13 @@ pub async fn run(config: ApiServerConfig, version: String) -> Result<(), ApiServ
     let _ = server.await;
     checker.abort();
     Ok(())
+}
+
+fn check_pair(what: &str, cert: &Path, key: &Path) -> Result<(), ApiServerError> {
+    keys::check_private_matches(key, &[cert]).map_err(|source| ApiServerError::KeyPair {
+        what: what.to_string(),
+        source,
+    })
 }
 
 /// A short description of a certificate for logs: subject and SANs, never key material.
@@ -485,6 +511,7 @@ mod tests {
             service_account_key_files: vec![],
             service_account_signing_key: Default::default(),
             service_cluster_ip_ranges: vec![],
+            client_pairs: vec![],
         };
         assert_eq!(etcd_key(&config), "/registry/standin/10.0.0.1:30001");
         config.advertise_address = None;

@@ -118,6 +118,10 @@ pub struct ApiServerConfig {
     pub service_account_signing_key: PathBuf,
     /// `--service-cluster-ip-range`: one range, or two of different families.
     pub service_cluster_ip_ranges: Vec<IpNet>,
+    /// Client certificate and key pairs the real server loads at start, by their flags:
+    /// `--proxy-client-cert-file`/`--proxy-client-key-file`, and
+    /// `--kubelet-client-certificate`/`--kubelet-client-key`.
+    pub client_pairs: Vec<(&'static str, PathBuf, PathBuf)>,
 }
 
 /// The validated configuration of the controller-manager or scheduler stand-in.
@@ -388,7 +392,18 @@ pub fn apiserver(flags: &Flags) -> Result<ApiServerConfig> {
         }
     }
 
+    let mut client_pairs = Vec::new();
+    for (cert_flag, key_flag) in [
+        ("proxy-client-cert-file", "proxy-client-key-file"),
+        ("kubelet-client-certificate", "kubelet-client-key"),
+    ] {
+        if let Some((cert, key)) = pair(flags, cert_flag, key_flag)? {
+            client_pairs.push((cert_flag, cert, key));
+        }
+    }
+
     Ok(ApiServerConfig {
+        client_pairs,
         etcd_servers,
         etcd_ca: required_path("etcd-cafile"),
         etcd_cert: required_path("etcd-certfile"),

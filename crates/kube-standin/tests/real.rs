@@ -167,11 +167,25 @@ fn standin_as(dir: &Path, name: &str) -> Command {
 // ---------------------------------------------------------------- the cluster
 
 struct Etcd {
-    proc: Proc,
+    /// None when only the files were made.
+    proc: Option<Proc>,
     url: String,
     ca: PathBuf,
     client_cert: PathBuf,
     client_key: PathBuf,
+}
+
+/// etcd's CA and the API server's etcd client certificate, for tests that stop before etcd.
+fn etcd_client_files(dir: &Path) -> Etcd {
+    let ca = Ca::new("etcd-ca");
+    let (client_cert, client_key) = ca.leaf("etcd-client", &[], &[], Usage::Client);
+    Etcd {
+        proc: None,
+        url: "https://127.0.0.1:1".to_string(),
+        ca: write(dir, "etcd-ca.crt", &ca.pem()),
+        client_cert: write(dir, "apiserver-etcd-client.crt", &client_cert),
+        client_key: write(dir, "apiserver-etcd-client.key", &client_key),
+    }
 }
 
 fn start_etcd(dir: &Path) -> Etcd {
@@ -208,7 +222,7 @@ fn start_etcd(dir: &Path) -> Etcd {
         .arg(format!("--trusted-ca-file={}", ca_path.display()))
         .arg("--client-cert-auth");
     Etcd {
-        proc: Proc::spawn("etcd", command, dir),
+        proc: Some(Proc::spawn("etcd", command, dir)),
         url,
         ca: ca_path,
         client_cert,
@@ -456,7 +470,7 @@ fn apiserver_against_real_etcd_with_mutual_tls() {
     assert!(!log.contains("PRIVATE KEY"), "key material in the log");
 
     // etcd gone: /readyz turns 500 and says why; /livez stays 200.
-    etcd.proc.kill();
+    etcd.proc.as_mut().unwrap().kill();
     eventually(
         Duration::from_secs(20),
         "/readyz 500 after etcd died",
@@ -677,4 +691,65 @@ fn controller_stand_ins_check_their_kubeconfig_credentials() {
         exited.is_some_and(|s| s.success()),
         "SIGTERM did not end the controller-manager cleanly: {exited:?}"
     );
+}
+
+#[test]
+fn apiserver_exits_1_when_a_key_does_not_match_its_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let etcd = etcd_client_files(d);
+    let other = Ca::new("other");
+
+    // The serving key replaced by another key.
+    let (args, _, _) = apiserver_args(d, &etcd, free_port());
+    let (_, wrong_key) = other.leaf("x", &[], &[], Usage::Server);
+    write(d, "apiserver.key", &wrong_key);
+    let output = standin_as(d, "kube-apiserver")
+        .args(&args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--tls-cert-file and --tls-private-key-file")
+            && stderr.contains("does not match"),
+        "{stderr}"
+    );
+
+    // A proxy client certificate with somebody else's key.
+    let (args, _, _) = apiserver_args(d, &etcd, free_port());
+    let (proxy_cert, _) = other.leaf("front-proxy-client", &[], &[], Usage::Client);
+    let (_, proxy_key) = other.leaf("front-proxy-client", &[], &[], Usage::Client);
+    let proxy_cert = write(d, "front-proxy-client.crt", &proxy_cert);
+    let proxy_key = write(d, "front-proxy-client.key", &proxy_key);
+    let output = standin_as(d, "kube-apiserver")
+        .args(&args)
+        .arg(format!("--proxy-client-cert-file={}", proxy_cert.display()))
+        .arg(format!("--proxy-client-key-file={}", proxy_key.display()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--proxy-client-cert-file and its key"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("PRIVATE KEY"),
+        "key material in the output"
+    );
+
+    // Half a pair is refused by flag validation.
+    let (args, _, _) = apiserver_args(d, &etcd, free_port());
+    let output = standin_as(d, "kube-apiserver")
+        .args(&args)
+        .arg(format!(
+            "--kubelet-client-certificate={}",
+            proxy_cert.display()
+        ))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("requires --kubelet-client-key"), "{stderr}");
 }

@@ -37,9 +37,9 @@ pub fn validate_new(object: &Object) -> anyhow::Result<()> {
         .map(|e| format!("field `{}`: {}", e.field, e.reason))
         .collect();
     anyhow::bail!(
-        "invalid {} {:?}: {}",
+        "invalid {} {}: {}",
         object.kind(),
-        object.key().to_string(),
+        object.key(),
         lines.join("; ")
     )
 }

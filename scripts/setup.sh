@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Fresh-machine setup (Debian 12): the system packages the tests need, a check for cargo
+# nextest, then the offline image set (`cargo xtask images`). Idempotent: installs only what is
+# missing, runs `apt-get update` only when something is, and rebuilds only changed images.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  containerd runc etcd-server etcd-client haproxy protobuf-compiler iproute2
+  wireguard-go wireguard-tools busybox-static openssl gcc libc6-dev iptables
+)
+
+installed() {
+  [ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null)" = "installed" ]
+}
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if installed "$p"; then
+    echo "setup: package $p already installed"
+  else
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: missing packages ${missing[*]}; installing them needs root" >&2
+    exit 1
+  fi
+  echo "setup: installing ${missing[*]}"
+  apt-get update
+  # --no-install-recommends: wireguard-tools would otherwise pull in a kernel image and udev.
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all ${#PACKAGES[@]} packages present, apt-get not run"
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo not found on PATH; install the Rust toolchain first" >&2
+  exit 1
+fi
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "setup: cargo nextest is missing (scripts/test.sh needs it); install it, e.g. cargo install --locked cargo-nextest" >&2
+  exit 1
+fi
+echo "setup: $(cargo nextest --version | head -n 1) present"
+
+echo "setup: building the offline image set (cargo xtask images)"
+cargo xtask images
+echo "setup: done"

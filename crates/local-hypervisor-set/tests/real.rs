@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use oi_cri::{ClientOptions, CriClient, CriEndpoint};
-use oi_local_hypervisor_set::Paths;
 use oi_local_hypervisor_set::state::SetState;
+use oi_local_hypervisor_set::{Paths, procs};
 
 const BIN: &str = env!("CARGO_BIN_EXE_oi-local-hypervisor-set");
 
@@ -249,13 +249,50 @@ async fn plain_set_lifecycle() {
         );
     }
 
+    // A pod on the first hypervisor: destroy must remove it through CRI, and nothing that
+    // ran in the hypervisor's namespace (containerd, shim, pause) may survive.
+    let client = CriClient::connect(
+        &a.name,
+        CriEndpoint::Unix(a.socket.clone()),
+        ClientOptions::default(),
+    )
+    .await
+    .unwrap();
+    let pod = oi_api::runtime::PodSpec {
+        namespace: "lhs-test".into(),
+        name: "sleeper".into(),
+        labels: Default::default(),
+        containers: Vec::new(),
+    };
+    client
+        .run_sandbox(&oi_cri::requests::sandbox_config(
+            &pod,
+            "/tmp/oi-lhs-test-logs",
+        ))
+        .await
+        .unwrap();
+    drop(client);
+    let in_namespace = procs::pids_in_netns(&Path::new("/run/netns").join(&a.name));
+    // containerd, its shim and the pause process at least.
+    assert!(in_namespace.len() >= 3, "{in_namespace:?}");
+
     let out = destroy(&name);
     assert!(
         out.status.success(),
         "destroy failed: {}",
         text(&out.stderr)
     );
+    assert!(
+        text(&out.stderr).contains("removed 1 pods"),
+        "{}",
+        text(&out.stderr)
+    );
     traces.assert_gone();
+    let survivors: Vec<u32> = in_namespace
+        .into_iter()
+        .filter(|p| procs::alive(*p))
+        .collect();
+    assert!(survivors.is_empty(), "{survivors:?}");
     let out = destroy(&name);
     assert!(
         out.status.success(),

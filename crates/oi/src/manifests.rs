@@ -117,3 +117,71 @@ fn select<'w>(
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oi_api::{ClusterSpec, ObjectMeta};
+
+    fn world(keys: &[(&str, &str)]) -> World {
+        let mut world = World::default();
+        for (namespace, name) in keys {
+            world.insert(Object::Cluster(Cluster::new(
+                ObjectMeta::namespaced(*namespace, *name),
+                ClusterSpec::default(),
+            )));
+        }
+        world
+    }
+
+    fn selected(world: &World, selector: Option<&str>) -> Result<String, String> {
+        select_cluster(world, selector)
+            .map(|(key, _)| key.to_string())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn selection_by_name_namespace_or_uniqueness() {
+        let w = world(&[("default", "a"), ("team", "a"), ("team", "b")]);
+        assert_eq!(selected(&w, Some("b")), Ok("team/b".into()));
+        assert_eq!(selected(&w, Some("team/a")), Ok("team/a".into()));
+        assert_eq!(
+            selected(&w, Some("a")),
+            Err(
+                "several clusters are named \"a\" (default/a, team/a): use --cluster NAMESPACE/NAME"
+                    .into()
+            )
+        );
+        assert_eq!(
+            selected(&w, None),
+            Err(
+                "several clusters in the manifests (default/a, team/a, team/b): choose one with --cluster"
+                    .into()
+            )
+        );
+        assert_eq!(
+            selected(&w, Some("other/a")),
+            Err("cluster \"other/a\" not found".into())
+        );
+        let single = world(&[("team", "b")]);
+        assert_eq!(selected(&single, None), Ok("team/b".into()));
+        assert_eq!(
+            selected(&World::default(), None),
+            Err("no cluster in the manifests".into())
+        );
+    }
+
+    #[test]
+    fn cluster_can_be_changed_through_its_selector() {
+        let mut w = world(&[("team", "b")]);
+        select_cluster_mut(&mut w, Some("b"))
+            .unwrap()
+            .spec
+            .join_tokens
+            .push("t".into());
+        assert_eq!(
+            w.clusters[&ObjectKey::new("team", "b")].spec.join_tokens,
+            ["t"]
+        );
+    }
+}

@@ -24,8 +24,17 @@
 //!  spec.certificateAuthorities.etcdPeer          etcd_peer                      server+client
 //!
 //!  spec.apiServer.serviceAccount   key pair: service-account token signing (cluster algorithm)
-//!  spec.joinKey                    key pair: node join requests (always RSA: it encrypts)
+//!  spec.joinKey                    key pair: node join requests (cluster algorithm)
+//!
+//!  join key   wraps a node's SymmetricKey with        wire (standard base64, unpadded)
+//!  ────────   ─────────────────────────────────────   ───────────────────────────────────
+//!  RSA-n      RSA-OAEP, SHA-256 (oneinfra's)          ciphertext (n/8 bytes)
+//!  EC P-256   ECIES v1: ECDH, HKDF-SHA256, AES-GCM    0x01 ‖ E (65) ‖ nonce (12) ‖ ct ‖ tag
+//!  EC P-384   ECIES v1: ECDH, HKDF-SHA256, AES-GCM    0x02 ‖ E (97) ‖ nonce (12) ‖ ct ‖ tag
 //! ```
+//!
+//! E is a fresh ephemeral public key (SEC1 uncompressed); [`encrypt_to_join_key`] gives the
+//! derivation. ECIES is this crate's: oneinfra itself only has RSA join keys.
 //!
 //! CAs carry basicConstraints CA:TRUE and keyCertSign, cRLSign, digitalSignature. Leaves get
 //! digitalSignature (plus keyEncipherment for RSA keys), CA:FALSE, a random 16-byte serial,
@@ -50,7 +59,10 @@ pub use inspect::{
     CertificateInfo, KeyUsages, RenewalReason, inspect_certificate, is_signed_by, needs_renewal,
     renewal_reason,
 };
-pub use join::{SymmetricKey, decrypt_with_join_key, encrypt_to_join_key};
+pub use join::{
+    ECIES_INFO_V1, ECIES_P256_V1, ECIES_P384_V1, SymmetricKey, decrypt_with_join_key,
+    encrypt_to_join_key,
+};
 pub use key::{KeyAlgorithm, KeyPairPem};
 pub use kubeconfig::kubeconfig;
 pub use leaf::{
@@ -190,6 +202,14 @@ pub enum Error {
         operation: &'static str,
         /// Why.
         reason: String,
+    },
+    /// A join ciphertext made for another type of join key than the one given.
+    #[error("join crypto unwrap: the join key is {key}, but the ciphertext is {ciphertext}")]
+    JoinSchemeMismatch {
+        /// The join private key's type, for example `an EC P-256 key`.
+        key: &'static str,
+        /// What the ciphertext looks like, for example `an ECIES P-384 ciphertext`.
+        ciphertext: &'static str,
     },
     /// An error about the value of one manifest field.
     #[error("{field}")]

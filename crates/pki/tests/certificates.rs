@@ -58,8 +58,15 @@ fn cluster_pki_cas_are_distinct_self_signed_cas() {
         pki.service_account.algorithm().unwrap(),
         KeyAlgorithm::EcdsaP256
     );
-    assert_eq!(pki.join_key.algorithm().unwrap(), KeyAlgorithm::Rsa2048);
+    // The join key follows the cluster's algorithm (ECIES for EC keys), and is its own key.
+    assert_eq!(pki.join_key.algorithm().unwrap(), KeyAlgorithm::EcdsaP256);
     assert_ne!(pki.service_account, pki.join_key);
+    let symmetric = oi_pki::SymmetricKey::generate();
+    let wrapped = symmetric.wrap(&pki.join_key.public_key_pem).unwrap();
+    assert_eq!(
+        oi_pki::SymmetricKey::unwrap_with(&pki.join_key.private_key_pem, &wrapped).unwrap(),
+        symmetric
+    );
     assert!(
         pki.service_account
             .public_key_pem

@@ -499,3 +499,148 @@ fn join_key_wrapping_interoperates_with_openssl_oaep_sha256() {
     let unwrapped = oi_pki::SymmetricKey::unwrap_with(&join.private_key_pem, &theirs).unwrap();
     assert_eq!(unwrapped.as_bytes(), b"0123456789abcdef0123456789abcdef");
 }
+
+/// ECDSA join keys wrap with ECIES (ECDH, HKDF-SHA256, AES-256-GCM). Everything but AES-GCM
+/// is done by openssl here: it reads our PEM files, derives the same ECDH secret from either
+/// side, and its HKDF gives the key that opens our ciphertexts and seals ones we open.
+#[test]
+fn ecies_join_keys_interoperate_with_openssl_ecdh_and_hkdf() {
+    if !have_openssl("ecies_join_keys_interoperate_with_openssl_ecdh_and_hkdf") {
+        return;
+    }
+    use base64::Engine as _;
+    use ring::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
+    let b64 = base64::engine::general_purpose::STANDARD_NO_PAD;
+
+    for (algorithm, curve, point_len, scheme) in [
+        (KeyAlgorithm::EcdsaP256, "P-256", 65, oi_pki::ECIES_P256_V1),
+        (KeyAlgorithm::EcdsaP384, "P-384", 97, oi_pki::ECIES_P384_V1),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| dir.path().join(name);
+        let openssl = |args: &[&str]| -> Vec<u8> {
+            let out = Command::new(OPENSSL)
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            out.stdout
+        };
+        let derive = |private: &str, peer: &str| {
+            openssl(&["pkeyutl", "-derive", "-inkey", private, "-peerkey", peer])
+        };
+        let hkdf = |secret: &[u8], salt: &[u8]| -> LessSafeKey {
+            let okm = openssl(&[
+                "kdf",
+                "-keylen",
+                "32",
+                "-kdfopt",
+                "digest:SHA256",
+                "-kdfopt",
+                &format!("hexkey:{}", hex::encode(secret)),
+                "-kdfopt",
+                &format!("hexsalt:{}", hex::encode(salt)),
+                "-kdfopt",
+                "info:oneinfra join v1",
+                "-binary",
+                "HKDF",
+            ]);
+            assert_eq!(okm.len(), 32);
+            LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &okm).unwrap())
+        };
+        // SubjectPublicKeyInfo of an EC key ends with the uncompressed point.
+        let point_of = |public_pem: &[u8]| -> Vec<u8> {
+            let der = pem::parse(public_pem).unwrap().into_contents();
+            let point = der[der.len() - point_len..].to_vec();
+            assert_eq!(point[0], 0x04, "{curve}: uncompressed point");
+            point
+        };
+
+        let join = oi_pki::KeyPairPem::generate(algorithm).unwrap();
+        write_private(&path("join.key"), &join.private_key_pem);
+        fs::write(path("join.pub"), &join.public_key_pem).unwrap();
+        // openssl's own key pair plays the other side.
+        openssl(&[
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            &format!("ec_paramgen_curve:{curve}"),
+            "-out",
+            "peer.key",
+        ]);
+        openssl(&["pkey", "-in", "peer.key", "-pubout", "-out", "peer.pub"]);
+        let peer_pub = fs::read(path("peer.pub")).unwrap();
+        let peer_point = point_of(&peer_pub);
+        let join_point = point_of(join.public_key_pem.as_bytes());
+
+        // Our private and public PEM files are standard: both ECDH directions agree.
+        let shared = derive("join.key", "peer.pub");
+        assert_eq!(shared.len(), (point_len - 1) / 2, "{curve}: x-coordinate");
+        assert_eq!(shared, derive("peer.key", "join.pub"), "{curve}");
+
+        // openssl as the sender (its key as the ephemeral one): we open.
+        let key = hkdf(&shared, &[peer_point.as_slice(), &join_point].concat());
+        let nonce = [7u8; 12];
+        let mut sealed = b"symmetric key from openssl".to_vec();
+        key.seal_in_place_append_tag(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::empty(),
+            &mut sealed,
+        )
+        .unwrap();
+        let ciphertext = [&[scheme][..], &peer_point, &nonce, &sealed].concat();
+        assert_eq!(
+            oi_pki::decrypt_with_join_key(&join.private_key_pem, &b64.encode(&ciphertext)).unwrap(),
+            b"symmetric key from openssl",
+            "{curve}"
+        );
+
+        // We as the sender to openssl's key: openssl derives the key that opens it.
+        let peer_pub_pem = String::from_utf8(peer_pub.clone()).unwrap();
+        let wrapped = oi_pki::encrypt_to_join_key(&peer_pub_pem, b"symmetric key from us").unwrap();
+        let bytes = b64.decode(&wrapped).unwrap();
+        assert_eq!(bytes[0], scheme, "{curve}");
+        let (ephemeral_point, rest) = bytes[1..].split_at(point_len);
+        let (nonce, sealed) = rest.split_at(12);
+        // The ephemeral public key as a PEM file: openssl's SPKI with its point swapped.
+        let mut spki = pem::parse(&peer_pub).unwrap().into_contents();
+        let at = spki.len() - point_len;
+        spki[at..].copy_from_slice(ephemeral_point);
+        fs::write(
+            path("ephemeral.pub"),
+            pem::encode(&pem::Pem::new("PUBLIC KEY", spki)),
+        )
+        .unwrap();
+        let shared = derive("peer.key", "ephemeral.pub");
+        let key = hkdf(&shared, &[ephemeral_point, &peer_point].concat());
+        let mut in_out = sealed.to_vec();
+        let plaintext = key
+            .open_in_place(
+                Nonce::try_assume_unique_for_key(nonce).unwrap(),
+                Aad::empty(),
+                &mut in_out,
+            )
+            .unwrap();
+        assert_eq!(plaintext, b"symmetric key from us", "{curve}");
+    }
+}
+
+/// Writes a private key file readable by its owner only.
+fn write_private(path: &Path, pem_text: &str) {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap()
+        .write_all(pem_text.as_bytes())
+        .unwrap();
+}

@@ -418,6 +418,8 @@ impl CriClient {
 fn is_transport_failure(status: &tonic::Status) -> bool {
     match status.code() {
         tonic::Code::Unavailable => true,
+        // hyper reports a connection closed under a pending request as "canceled".
+        tonic::Code::Cancelled => status.message().to_ascii_lowercase().contains("cancel"),
         tonic::Code::Unknown => {
             let m = status.message().to_ascii_lowercase();
             m.contains("transport") || m.contains("connection") || m.contains("broken pipe")

@@ -9,6 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 use fixture::{BUSYBOX, Fixture};
+
 use oi_api::runtime::{ContainerSpec, HostFile, Mount, PodSpec, labels};
 use oi_cri::{ContainerState, Error, HypervisorRuntime, Outcome, PodState};
 
@@ -345,4 +346,46 @@ async fn pods_survive_a_containerd_restart_and_the_client_reconnects() {
     let report = containerd.stop().await.unwrap();
     assert_eq!((report.pid, report.pods_removed), (new_pid, 1));
     drop(dir);
+}
+
+/// Whether any process runs with `needle` among its arguments.
+fn process_with_arg(needle: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .any(|cmdline| {
+            cmdline
+                .split(|b| *b == 0)
+                .any(|arg| arg == needle.as_bytes())
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_test_still_stops_its_pods_and_containerd() {
+    let test = "a_panicking_test_still_stops_its_pods_and_containerd";
+    if fixture::prerequisites(test).is_none() {
+        return;
+    }
+    let marker = format!("{}", 90_000 + std::process::id() % 9_000);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let task = {
+        let marker = marker.clone();
+        tokio::spawn(async move {
+            let fx = Fixture::start(test).await.unwrap();
+            let mut spec = pod("3600");
+            spec.containers[0].args = vec![marker.clone()];
+            fx.client.ensure_pod(&spec).await.unwrap();
+            assert!(process_with_arg(&marker), "the pod's process should run");
+            tx.send(fx.containerd.pid()).unwrap();
+            panic!("deliberate panic with a running pod");
+        })
+    };
+    assert!(task.await.unwrap_err().is_panic());
+    let pid = rx.await.unwrap();
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "containerd {pid} still runs"
+    );
+    assert!(!process_with_arg(&marker), "the pod's container still runs");
 }

@@ -267,36 +267,4 @@ fn executable_from_messages(stdout: &str, binary: &str) -> Option<PathBuf> {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn finds_the_executable_among_cargo_messages() {
-        let msgs = r#"{"reason":"compiler-artifact","target":{"name":"tokio","kind":["lib"]},"executable":null}
-{"reason":"compiler-artifact","target":{"name":"kube-standin","kind":["bin"]},"executable":"/t/release/kube-standin"}
-{"reason":"build-finished","success":true}"#;
-        assert_eq!(
-            executable_from_messages(msgs, "kube-standin"),
-            Some(PathBuf::from("/t/release/kube-standin"))
-        );
-        assert_eq!(executable_from_messages(msgs, "other"), None);
-    }
-
-    #[test]
-    fn atomic_write_replaces_and_leaves_no_temporary() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("x.tar");
-        write_atomically(&p, |w| w.write_all(b"one").map_err(io_err("w", "x"))).unwrap();
-        write_atomically(&p, |w| w.write_all(b"two").map_err(io_err("w", "x"))).unwrap();
-        assert_eq!(fs::read(&p).unwrap(), b"two");
-        let failed = write_atomically(&p, |_| {
-            Err(Error::NoArtifact {
-                package: "p".into(),
-                binary: "b".into(),
-            })
-        });
-        assert!(failed.is_err());
-        assert_eq!(fs::read(&p).unwrap(), b"two");
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
-    }
-}
+mod tests;

@@ -235,8 +235,12 @@ pub fn select(only: &[String]) -> Result<Vec<ImageDef>> {
     }
     for name in only {
         if !all.iter().any(|d| d.matches(name)) {
-            let mut known: Vec<&str> = all.iter().map(|d| d.image.short_name()).collect();
-            known.dedup();
+            let mut known: Vec<&str> = Vec::new();
+            for short in all.iter().map(|d| d.image.short_name()) {
+                if !known.contains(&short) {
+                    known.push(short);
+                }
+            }
             return Err(Error::UnknownImage {
                 name: name.clone(),
                 known: known.join(", "),
@@ -291,10 +295,13 @@ mod tests {
         assert_eq!(one.len(), 1);
         let by_ref = select(&["localhost/oneinfra/busybox:1.36.1".into()]).unwrap();
         assert_eq!(by_ref[0].kind, Kind::Busybox);
-        assert!(matches!(
-            select(&["nginx".into()]),
-            Err(Error::UnknownImage { .. })
-        ));
+        match select(&["nginx".into()]) {
+            Err(Error::UnknownImage { name, known }) => {
+                assert_eq!(name, "nginx");
+                assert_eq!(known.matches("kube-apiserver").count(), 1);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
         assert_eq!(select(&[]).unwrap().len(), catalog().len());
     }
 }

@@ -182,7 +182,10 @@ pub fn image_tarballs(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(tars)
 }
 
-/// Imports image tarballs into a containerd's `k8s.io` namespace (the one CRI uses).
+/// Imports image tarballs into a containerd's `k8s.io` namespace (the one CRI uses), without
+/// unpacking them: CRI unpacks an image into a snapshot the first time a sandbox or container
+/// uses it, so only the images a hypervisor runs pay for it (the import is then ~2.5x
+/// faster: 4.7 s instead of 11.5 s for the 14 offline tarballs, measured here).
 ///
 /// # Errors
 /// When `ctr` fails.
@@ -192,7 +195,7 @@ pub fn import_images(socket: &Path, tarballs: &[PathBuf]) -> Result<()> {
             Command::new("ctr")
                 .arg("--address")
                 .arg(socket)
-                .args(["--namespace", "k8s.io", "images", "import"])
+                .args(["--namespace", "k8s.io", "images", "import", "--no-unpack"])
                 .arg(tar),
         )?;
     }

@@ -258,23 +258,57 @@ async fn plain_set_lifecycle() {
     )
     .await
     .unwrap();
+    // Its container writes through a host-path mount of /var/lib/oneinfra: the file must
+    // land in this hypervisor's own directory, not in the machine's /var/lib/oneinfra.
+    let container = oi_api::runtime::ContainerSpec {
+        name: "writer".into(),
+        image: oi_api::versions::INFRA
+            .toolbox
+            .reference(Some("localhost/oneinfra")),
+        command: vec!["sh".into()],
+        args: vec![
+            "-c".into(),
+            "echo hello > /data/from-container && exec sleep 3600".into(),
+        ],
+        env: Default::default(),
+        mounts: vec![oi_api::runtime::Mount {
+            host_path: "/var/lib/oneinfra".into(),
+            container_path: "/data".into(),
+            readonly: false,
+        }],
+        privileged: false,
+    };
     let pod = oi_api::runtime::PodSpec {
         namespace: "lhs-test".into(),
         name: "sleeper".into(),
         labels: Default::default(),
-        containers: Vec::new(),
+        containers: vec![container.clone()],
     };
-    client
-        .run_sandbox(&oi_cri::requests::sandbox_config(
-            &pod,
-            "/tmp/oi-lhs-test-logs",
+    let sandbox = oi_cri::requests::sandbox_config(&pod, "/tmp/oi-lhs-test-logs");
+    let sandbox_id = client.run_sandbox(&sandbox).await.unwrap();
+    let container_id = client
+        .create_container(&oi_cri::requests::create_container_request(
+            &sandbox_id,
+            &container,
+            &sandbox,
         ))
         .await
         .unwrap();
+    client.start_container(&container_id).await.unwrap();
+    let written = paths
+        .hypervisor(&name, &a.name)
+        .var_lib_oneinfra
+        .join("from-container");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while !written.exists() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(std::fs::read_to_string(&written).unwrap(), "hello\n");
+    assert!(!Path::new("/var/lib/oneinfra/from-container").exists());
     drop(client);
     let in_namespace = procs::pids_in_netns(&Path::new("/run/netns").join(&a.name));
-    // containerd, its shim and the pause process at least.
-    assert!(in_namespace.len() >= 3, "{in_namespace:?}");
+    // containerd, its shim, pause and the writer's sleep at least.
+    assert!(in_namespace.len() >= 4, "{in_namespace:?}");
 
     let out = destroy(&name);
     assert!(

@@ -277,6 +277,11 @@ impl PortAllocator {
         Some(port)
     }
 
+    /// Every allocation, by owner.
+    pub fn owners(&self) -> impl Iterator<Item = (&PortOwner, u16)> {
+        self.by_owner.iter().map(|(o, p)| (o, *p))
+    }
+
     /// Every allocation of cluster `namespace/cluster`, by owner.
     pub fn cluster_owners(&self, namespace: &str, cluster: &str) -> Vec<(PortOwner, u16)> {
         let start = PortOwner {

@@ -134,15 +134,36 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &Options) ->
             .push(key.clone());
     }
 
-    let mut failures = BTreeMap::new();
-    let cluster_keys: Vec<ObjectKey> = world.clusters.keys().cloned().collect();
-    for key in cluster_keys {
-        let Some(cluster) = world.clusters.get(&key) else {
-            continue;
-        };
-        if cluster.is_being_deleted() {
-            continue;
+    // Hypervisors holding ports of each cluster, so that releasing stale ports does not
+    // visit every hypervisor for every cluster.
+    let mut holders: HashMap<ObjectKey, BTreeSet<usize>> = HashMap::new();
+    for (i, h) in hvs.iter().enumerate() {
+        for (o, _) in h.ports.owners() {
+            let k = ObjectKey::new(o.cluster_namespace.clone(), o.cluster.clone());
+            holders.entry(k).or_default().insert(i);
         }
+    }
+
+    let mut failures = BTreeMap::new();
+    let live: Vec<(&ObjectKey, &Cluster)> = world
+        .clusters
+        .iter()
+        .filter(|(_, c)| !c.is_being_deleted())
+        .collect();
+    let ready: Vec<(ObjectKey, Result<Cluster>)> = parallel_map(&live, |(key, cluster)| {
+        (
+            (*key).clone(),
+            validate_and_init_pki(key, cluster, now, options),
+        )
+    });
+    for (key, cluster) in ready {
+        let cluster = match cluster {
+            Ok(c) => c,
+            Err(e) => {
+                failures.insert(key, e);
+                continue;
+            }
+        };
         let components: Vec<&Component> = by_cluster
             .get(&key)
             .map(|keys| {
@@ -154,10 +175,10 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &Options) ->
         let mut cx = ClusterPrep {
             key: &key,
             now,
-            options,
             hvs: &mut hvs,
             index: &index,
             all_components: &world.components,
+            holders: holders.remove(&key).unwrap_or_default(),
             touched: BTreeSet::new(),
         };
         let result = cx.run(cluster, &components);
@@ -200,26 +221,21 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &Options) ->
 struct ClusterPrep<'w> {
     key: &'w ObjectKey,
     now: OffsetDateTime,
-    options: &'w Options,
     hvs: &'w mut Vec<Hv>,
     index: &'w HashMap<String, usize>,
     all_components: &'w BTreeMap<ObjectKey, Component>,
+    /// Hypervisors that held ports of the cluster before this pass.
+    holders: BTreeSet<usize>,
     touched: BTreeSet<usize>,
 }
 
 impl ClusterPrep<'_> {
+    /// Prepares a cluster already validated and holding its PKI (see [`validate_and_init_pki`]).
     fn run(
         &mut self,
-        cluster: &Cluster,
+        cluster: Cluster,
         existing: &[&Component],
     ) -> Result<(Cluster, Vec<Component>)> {
-        let errors = validate_cluster(cluster);
-        if !errors.is_empty() {
-            return Err(Error::Invalid {
-                object: self.key.clone(),
-                errors,
-            });
-        }
         for c in existing {
             let errors = validate_component(c);
             if !errors.is_empty() {
@@ -229,8 +245,7 @@ impl ClusterPrep<'_> {
                 });
             }
         }
-        let mut cluster = cluster.clone();
-        self.init_pki(&mut cluster)?;
+        let mut cluster = cluster;
         let vpn = cluster.spec.vpn.enabled;
         let mut components: Vec<Component> = existing.iter().map(|c| (*c).clone()).collect();
         components.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
@@ -239,85 +254,6 @@ impl ClusterPrep<'_> {
         self.allocate(&mut components, vpn)?;
         self.set_status(&mut cluster, &components);
         Ok((cluster, components))
-    }
-
-    /// Generates the CAs and key pairs the cluster lacks; existing ones are kept.
-    fn init_pki(&self, cluster: &mut Cluster) -> Result<()> {
-        let name = cluster.metadata.name.clone();
-        let algorithm = self.options.key_algorithm;
-        let spec = &mut cluster.spec;
-        let slots: [(CaKind, &mut Option<Certificate>); 8] = [
-            (CaKind::ApiServer, &mut spec.api_server.ca),
-            (
-                CaKind::ApiServerClient,
-                &mut spec.certificate_authorities.api_server_client,
-            ),
-            (
-                CaKind::CertificateSigner,
-                &mut spec.certificate_authorities.certificate_signer,
-            ),
-            (CaKind::Kubelet, &mut spec.certificate_authorities.kubelet),
-            (
-                CaKind::KubeletClient,
-                &mut spec.certificate_authorities.kubelet_client,
-            ),
-            (CaKind::EtcdServer, &mut spec.etcd_server.ca),
-            (
-                CaKind::EtcdClient,
-                &mut spec.certificate_authorities.etcd_client,
-            ),
-            (
-                CaKind::EtcdPeer,
-                &mut spec.certificate_authorities.etcd_peer,
-            ),
-        ];
-        for (kind, slot) in slots {
-            if slot.as_ref().is_some_and(|c| !c.certificate.is_empty()) {
-                continue;
-            }
-            let ca = CertificateAuthority::generate(
-                &format!("{name}-{}", kind.common_name_suffix()),
-                algorithm,
-                self.now,
-                self.options.ca_lifetime,
-            )
-            .map_err(|e| self.pki_error(kind.manifest_field(), &e))?;
-            *slot = Some(Certificate {
-                certificate: ca.certificate_pem().to_string(),
-                private_key: ca.private_key_pem().to_string(),
-            });
-        }
-        let key_pairs: [(&'static str, KeyAlgorithm, &mut Option<KeyPair>); 2] = [
-            (
-                oi_pki::SERVICE_ACCOUNT_FIELD,
-                algorithm,
-                &mut spec.api_server.service_account,
-            ),
-            (
-                oi_pki::JOIN_KEY_FIELD,
-                join_key_algorithm(algorithm),
-                &mut spec.join_key,
-            ),
-        ];
-        for (field, algorithm, slot) in key_pairs {
-            if slot.as_ref().is_some_and(|k| !k.private_key.is_empty()) {
-                continue;
-            }
-            let pair = KeyPairPem::generate(algorithm).map_err(|e| self.pki_error(field, &e))?;
-            *slot = Some(KeyPair {
-                public_key: pair.public_key_pem,
-                private_key: pair.private_key_pem,
-            });
-        }
-        Ok(())
-    }
-
-    fn pki_error(&self, field: &'static str, e: &oi_pki::Error) -> Error {
-        Error::Pki {
-            cluster: self.key.clone(),
-            field,
-            message: e.to_string(),
-        }
     }
 
     /// Creates missing replicas and the ingress; marks surplus ones for deletion.
@@ -489,6 +425,7 @@ impl ClusterPrep<'_> {
                 continue;
             }
             let i = self.hv(c, &hypervisor)?;
+            self.holders.insert(i);
             let mut ports = Vec::new();
             for &port_name in required_ports(c.spec.role, vpn) {
                 let owner = PortOwner::new(ns, cluster, &c.metadata.name, port_name);
@@ -511,7 +448,7 @@ impl ClusterPrep<'_> {
             }
             c.status.allocated_host_ports = ports;
         }
-        for i in 0..self.hvs.len() {
+        for &i in &self.holders {
             let stale: Vec<PortOwner> = self.hvs[i]
                 .ports
                 .cluster_owners(ns, cluster)
@@ -572,6 +509,136 @@ impl ClusterPrep<'_> {
             }
         }
     }
+}
+
+/// Generates the CAs and key pairs the cluster lacks; existing ones are kept.
+fn init_pki(
+    key: &ObjectKey,
+    cluster: &mut Cluster,
+    now: OffsetDateTime,
+    options: &Options,
+) -> Result<()> {
+    let name = cluster.metadata.name.clone();
+    let algorithm = options.key_algorithm;
+    let spec = &mut cluster.spec;
+    let slots: [(CaKind, &mut Option<Certificate>); 8] = [
+        (CaKind::ApiServer, &mut spec.api_server.ca),
+        (
+            CaKind::ApiServerClient,
+            &mut spec.certificate_authorities.api_server_client,
+        ),
+        (
+            CaKind::CertificateSigner,
+            &mut spec.certificate_authorities.certificate_signer,
+        ),
+        (CaKind::Kubelet, &mut spec.certificate_authorities.kubelet),
+        (
+            CaKind::KubeletClient,
+            &mut spec.certificate_authorities.kubelet_client,
+        ),
+        (CaKind::EtcdServer, &mut spec.etcd_server.ca),
+        (
+            CaKind::EtcdClient,
+            &mut spec.certificate_authorities.etcd_client,
+        ),
+        (
+            CaKind::EtcdPeer,
+            &mut spec.certificate_authorities.etcd_peer,
+        ),
+    ];
+    for (kind, slot) in slots {
+        if slot.as_ref().is_some_and(|c| !c.certificate.is_empty()) {
+            continue;
+        }
+        let ca = CertificateAuthority::generate(
+            &format!("{name}-{}", kind.common_name_suffix()),
+            algorithm,
+            now,
+            options.ca_lifetime,
+        )
+        .map_err(|e| pki_error(key, kind.manifest_field(), &e))?;
+        *slot = Some(Certificate {
+            certificate: ca.certificate_pem().to_string(),
+            private_key: ca.private_key_pem().to_string(),
+        });
+    }
+    let key_pairs: [(&'static str, KeyAlgorithm, &mut Option<KeyPair>); 2] = [
+        (
+            oi_pki::SERVICE_ACCOUNT_FIELD,
+            algorithm,
+            &mut spec.api_server.service_account,
+        ),
+        (
+            oi_pki::JOIN_KEY_FIELD,
+            join_key_algorithm(algorithm),
+            &mut spec.join_key,
+        ),
+    ];
+    for (field, algorithm, slot) in key_pairs {
+        if slot.as_ref().is_some_and(|k| !k.private_key.is_empty()) {
+            continue;
+        }
+        let pair = KeyPairPem::generate(algorithm).map_err(|e| pki_error(key, field, &e))?;
+        *slot = Some(KeyPair {
+            public_key: pair.public_key_pem,
+            private_key: pair.private_key_pem,
+        });
+    }
+    Ok(())
+}
+
+fn pki_error(key: &ObjectKey, field: &'static str, e: &oi_pki::Error) -> Error {
+    Error::Pki {
+        cluster: key.clone(),
+        field,
+        message: e.to_string(),
+    }
+}
+
+/// Validates a cluster and returns it with its missing PKI generated.
+fn validate_and_init_pki(
+    key: &ObjectKey,
+    cluster: &Cluster,
+    now: OffsetDateTime,
+    options: &Options,
+) -> Result<Cluster> {
+    let errors = validate_cluster(cluster);
+    if !errors.is_empty() {
+        return Err(Error::Invalid {
+            object: key.clone(),
+            errors,
+        });
+    }
+    let mut cluster = cluster.clone();
+    init_pki(key, &mut cluster, now, options)?;
+    Ok(cluster)
+}
+
+/// `items.iter().map(f)`, spread over the machine's cores: key generation dominates the
+/// preparation of new clusters and is independent per cluster. Order is kept.
+fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(items.len());
+    if threads <= 1 {
+        return items.iter().map(f).collect();
+    }
+    let chunk = items.len().div_ceil(threads);
+    let f = &f;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || part.iter().map(f).collect::<Vec<R>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| match h.join() {
+                Ok(results) => results,
+                // A panic in a worker is a bug; surface it as the panic it was.
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    })
 }
 
 fn domain(h: &Hv) -> Domain<'_> {

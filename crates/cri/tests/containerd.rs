@@ -339,6 +339,12 @@ async fn pods_survive_a_containerd_restart_and_the_client_reconnects() {
     let pods = fx.client.list_pods(&selector()).await.unwrap();
     assert!(pods[0].runs(&pod("3600")), "{pods:?}");
 
+    // A second crash with no call while it was down: the first call after the restart is a
+    // mutating one (not retried by the client), and it still works.
+    let new_pid = fx.containerd.restart().await.unwrap();
+    fx.client.remove_pod("no-such-sandbox").await.unwrap();
+    fx.client.ensure_pod(&pod("3601")).await.unwrap();
+
     // stop() removes the pods first, then the daemon.
     let Fixture {
         containerd, dir, ..

@@ -25,6 +25,7 @@
 
 pub mod ports;
 pub mod prepare;
+pub mod render;
 pub mod schedule;
 
 pub use prepare::{
@@ -77,6 +78,12 @@ pub enum Error {
     Invalid {
         object: ObjectKey,
         errors: Vec<FieldError>,
+    },
+    #[error("cannot render component {component}: missing {missing}")]
+    Render {
+        component: ObjectKey,
+        /// What the prepared world lacks.
+        missing: String,
     },
     #[error("cluster {cluster}: generating {field}: {message}")]
     Pki {

@@ -1,0 +1,640 @@
+//! Rendering: the pods and files one prepared component needs on its hypervisor, as
+//! `oi_api::runtime` values. Pure and deterministic: same prepared world, same bytes, so that
+//! content hashes only change when something that matters changes.
+//!
+//! ```text
+//! control plane replica                        ingress
+//!   pod <component>-etcd:  etcd                  pod <component>: haproxy (TCP mode)
+//!   pod <component>:       kube-apiserver,         frontend *:<apiserver port>
+//!                          kube-controller-manager  one backend server per API server,
+//!                          kube-scheduler           TLS health check GET /readyz
+//! ```
+//!
+//! Host paths: files (certificates, keys, kubeconfigs, configs) under
+//! `/etc/oneinfra/<namespace>/<cluster>/<component>/`, state (the etcd data directory) under
+//! `/var/lib/oneinfra/<namespace>/<cluster>/<component>/`; both are mounted at the same path
+//! inside the containers, so arguments name host paths.
+//!
+//! Certificates come from the prepared objects: CAs and key pairs from the Cluster spec, leaf
+//! certificates of a replica from its Component status ([`certs`] names them).
+//!
+//! etcd membership: replica 0 (the lowest live index) starts a new cluster; every other
+//! replica joins an existing one (`--initial-cluster-state=existing`, as the learner the
+//! engine added) with the live replicas of lower index and itself as initial cluster.
+//! etcd ignores these flags once its data directory exists.
+
+use std::collections::BTreeMap;
+
+use oi_api::runtime::{ContainerSpec, HostFile, Mount, PodSpec, labels};
+use oi_api::versions::{self, INFRA};
+use oi_api::{Cluster, Component, ComponentRole, ObjectKey, World};
+
+use crate::ports::names;
+use crate::{Error, Result};
+
+/// Names of a control plane replica's leaf certificates in its Component status.
+pub mod certs {
+    /// `serverCertificates`: kube-apiserver serving certificate.
+    pub const APISERVER: &str = "apiserver";
+    /// `serverCertificates`: etcd serving (and client) certificate.
+    pub const ETCD_SERVER: &str = "etcd-server";
+    /// `serverCertificates`: etcd peer certificate.
+    pub const ETCD_PEER: &str = "etcd-peer";
+    /// `clientCertificates`: kube-apiserver towards etcd.
+    pub const APISERVER_ETCD_CLIENT: &str = "apiserver-etcd-client";
+    /// `clientCertificates`: kube-apiserver towards kubelets.
+    pub const APISERVER_KUBELET_CLIENT: &str = "apiserver-kubelet-client";
+    /// `clientCertificates`: kube-controller-manager towards kube-apiserver.
+    pub const CONTROLLER_MANAGER: &str = "controller-manager";
+    /// `clientCertificates`: kube-scheduler towards kube-apiserver.
+    pub const SCHEDULER: &str = "scheduler";
+}
+
+/// Settings of rendering.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RenderOptions {
+    /// Image repository override (see `oi_api::versions`), e.g. `localhost/oneinfra`.
+    pub image_repository: Option<String>,
+}
+
+/// What one component needs on its hypervisor.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rendered {
+    /// Pods, by name.
+    pub pods: Vec<PodSpec>,
+    /// Files, by path.
+    pub files: Vec<HostFile>,
+}
+
+/// Host directory of a component's files.
+pub fn config_dir(namespace: &str, cluster: &str, component: &str) -> String {
+    format!("/etc/oneinfra/{namespace}/{cluster}/{component}")
+}
+
+/// Host directory of a component's state.
+pub fn data_dir(namespace: &str, cluster: &str, component: &str) -> String {
+    format!("/var/lib/oneinfra/{namespace}/{cluster}/{component}")
+}
+
+/// Renders a prepared component: a control plane replica or an ingress.
+///
+/// # Errors
+///
+/// [`Error::Render`] naming the component and what is missing (the component, its cluster,
+/// hypervisor, a host port, a CA or a certificate) when the world is not prepared.
+pub fn render_component(
+    world: &World,
+    component: &ObjectKey,
+    options: &RenderOptions,
+) -> Result<Rendered> {
+    let missing = |what: &str| Error::Render {
+        component: component.clone(),
+        missing: what.to_string(),
+    };
+    let c = world
+        .components
+        .get(component)
+        .ok_or_else(|| missing("component"))?;
+    let cluster = world.cluster_of(c).ok_or_else(|| missing("cluster"))?;
+    let hypervisor = world
+        .hypervisor_of(c)
+        .ok_or_else(|| missing("hypervisor"))?;
+    let cx = Cx {
+        world,
+        key: component,
+        component: c,
+        cluster,
+        ip: hypervisor.spec.ip_address.as_str(),
+        config: config_dir(&component.namespace, &c.spec.cluster, &c.metadata.name),
+        data: data_dir(&component.namespace, &c.spec.cluster, &c.metadata.name),
+        options,
+    };
+    let mut rendered = match c.spec.role {
+        ComponentRole::ControlPlane => cx.control_plane()?,
+        ComponentRole::ControlPlaneIngress => cx.ingress()?,
+    };
+    rendered.pods.sort_by(|a, b| a.name.cmp(&b.name));
+    rendered.files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(rendered)
+}
+
+struct Cx<'a> {
+    world: &'a World,
+    key: &'a ObjectKey,
+    component: &'a Component,
+    cluster: &'a Cluster,
+    ip: &'a str,
+    config: String,
+    data: String,
+    options: &'a RenderOptions,
+}
+
+/// `--name=value` arguments from a map: sorted by flag name, one value each.
+fn flags(map: BTreeMap<&str, String>) -> Vec<String> {
+    map.into_iter().map(|(k, v)| format!("--{k}={v}")).collect()
+}
+
+fn url_host(ip: &str) -> String {
+    if ip.contains(':') {
+        format!("[{ip}]")
+    } else {
+        ip.to_string()
+    }
+}
+
+impl Cx<'_> {
+    fn missing(&self, what: impl Into<String>) -> Error {
+        Error::Render {
+            component: self.key.clone(),
+            missing: what.into(),
+        }
+    }
+
+    fn port(&self, c: &Component, name: &str) -> Result<u16> {
+        c.status
+            .host_port(name)
+            .ok_or_else(|| self.missing(format!("host port {name} of {}", c.metadata.name)))
+    }
+
+    fn path(&self, file: &str) -> String {
+        format!("{}/{file}", self.config)
+    }
+
+    fn image(&self, image: versions::Image) -> String {
+        image.reference(self.options.image_repository.as_deref())
+    }
+
+    fn labels(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (labels::MANAGED.to_string(), "true".to_string()),
+            (
+                labels::CLUSTER_NAMESPACE.to_string(),
+                self.key.namespace.clone(),
+            ),
+            (
+                labels::CLUSTER.to_string(),
+                self.component.spec.cluster.clone(),
+            ),
+            (
+                labels::COMPONENT.to_string(),
+                self.component.metadata.name.clone(),
+            ),
+        ])
+    }
+
+    fn config_mount(&self) -> Mount {
+        Mount {
+            host_path: self.config.clone(),
+            container_path: self.config.clone(),
+            readonly: true,
+        }
+    }
+
+    fn pod(&self, name: String, containers: Vec<ContainerSpec>) -> PodSpec {
+        PodSpec {
+            namespace: self.key.namespace.clone(),
+            name,
+            labels: self.labels(),
+            containers,
+        }
+    }
+
+    fn file(&self, name: &str, content: &str, mode: u32) -> HostFile {
+        HostFile {
+            path: self.path(name),
+            content: content.as_bytes().to_vec(),
+            mode,
+        }
+    }
+
+    /// A CA certificate (public part only) from the cluster spec.
+    fn ca_cert(&self, ca: Option<&oi_api::Certificate>, field: &str) -> Result<String> {
+        ca.filter(|c| !c.certificate.is_empty())
+            .map(|c| c.certificate.clone())
+            .ok_or_else(|| self.missing(format!("cluster CA {field}")))
+    }
+
+    /// The live control plane replicas of the cluster, by replica index then name.
+    fn replicas(&self) -> Vec<&Component> {
+        let mut replicas: Vec<&Component> = self
+            .world
+            .components
+            .values()
+            .filter(|c| {
+                c.metadata.namespace_or_default() == self.key.namespace
+                    && c.spec.cluster == self.component.spec.cluster
+                    && c.spec.role == ComponentRole::ControlPlane
+                    && !c.metadata.is_being_deleted()
+            })
+            .collect();
+        let prefix = format!("{}-control-plane-", self.component.spec.cluster);
+        replicas.sort_by_key(|c| {
+            let index = c
+                .metadata
+                .name
+                .strip_prefix(&prefix)
+                .and_then(|i| i.parse::<u32>().ok());
+            (index.map_or((1, 0), |i| (0, i)), c.metadata.name.clone())
+        });
+        replicas
+    }
+
+    fn ip_of(&self, c: &Component) -> Result<String> {
+        self.world
+            .hypervisor_of(c)
+            .map(|h| url_host(&h.spec.ip_address))
+            .ok_or_else(|| self.missing(format!("hypervisor of {}", c.metadata.name)))
+    }
+
+    fn ingress(&self) -> Result<Rendered> {
+        let port = self.port(self.component, names::APISERVER)?;
+        let ca = self.ca_cert(
+            self.cluster.spec.api_server.ca.as_ref(),
+            "spec.apiServer.ca",
+        )?;
+        let mut backends = Vec::new();
+        for r in self.replicas() {
+            if r.spec.hypervisor.is_none() {
+                continue;
+            }
+            backends.push((
+                r.metadata.name.clone(),
+                self.ip_of(r)?,
+                self.port(r, names::APISERVER)?,
+            ));
+        }
+        let haproxy_cfg = haproxy_config(port, &self.path("apiserver-ca.crt"), &backends);
+        let files = vec![
+            self.file("apiserver-ca.crt", &ca, 0o644),
+            self.file("haproxy.cfg", &haproxy_cfg, 0o644),
+        ];
+        let haproxy = ContainerSpec {
+            name: "haproxy".into(),
+            image: self.image(INFRA.haproxy),
+            command: vec!["haproxy".into()],
+            args: vec![
+                "-W".into(),
+                "-db".into(),
+                "-f".into(),
+                self.path("haproxy.cfg"),
+            ],
+            env: BTreeMap::new(),
+            mounts: vec![self.config_mount()],
+            privileged: false,
+        };
+        Ok(Rendered {
+            pods: vec![self.pod(self.component.metadata.name.clone(), vec![haproxy])],
+            files,
+        })
+    }
+
+    fn leaf(
+        &self,
+        map: &BTreeMap<String, oi_api::Certificate>,
+        status_field: &str,
+        name: &str,
+    ) -> Result<(String, String)> {
+        map.get(name)
+            .filter(|c| !c.certificate.is_empty() && !c.private_key.is_empty())
+            .map(|c| (c.certificate.clone(), c.private_key.clone()))
+            .ok_or_else(|| self.missing(format!("certificate status.{status_field}.{name}")))
+    }
+
+    fn control_plane(&self) -> Result<Rendered> {
+        let spec = &self.cluster.spec;
+        let c = self.component;
+        let release = versions::find_release(&spec.kubernetes_version).ok_or_else(|| {
+            self.missing(format!(
+                "supported kubernetes version (cluster has {:?})",
+                spec.kubernetes_version
+            ))
+        })?;
+        let ip = url_host(self.ip);
+        let apiserver_port = self.port(c, names::APISERVER)?;
+        let client_port = self.port(c, names::ETCD_CLIENT)?;
+        let peer_port = self.port(c, names::ETCD_PEER)?;
+        let cas = &spec.certificate_authorities;
+
+        let mut files = Vec::new();
+        let mut add = |name: &str, content: &str, mode: u32| {
+            files.push(self.file(name, content, mode));
+        };
+        let ca_files = [
+            (
+                "apiserver-ca.crt",
+                spec.api_server.ca.as_ref(),
+                "spec.apiServer.ca",
+            ),
+            (
+                "apiserver-client-ca.crt",
+                cas.api_server_client.as_ref(),
+                "spec.certificateAuthorities.apiServerClient",
+            ),
+            (
+                "etcd-server-ca.crt",
+                spec.etcd_server.ca.as_ref(),
+                "spec.etcdServer.ca",
+            ),
+            (
+                "etcd-client-ca.crt",
+                cas.etcd_client.as_ref(),
+                "spec.certificateAuthorities.etcdClient",
+            ),
+            (
+                "etcd-peer-ca.crt",
+                cas.etcd_peer.as_ref(),
+                "spec.certificateAuthorities.etcdPeer",
+            ),
+        ];
+        for (file, ca, field) in ca_files {
+            add(file, &self.ca_cert(ca, field)?, 0o644);
+        }
+        // etcd's own gRPC gateway dials the member with its serving certificate, so client
+        // verification must trust the etcd server CA as well as the etcd client CA.
+        let etcd_trusted = format!(
+            "{}{}",
+            self.ca_cert(
+                cas.etcd_client.as_ref(),
+                "spec.certificateAuthorities.etcdClient"
+            )?,
+            self.ca_cert(spec.etcd_server.ca.as_ref(), "spec.etcdServer.ca")?
+        );
+        add("etcd-trusted-ca.crt", &etcd_trusted, 0o644);
+        let signer = cas
+            .certificate_signer
+            .as_ref()
+            .filter(|s| !s.certificate.is_empty() && !s.private_key.is_empty())
+            .ok_or_else(|| {
+                self.missing("cluster CA spec.certificateAuthorities.certificateSigner")
+            })?;
+        add("cluster-signing-ca.crt", &signer.certificate, 0o644);
+        add("cluster-signing-ca.key", &signer.private_key, 0o600);
+        let sa = spec
+            .api_server
+            .service_account
+            .as_ref()
+            .filter(|k| !k.private_key.is_empty() && !k.public_key.is_empty())
+            .ok_or_else(|| self.missing("key pair spec.apiServer.serviceAccount"))?;
+        add("sa.pub", &sa.public_key, 0o644);
+        add("sa.key", &sa.private_key, 0o600);
+        let server = &c.status.server_certificates;
+        let client = &c.status.client_certificates;
+        for (map, field, name) in [
+            (server, "serverCertificates", certs::APISERVER),
+            (server, "serverCertificates", certs::ETCD_SERVER),
+            (server, "serverCertificates", certs::ETCD_PEER),
+            (client, "clientCertificates", certs::APISERVER_ETCD_CLIENT),
+            (
+                client,
+                "clientCertificates",
+                certs::APISERVER_KUBELET_CLIENT,
+            ),
+        ] {
+            let (cert, key) = self.leaf(map, field, name)?;
+            add(&format!("{name}.crt"), &cert, 0o644);
+            add(&format!("{name}.key"), &key, 0o600);
+        }
+        let apiserver_ca = self.ca_cert(spec.api_server.ca.as_ref(), "spec.apiServer.ca")?;
+        let local_apiserver = format!("https://{ip}:{apiserver_port}");
+        for name in [certs::CONTROLLER_MANAGER, certs::SCHEDULER] {
+            let (cert, key) = self.leaf(client, "clientCertificates", name)?;
+            let user = format!("system:kube-{name}");
+            let kubeconfig = oi_pki::kubeconfig(
+                &c.spec.cluster,
+                &local_apiserver,
+                &apiserver_ca,
+                &user,
+                &cert,
+                &key,
+            )
+            .map_err(|e| self.missing(format!("renderable kubeconfig for {name}: {e}")))?;
+            add(&format!("{name}.kubeconfig"), &kubeconfig, 0o600);
+        }
+
+        // etcd membership (see the module documentation).
+        let replicas = self.replicas();
+        let me = replicas
+            .iter()
+            .position(|r| r.metadata.name == c.metadata.name)
+            .ok_or_else(|| self.missing("live control plane replica (it is being deleted)"))?;
+        let mut initial = Vec::new();
+        for r in &replicas[..=me] {
+            initial.push(format!(
+                "{}=https://{}:{}",
+                r.metadata.name,
+                self.ip_of(r)?,
+                self.port(r, names::ETCD_PEER)?
+            ));
+        }
+        let mut etcd_servers = Vec::new();
+        for r in &replicas {
+            etcd_servers.push(format!(
+                "https://{}:{}",
+                self.ip_of(r)?,
+                self.port(r, names::ETCD_CLIENT)?
+            ));
+        }
+        etcd_servers.sort();
+
+        let etcd_data = format!("{}/etcd", self.data);
+        let etcd_args = flags(BTreeMap::from([
+            (
+                "advertise-client-urls",
+                format!("https://{ip}:{client_port}"),
+            ),
+            ("cert-file", self.path("etcd-server.crt")),
+            ("client-cert-auth", "true".into()),
+            ("data-dir", etcd_data.clone()),
+            (
+                "initial-advertise-peer-urls",
+                format!("https://{ip}:{peer_port}"),
+            ),
+            ("initial-cluster", initial.join(",")),
+            (
+                "initial-cluster-state",
+                if me == 0 { "new" } else { "existing" }.into(),
+            ),
+            ("key-file", self.path("etcd-server.key")),
+            ("listen-client-urls", format!("https://{ip}:{client_port}")),
+            ("listen-peer-urls", format!("https://{ip}:{peer_port}")),
+            ("name", c.metadata.name.clone()),
+            ("peer-cert-file", self.path("etcd-peer.crt")),
+            ("peer-client-cert-auth", "true".into()),
+            ("peer-key-file", self.path("etcd-peer.key")),
+            ("peer-trusted-ca-file", self.path("etcd-peer-ca.crt")),
+            ("trusted-ca-file", self.path("etcd-trusted-ca.crt")),
+        ]));
+        let apiserver_args = flags(BTreeMap::from([
+            ("advertise-address", self.ip.to_string()),
+            ("allow-privileged", "true".into()),
+            ("authorization-mode", "Node,RBAC".into()),
+            ("client-ca-file", self.path("apiserver-client-ca.crt")),
+            ("enable-admission-plugins", "NodeRestriction".into()),
+            ("enable-bootstrap-token-auth", "true".into()),
+            ("etcd-cafile", self.path("etcd-server-ca.crt")),
+            ("etcd-certfile", self.path("apiserver-etcd-client.crt")),
+            ("etcd-keyfile", self.path("apiserver-etcd-client.key")),
+            ("etcd-servers", etcd_servers.join(",")),
+            (
+                "kubelet-client-certificate",
+                self.path("apiserver-kubelet-client.crt"),
+            ),
+            (
+                "kubelet-client-key",
+                self.path("apiserver-kubelet-client.key"),
+            ),
+            (
+                "kubelet-preferred-address-types",
+                "InternalIP,ExternalIP,Hostname".into(),
+            ),
+            ("secure-port", apiserver_port.to_string()),
+            (
+                "service-account-issuer",
+                "https://kubernetes.default.svc.cluster.local".into(),
+            ),
+            ("service-account-key-file", self.path("sa.pub")),
+            ("service-account-signing-key-file", self.path("sa.key")),
+            (
+                "service-cluster-ip-range",
+                spec.networking.service_cidr.clone(),
+            ),
+            ("tls-cert-file", self.path("apiserver.crt")),
+            ("tls-private-key-file", self.path("apiserver.key")),
+        ]));
+        let kcm_kubeconfig = self.path("controller-manager.kubeconfig");
+        let mut kcm = BTreeMap::from([
+            ("allocate-node-cidrs", "true".to_string()),
+            ("authentication-kubeconfig", kcm_kubeconfig.clone()),
+            ("authorization-kubeconfig", kcm_kubeconfig.clone()),
+            ("cluster-cidr", spec.networking.cluster_cidr.clone()),
+            ("cluster-name", c.spec.cluster.clone()),
+            (
+                "cluster-signing-cert-file",
+                self.path("cluster-signing-ca.crt"),
+            ),
+            (
+                "cluster-signing-key-file",
+                self.path("cluster-signing-ca.key"),
+            ),
+            ("controllers", "*,bootstrapsigner,tokencleaner".into()),
+            ("kubeconfig", kcm_kubeconfig),
+            ("leader-elect", "true".into()),
+            ("root-ca-file", self.path("apiserver-ca.crt")),
+            // Several clusters share a hypervisor's network: no fixed serving port.
+            ("secure-port", "0".into()),
+            ("service-account-private-key-file", self.path("sa.key")),
+            (
+                "service-cluster-ip-range",
+                spec.networking.service_cidr.clone(),
+            ),
+            ("use-service-account-credentials", "true".into()),
+        ]);
+        if let Some(size) = spec.networking.node_cidr_mask_size {
+            kcm.insert("node-cidr-mask-size", size.to_string());
+        }
+        let kcm_args = flags(kcm);
+        let scheduler_kubeconfig = self.path("scheduler.kubeconfig");
+        let scheduler_args = flags(BTreeMap::from([
+            ("authentication-kubeconfig", scheduler_kubeconfig.clone()),
+            ("authorization-kubeconfig", scheduler_kubeconfig.clone()),
+            ("kubeconfig", scheduler_kubeconfig),
+            ("leader-elect", "true".into()),
+            ("secure-port", "0".into()),
+        ]));
+
+        let container =
+            |name: &str, image: versions::Image, args: Vec<String>, mounts| ContainerSpec {
+                name: name.to_string(),
+                image: self.image(image),
+                command: vec![name.to_string()],
+                args,
+                env: BTreeMap::new(),
+                mounts,
+                privileged: false,
+            };
+        let etcd_pod = self.pod(
+            format!("{}-etcd", c.metadata.name),
+            vec![container(
+                "etcd",
+                release.etcd,
+                etcd_args,
+                vec![
+                    self.config_mount(),
+                    Mount {
+                        host_path: etcd_data.clone(),
+                        container_path: etcd_data,
+                        readonly: false,
+                    },
+                ],
+            )],
+        );
+        let kube_pod = self.pod(
+            c.metadata.name.clone(),
+            vec![
+                container(
+                    "kube-apiserver",
+                    release.kube_apiserver,
+                    apiserver_args,
+                    vec![self.config_mount()],
+                ),
+                container(
+                    "kube-controller-manager",
+                    release.kube_controller_manager,
+                    kcm_args,
+                    vec![self.config_mount()],
+                ),
+                container(
+                    "kube-scheduler",
+                    release.kube_scheduler,
+                    scheduler_args,
+                    vec![self.config_mount()],
+                ),
+            ],
+        );
+        Ok(Rendered {
+            pods: vec![etcd_pod, kube_pod],
+            files,
+        })
+    }
+}
+
+/// haproxy in TCP mode in front of the API servers, each health-checked over TLS (verified
+/// against the API server CA) on `GET /readyz`.
+pub fn haproxy_config(port: u16, ca_file: &str, backends: &[(String, String, u16)]) -> String {
+    let mut out = String::new();
+    out.push_str(concat!(
+        "global\n",
+        "  maxconn 4096\n",
+        "\n",
+        "defaults\n",
+        "  mode tcp\n",
+        "  timeout connect 5s\n",
+        "  timeout client 1h\n",
+        "  timeout server 1h\n",
+        "  timeout check 5s\n",
+        "\n",
+        "frontend apiserver\n",
+    ));
+    out.push_str(&format!("  bind :::{port} v4v6\n"));
+    out.push_str(concat!(
+        "  default_backend apiservers\n",
+        "\n",
+        "backend apiservers\n",
+        "  balance leastconn\n",
+        "  option httpchk\n",
+        "  http-check send meth GET uri /readyz\n",
+        "  http-check expect status 200\n",
+    ));
+    out.push_str(&format!(
+        "  default-server check check-ssl verify required ca-file {ca_file} inter 5s fall 3 rise 2\n"
+    ));
+    let mut sorted: Vec<&(String, String, u16)> = backends.iter().collect();
+    sorted.sort();
+    for (name, host, port) in sorted {
+        out.push_str(&format!("  server {name} {host}:{port}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

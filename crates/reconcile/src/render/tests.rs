@@ -1,0 +1,270 @@
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use super::*;
+
+use std::path::PathBuf;
+
+use oi_api::{
+    Certificate, ClusterSpec, Hypervisor, HypervisorSpec, KeyPair, LocalCriEndpoint, ObjectMeta,
+    PortRange, Resource,
+};
+use pretty_assertions::assert_eq;
+use time::macros::datetime;
+
+use crate::prepare;
+
+/// Compares `actual` with the golden file `testdata/golden/<name>`; `OI_UPDATE_GOLDEN=1`
+/// rewrites it: `OI_UPDATE_GOLDEN=1 cargo test -p oi-reconcile render`.
+fn golden(name: &str, actual: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata/golden")
+        .join(name);
+    if std::env::var_os("OI_UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; regenerate with OI_UPDATE_GOLDEN=1 cargo test -p oi-reconcile render",
+            path.display()
+        )
+    });
+    assert_eq!(expected, actual, "golden file {name} differs");
+}
+
+fn fake_cert(what: &str) -> Certificate {
+    Certificate {
+        certificate: format!("-----BEGIN CERTIFICATE-----\n{what}\n-----END CERTIFICATE-----\n"),
+        private_key: format!("-----BEGIN PRIVATE KEY-----\n{what}\n-----END PRIVATE KEY-----\n"),
+    }
+}
+
+fn hypervisor(name: &str, public: bool, ip: &str) -> Hypervisor {
+    Hypervisor::new(
+        ObjectMeta::named(name),
+        HypervisorSpec {
+            local_cri_endpoint: Some(LocalCriEndpoint {
+                cri_endpoint_path: "/run/containerd/containerd.sock".into(),
+            }),
+            remote_cri_endpoint: None,
+            public,
+            ip_address: ip.into(),
+            port_range: PortRange {
+                low: 30000,
+                high: 30099,
+            },
+        },
+    )
+}
+
+/// A prepared world: cluster `team-a/c1`, three replicas, leaf certificates filled in.
+fn prepared() -> World {
+    let mut w = World::default();
+    for h in [
+        hypervisor("private-1", false, "10.0.0.1"),
+        hypervisor("private-2", false, "10.0.0.2"),
+        hypervisor("private-3", false, "10.0.0.3"),
+        hypervisor("public-1", true, "192.0.2.1"),
+    ] {
+        w.hypervisors.insert(h.key(), h);
+    }
+    let mut c = Cluster::new(
+        ObjectMeta::namespaced("team-a", "c1"),
+        ClusterSpec {
+            control_plane_replicas: Some(3),
+            kubernetes_version: "1.37.1".into(),
+            ..ClusterSpec::default()
+        },
+    );
+    let s = &mut c.spec;
+    s.api_server.ca = Some(fake_cert("apiserver-ca"));
+    s.etcd_server.ca = Some(fake_cert("etcd-server-ca"));
+    let cas = &mut s.certificate_authorities;
+    cas.api_server_client = Some(fake_cert("apiserver-client-ca"));
+    cas.certificate_signer = Some(fake_cert("signer-ca"));
+    cas.kubelet = Some(fake_cert("kubelet-ca"));
+    cas.kubelet_client = Some(fake_cert("kubelet-client-ca"));
+    cas.etcd_client = Some(fake_cert("etcd-client-ca"));
+    cas.etcd_peer = Some(fake_cert("etcd-peer-ca"));
+    let pair = KeyPair {
+        public_key: "PUBLIC".into(),
+        private_key: "PRIVATE".into(),
+    };
+    s.api_server.service_account = Some(pair.clone());
+    s.join_key = Some(pair);
+    w.clusters.insert(c.key(), c);
+    let p = prepare(w, datetime!(2026-11-22 03:00:00 UTC));
+    assert!(p.failures.is_empty(), "{:?}", p.failures);
+    let mut w = p.world;
+    for c in w.components.values_mut() {
+        if c.spec.role != ComponentRole::ControlPlane {
+            continue;
+        }
+        for name in [certs::APISERVER, certs::ETCD_SERVER, certs::ETCD_PEER] {
+            c.status.server_certificates.insert(
+                name.into(),
+                fake_cert(&format!("{} {name}", c.metadata.name)),
+            );
+        }
+        for name in [
+            certs::APISERVER_ETCD_CLIENT,
+            certs::APISERVER_KUBELET_CLIENT,
+            certs::CONTROLLER_MANAGER,
+            certs::SCHEDULER,
+        ] {
+            c.status.client_certificates.insert(
+                name.into(),
+                fake_cert(&format!("{} {name}", c.metadata.name)),
+            );
+        }
+    }
+    w
+}
+
+fn describe(r: &Rendered) -> String {
+    let mut out = String::new();
+    for f in &r.files {
+        out.push_str(&format!("file {} {:o}\n", f.path, f.mode));
+    }
+    for p in &r.pods {
+        out.push_str(&format!("pod {}/{}\n", p.namespace, p.name));
+        for (k, v) in &p.labels {
+            out.push_str(&format!("  label {k}={v}\n"));
+        }
+        for c in &p.containers {
+            out.push_str(&format!("  container {} {}\n", c.name, c.image));
+            out.push_str(&format!("    command {}\n", c.command.join(" ")));
+            for a in &c.args {
+                out.push_str(&format!("    {a}\n"));
+            }
+            for m in &c.mounts {
+                let ro = if m.readonly { "ro" } else { "rw" };
+                out.push_str(&format!(
+                    "    mount {} -> {} {ro}\n",
+                    m.host_path, m.container_path
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn options() -> RenderOptions {
+    RenderOptions {
+        image_repository: Some("localhost/oneinfra".into()),
+    }
+}
+
+#[test]
+fn ingress_haproxy_config_and_pod() {
+    let w = prepared();
+    let r = render_component(&w, &ObjectKey::new("team-a", "c1-ingress"), &options()).unwrap();
+    let cfg = r
+        .files
+        .iter()
+        .find(|f| f.path.ends_with("/haproxy.cfg"))
+        .unwrap();
+    golden(
+        "ingress-haproxy.cfg",
+        std::str::from_utf8(&cfg.content).unwrap(),
+    );
+    golden("ingress.txt", &describe(&r));
+}
+
+#[test]
+fn control_plane_replica_arguments_and_files() {
+    let w = prepared();
+    for i in [0, 1] {
+        let key = ObjectKey::new("team-a", format!("c1-control-plane-{i}"));
+        let r = render_component(&w, &key, &options()).unwrap();
+        golden(&format!("control-plane-{i}.txt"), &describe(&r));
+        // Deterministic: rendering again gives the same hashes.
+        let again = render_component(&w, &key, &options()).unwrap();
+        assert_eq!(
+            r.pods.iter().map(PodSpec::content_hash).collect::<Vec<_>>(),
+            again
+                .pods
+                .iter()
+                .map(PodSpec::content_hash)
+                .collect::<Vec<_>>()
+        );
+        assert!(
+            r.files
+                .iter()
+                .filter(|f| f.path.ends_with(".key"))
+                .all(|f| f.mode == 0o600)
+        );
+    }
+}
+
+#[test]
+fn arguments_are_sorted_flags() {
+    let w = prepared();
+    let key = ObjectKey::new("team-a", "c1-control-plane-2");
+    let r = render_component(&w, &key, &options()).unwrap();
+    for c in r.pods.iter().flat_map(|p| &p.containers) {
+        let names: Vec<&str> = c
+            .args
+            .iter()
+            .map(|a| a.split('=').next().unwrap())
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(names, sorted, "{}", c.name);
+    }
+}
+
+#[test]
+fn missing_certificate_is_named() {
+    let mut w = prepared();
+    let key = ObjectKey::new("team-a", "c1-control-plane-0");
+    w.components
+        .get_mut(&key)
+        .unwrap()
+        .status
+        .server_certificates
+        .remove(certs::ETCD_PEER);
+    assert_eq!(
+        render_component(&w, &key, &options()),
+        Err(Error::Render {
+            component: key.clone(),
+            missing: "certificate status.serverCertificates.etcd-peer".into()
+        })
+    );
+}
+
+#[test]
+fn unknown_component_is_an_error() {
+    let key = ObjectKey::new("team-a", "nope");
+    assert_eq!(
+        render_component(&prepared(), &key, &options()),
+        Err(Error::Render {
+            component: key.clone(),
+            missing: "component".into()
+        })
+    );
+}
+
+#[test]
+fn haproxy_backends_sorted_whatever_the_input_order() {
+    let a = haproxy_config(
+        40000,
+        "/ca.crt",
+        &[
+            ("b".into(), "10.0.0.2".into(), 30000),
+            ("a".into(), "10.0.0.1".into(), 30000),
+        ],
+    );
+    let b = haproxy_config(
+        40000,
+        "/ca.crt",
+        &[
+            ("a".into(), "10.0.0.1".into(), 30000),
+            ("b".into(), "10.0.0.2".into(), 30000),
+        ],
+    );
+    assert_eq!(a, b);
+    assert!(a.contains("  server a 10.0.0.1:30000\n  server b 10.0.0.2:30000\n"));
+}

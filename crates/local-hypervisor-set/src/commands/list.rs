@@ -65,3 +65,48 @@ pub fn list(paths: &Paths, out: &mut dyn Write) -> Result<()> {
     }
     out.write_all(text.as_bytes()).map_err(io("<stdout>"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::plan_set;
+
+    #[test]
+    fn lists_every_hypervisor_with_its_containerd() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = Paths {
+            lib: dir.path().join("lib"),
+            run: dir.path().join("run"),
+        };
+        let mut out = Vec::new();
+        list(&paths, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "SET  STATE  HYPERVISOR  IP  KIND  ENDPOINT  CONTAINERD\n"
+        );
+
+        let mut a = SetState::from_plan(&plan_set("a", 1, 1, 1).unwrap(), false, &paths);
+        // This test process is alive but its command line is not containerd's: "dead".
+        a.hypervisors[0].containerd_pid = Some(std::process::id());
+        a.phase = Phase::Ready;
+        a.save(&paths).unwrap();
+        let mut b = SetState::from_plan(&plan_set("b", 2, 0, 1).unwrap(), true, &paths);
+        b.hypervisors[0].cri_endpoint_uri = Some("tcp://10.128.2.2:27000".into());
+        b.save(&paths).unwrap();
+
+        let mut out = Vec::new();
+        list(&paths, &mut out).unwrap();
+        let run = paths.run.display().to_string();
+        let expected = format!(
+            "SET  STATE     HYPERVISOR   IP          KIND     ENDPOINT{pad}  CONTAINERD
+a    ready     a-private-1  10.128.1.2  private  unix://{run}/a/a-private-1/cri.sock  {pid} dead
+a    ready     a-public-1   10.128.1.3  public   unix://{run}/a/a-public-1/cri.sock   -
+b    creating  b-public-1   10.128.2.2  public   tcp://10.128.2.2:27000{pad2}  -
+",
+            pad = " ".repeat(format!("unix://{run}/a/a-private-1/cri.sock").len() - 8),
+            pad2 = " ".repeat(format!("unix://{run}/a/a-private-1/cri.sock").len() - 22),
+            pid = std::process::id(),
+        );
+        assert_eq!(String::from_utf8(out).unwrap(), expected);
+    }
+}

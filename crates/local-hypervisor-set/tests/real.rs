@@ -478,3 +478,69 @@ fn invalid_names_are_refused_before_touching_anything() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn destroy_converges_after_create_is_killed_halfway() {
+    use std::io::{BufRead, BufReader};
+    if !prerequisites("destroy_converges_after_create_is_killed_halfway") {
+        return;
+    }
+    let name = set_name("k");
+    let mut child = Command::new(BIN)
+        .args([
+            "create",
+            "--name",
+            &name,
+            "--size-private",
+            "2",
+            "--size-public",
+            "1",
+        ])
+        .arg("--images-dir")
+        .arg(images_dir())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kill it once its containerds run and the image import has begun.
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = Vec::new();
+    for line in stderr.lines() {
+        let line = line.unwrap();
+        let importing = line.contains("importing");
+        seen.push(line);
+        if importing {
+            break;
+        }
+    }
+    assert!(
+        seen.last().is_some_and(|l| l.contains("importing")),
+        "{seen:?}"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let traces = Traces::of(&name);
+    traces.assert_present();
+    let state = SetState::load(&Paths::default(), &name).unwrap().unwrap();
+    assert_eq!(state.phase, oi_local_hypervisor_set::state::Phase::Creating);
+    let list = run(&["list"]);
+    assert!(text(&list.stdout).contains("creating"));
+
+    let out = destroy(&name);
+    assert!(
+        out.status.success(),
+        "destroy failed: {}",
+        text(&out.stderr)
+    );
+    traces.assert_gone();
+    // And the name is free again.
+    let out = create(&name, false);
+    assert!(
+        out.status.success(),
+        "re-create failed: {}",
+        text(&out.stderr)
+    );
+    assert!(destroy(&name).status.success());
+    traces.assert_gone();
+}

@@ -427,3 +427,55 @@ fn is_transport_failure(status: &tonic::Status) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transport_failures_are_told_from_refusals() {
+        let t = |code, msg: &str| is_transport_failure(&tonic::Status::new(code, msg));
+        assert!(t(tonic::Code::Unavailable, "error trying to connect"));
+        assert!(t(tonic::Code::Unknown, "transport error"));
+        assert!(t(
+            tonic::Code::Unknown,
+            "Service was not ready: connection closed"
+        ));
+        assert!(t(tonic::Code::Cancelled, "operation was canceled"));
+        assert!(!t(
+            tonic::Code::NotFound,
+            "an error occurred when try to find sandbox"
+        ));
+        assert!(!t(tonic::Code::Unknown, "failed to create containerd task"));
+        assert!(!t(tonic::Code::InvalidArgument, "connection"));
+    }
+
+    #[test]
+    fn errors_name_the_hypervisor_and_the_endpoint() {
+        let target = Target {
+            hypervisor: "hv1".into(),
+            endpoint: "https://10.0.0.1:6443".into(),
+        };
+        let err = Error::Call {
+            target: target.clone(),
+            call: "RunPodSandbox",
+            status: Box::new(tonic::Status::not_found("gone")),
+        };
+        assert!(err.is_not_found());
+        assert_eq!(err.target(), &target);
+        let text = err.to_string();
+        assert!(
+            text.starts_with("hypervisor \"hv1\" (CRI endpoint https://10.0.0.1:6443): CRI call RunPodSandbox failed"),
+            "{text}"
+        );
+        let timeout = Error::ConnectTimeout {
+            target,
+            timeout: Duration::from_secs(2),
+        };
+        assert_eq!(
+            timeout.to_string(),
+            "hypervisor \"hv1\" (CRI endpoint https://10.0.0.1:6443): connect timed out after 2s"
+        );
+        assert_eq!(timeout.code(), None);
+    }
+}

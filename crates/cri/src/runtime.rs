@@ -95,6 +95,19 @@ pub struct Exit {
 
 /// What the engine needs from a hypervisor. The real implementation is [`CriClient`]; the
 /// recording [`crate::fake::FakeRuntime`] stands in for it in unit tests.
+///
+/// Futures are `Send`, so hypervisors can be driven from spawned tasks in parallel. The
+/// trait uses `impl Future` returns and is therefore not object safe: take it as a generic.
+///
+/// # Errors
+/// Every method fails with an [`Error`] naming the hypervisor and its endpoint: transport
+/// failures and timeouts, runtime refusals ([`Error::Call`]), images that cannot be had
+/// ([`Error::ImageUnavailable`]), refused host paths ([`Error::InvalidHostPath`]), helper
+/// containers that failed ([`Error::HelperFailed`], with their log tail) and throwaway
+/// containers that did not exit in time ([`Error::RunTimeout`]).
+///
+/// Throwaway pods carry the label [`crate::requests::RUN_LABEL`]; one left behind by a
+/// process that died mid-run can be found with `list_pods` on that label and removed.
 pub trait HypervisorRuntime: Send + Sync {
     /// The hypervisor's name.
     fn hypervisor(&self) -> &str;

@@ -29,10 +29,6 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(err) if io::is_broken_pipe(&err) => {
-            // Like ripgrep: a reader that went away (`oi ... | head`) is not our failure.
-            ExitCode::SUCCESS
-        }
         Err(err) => {
             eprintln!("error: {err:#}");
             ExitCode::FAILURE
@@ -52,7 +48,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Box::new(stdin.lock())
     };
     let note = commands::dispatch(&cli.command, &ctx, input, &mut buffer)?;
-    io::emit(&buffer, cli.globals.output.as_deref())?;
+    match io::emit(&buffer, cli.globals.output.as_deref()) {
+        // Like ripgrep: a reader that went away (`oi ... | head`) is not our failure. Only
+        // the final write to stdout may end this way; a broken pipe anywhere else is an error.
+        Err(err) if cli.globals.output.is_none() && io::is_broken_pipe(&err) => return Ok(()),
+        result => result?,
+    }
     if let Some(note) = note {
         eprintln!("{note}");
     }

@@ -8,3 +8,6 @@ pub mod list;
 pub use create::{CreateArgs, create};
 pub use destroy::{DestroyOutcome, destroy};
 pub use list::list;
+
+#[cfg(test)]
+mod tests;

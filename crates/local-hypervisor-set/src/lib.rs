@@ -30,9 +30,11 @@ pub mod manifest;
 pub mod plan;
 pub mod procs;
 pub mod state;
+pub mod system;
 
 pub use error::{Error, Result};
 pub use state::Paths;
+pub use system::{RealSystem, System};
 
 /// Host commands the crate needs, for prerequisite checks.
 pub const REQUIRED_COMMANDS: [&str; 7] = [

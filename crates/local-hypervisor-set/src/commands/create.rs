@@ -20,6 +20,7 @@ use crate::error::{Error, Result, io};
 use crate::manifest::{self, Endpoint};
 use crate::plan::{self, CRI_TLS_PORT};
 use crate::state::{HypervisorState, Paths, Phase, SetState, write_atomically};
+use crate::system::{RealSystem, System};
 use crate::{containerd, front, host};
 
 /// What to create.
@@ -46,6 +47,20 @@ pub fn create(
     out: &mut dyn Write,
     progress: &mut dyn Write,
 ) -> Result<Vec<Hypervisor>> {
+    create_with(&RealSystem, paths, args, out, progress)
+}
+
+/// [`create`] against any [`System`].
+///
+/// # Errors
+/// As [`create`].
+pub fn create_with(
+    sys: &dyn System,
+    paths: &Paths,
+    args: &CreateArgs,
+    out: &mut dyn Write,
+    progress: &mut dyn Write,
+) -> Result<Vec<Hypervisor>> {
     // Everything that can be checked without touching the host, first.
     plan::plan_set(&args.name, 0, args.private, args.public)?;
     let tarballs = containerd::image_tarballs(&args.images_dir)?;
@@ -66,7 +81,8 @@ pub fn create(
             path: paths.set_lib(&args.name),
         });
     }
-    if let Some(ns) = host::netns_names()?
+    if let Some(ns) = sys
+        .netns_names()?
         .into_iter()
         .find(|ns| plan::is_hypervisor_of(&args.name, ns))
     {
@@ -76,8 +92,8 @@ pub fn create(
         });
     }
 
-    let mut host_nets = host::host_ipv4_networks()?;
-    let mut host_links = host::host_links()?;
+    let mut host_nets = sys.host_ipv4_networks()?;
+    let mut host_links = sys.host_links()?;
     for other in SetState::list_names(paths)? {
         // A set being created or destroyed may not have its bridge (yet, or any more).
         if let Ok(Some(state)) = SetState::load(paths, &other) {
@@ -100,10 +116,12 @@ pub fn create(
         plan.hypervisors.len()
     );
 
-    let result = host::create_bridge(&plan.bridge, plan.gateway, plan.subnet).and_then(|()| {
-        drop(lock);
-        build(paths, &mut state, &tarballs, progress)
-    });
+    let result = sys
+        .create_bridge(&plan.bridge, plan.gateway, plan.subnet)
+        .and_then(|()| {
+            drop(lock);
+            build(sys, paths, &mut state, &tarballs, progress)
+        });
     match result {
         Ok(hypervisors) => {
             let yaml = manifest::to_yaml(&hypervisors)?;
@@ -124,7 +142,9 @@ pub fn create(
         }
         Err(e) => {
             let _ = writeln!(progress, "set {}: creation failed, cleaning up", args.name);
-            if let Err(cleanup) = crate::commands::destroy(paths, &args.name, progress) {
+            if let Err(cleanup) =
+                crate::commands::destroy::destroy_with(sys, paths, &args.name, progress)
+            {
                 let _ = writeln!(
                     progress,
                     "set {}: cleanup failed too ({cleanup}); run destroy again",
@@ -139,6 +159,7 @@ pub fn create(
 /// Everything after the bridge: namespaces, containerds, images, fronts. Saves the state
 /// after each step that started something.
 fn build(
+    sys: &dyn System,
     paths: &Paths,
     state: &mut SetState,
     tarballs: &[PathBuf],
@@ -146,7 +167,7 @@ fn build(
 ) -> Result<Vec<Hypervisor>> {
     let set = state.name.clone();
     for hv in &state.hypervisors {
-        host::create_hypervisor_network(
+        sys.create_hypervisor_network(
             &hv.name,
             &hv.host_veth,
             &state.bridge,
@@ -160,7 +181,7 @@ fn build(
     for i in 0..state.hypervisors.len() {
         let name = state.hypervisors[i].name.clone();
         let hp = paths.hypervisor(&set, &name);
-        let pid = containerd::start(&name, &hp)?;
+        let pid = sys.start_containerd(&name, &hp)?;
         state.hypervisors[i].containerd_pid = Some(pid);
         state.save(paths)?;
     }
@@ -168,14 +189,7 @@ fn build(
         let hp = paths.hypervisor(&set, &hv.name);
         // Set just above; `start` returned it.
         let pid = hv.containerd_pid.unwrap_or_default();
-        containerd::wait_socket(
-            "containerd",
-            &hv.name,
-            pid,
-            &hp.socket,
-            &hp.containerd_log,
-            containerd::SOCKET_TIMEOUT,
-        )?;
+        sys.wait_containerd(&hv.name, pid, &hp)?;
         let _ = writeln!(progress, "{}: containerd {pid} ready", hv.name);
     }
 
@@ -188,7 +202,7 @@ fn build(
         let handles: Vec<_> = state
             .hypervisors
             .iter()
-            .map(|hv| scope.spawn(move || containerd::import_images(&hv.socket, tarballs)))
+            .map(|hv| scope.spawn(move || sys.import_images(&hv.socket, tarballs)))
             .collect();
         handles
             .into_iter()
@@ -206,14 +220,7 @@ fn build(
         }
         let hp = paths.hypervisor(&set, &hv.name);
         let pki = front::mint(&hv.name, hv.ip, OffsetDateTime::now_utc())?;
-        let pid = front::start(
-            &hv.name,
-            &host::netns_path(&hv.name),
-            &hp,
-            hv.ip,
-            CRI_TLS_PORT,
-            &pki,
-        )?;
+        let pid = sys.start_front(&hv.name, &hp, hv.ip, CRI_TLS_PORT, &pki)?;
         let uri = format!("tcp://{}:{CRI_TLS_PORT}", hv.ip);
         let _ = writeln!(progress, "{}: mutual-TLS front {pid} on {uri}", hv.name);
         state.hypervisors[i] = HypervisorState {

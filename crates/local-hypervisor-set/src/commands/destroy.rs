@@ -14,9 +14,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result, io};
 use crate::plan;
-use crate::procs;
 use crate::state::{HypervisorState, Paths, SetState};
-use crate::{cri, host};
+use crate::system::{RealSystem, System};
 
 /// How long containerd gets to exit after SIGTERM.
 const CONTAINERD_GRACE: Duration = Duration::from_secs(10);
@@ -37,6 +36,19 @@ pub enum DestroyOutcome {
 /// [`Error::InvalidSetName`], or the first failure to remove something (the state file is
 /// kept, so running `destroy` again resumes).
 pub fn destroy(paths: &Paths, name: &str, progress: &mut dyn Write) -> Result<DestroyOutcome> {
+    destroy_with(&RealSystem, paths, name, progress)
+}
+
+/// [`destroy`] against any [`System`].
+///
+/// # Errors
+/// As [`destroy`].
+pub fn destroy_with(
+    sys: &dyn System,
+    paths: &Paths,
+    name: &str,
+    progress: &mut dyn Write,
+) -> Result<DestroyOutcome> {
     plan::validate_set_name(name)?;
     let state = match SetState::load(paths, name) {
         Ok(state) => state,
@@ -46,7 +58,8 @@ pub fn destroy(paths: &Paths, name: &str, progress: &mut dyn Write) -> Result<De
         }
         Err(e) => return Err(e),
     };
-    let mut namespaces: Vec<String> = host::netns_names()?
+    let mut namespaces: Vec<String> = sys
+        .netns_names()?
         .into_iter()
         .filter(|ns| plan::is_hypervisor_of(name, ns))
         .collect();
@@ -55,7 +68,7 @@ pub fn destroy(paths: &Paths, name: &str, progress: &mut dyn Write) -> Result<De
     if state.is_none()
         && namespaces.is_empty()
         && !dirs_exist
-        && procs::pids_mentioning(&markers).is_empty()
+        && sys.pids_mentioning(&markers).is_empty()
     {
         let _ = writeln!(progress, "set {name} does not exist: nothing to do");
         return Ok(DestroyOutcome::NothingToDo);
@@ -72,11 +85,11 @@ pub fn destroy(paths: &Paths, name: &str, progress: &mut dyn Write) -> Result<De
         let config = paths.hypervisor(name, &hv.name).containerd_config;
         let live = hv
             .containerd_pid
-            .is_some_and(|pid| procs::alive_with(pid, &config.to_string_lossy()));
+            .is_some_and(|pid| sys.alive_with(pid, &config.to_string_lossy()));
         if !live {
             continue;
         }
-        match cri::remove_all_pods(&hv.name, &hv.socket) {
+        match sys.remove_all_pods(&hv.name, &hv.socket) {
             Ok(0) => {}
             Ok(n) => {
                 let _ = writeln!(progress, "{}: stopped and removed {n} pods", hv.name);
@@ -98,7 +111,7 @@ pub fn destroy(paths: &Paths, name: &str, progress: &mut dyn Write) -> Result<De
         ];
         for (pid, config) in owned {
             if let Some(pid) = pid
-                && procs::alive_with(pid, &config.to_string_lossy())
+                && sys.alive_with(pid, &config.to_string_lossy())
             {
                 pids.push(pid);
             }
@@ -106,21 +119,21 @@ pub fn destroy(paths: &Paths, name: &str, progress: &mut dyn Write) -> Result<De
     }
     if !pids.is_empty() {
         let _ = writeln!(progress, "set {name}: stopping {} processes", pids.len());
-        procs::terminate(&pids, CONTAINERD_GRACE)?;
+        sys.terminate(&pids, CONTAINERD_GRACE)?;
     }
-    sweep(name, &markers, &namespaces, progress)?;
+    sweep(sys, name, &markers, &namespaces, progress)?;
 
     for ns in &namespaces {
-        host::delete_netns(ns)?;
+        sys.delete_netns(ns)?;
     }
     let mut links: Vec<String> = hypervisors.iter().map(|h| h.host_veth.clone()).collect();
     if let Some(state) = &state {
         links.push(state.bridge.clone());
     }
     for link in &links {
-        host::delete_link(link)?;
+        sys.delete_link(link)?;
     }
-    wait_links_gone(&links);
+    wait_links_gone(sys, &links);
 
     remove_dir(&paths.set_run(name))?;
     // The state file goes last: until then, a failed destroy can be run again.
@@ -149,15 +162,16 @@ fn markers(paths: &Paths, name: &str) -> Vec<String> {
 
 /// Kills every process that names the set's directories or runs inside its namespaces.
 fn sweep(
+    sys: &dyn System,
     name: &str,
     markers: &[String],
     namespaces: &[String],
     progress: &mut dyn Write,
 ) -> Result<()> {
     let find = || {
-        let mut pids = procs::pids_mentioning(markers);
+        let mut pids = sys.pids_mentioning(markers);
         for ns in namespaces {
-            pids.extend(procs::pids_in_netns(&host::netns_path(ns)));
+            pids.extend(sys.pids_in_netns(ns));
         }
         pids.sort_unstable();
         pids.dedup();
@@ -173,7 +187,7 @@ fn sweep(
             "set {name}: stopping {} leftover processes",
             pids.len()
         );
-        procs::terminate(&pids, SWEEP_GRACE)?;
+        sys.terminate(&pids, SWEEP_GRACE)?;
     }
     let pids = find();
     if pids.is_empty() {
@@ -188,9 +202,9 @@ fn sweep(
 
 /// Veths vanish with their namespace asynchronously; wait a little so that `destroy`
 /// returning means they are gone.
-fn wait_links_gone(links: &[String]) {
+fn wait_links_gone(sys: &dyn System, links: &[String]) {
     let deadline = Instant::now() + Duration::from_secs(5);
-    while links.iter().any(|l| host::link_exists(l)) && Instant::now() < deadline {
+    while links.iter().any(|l| sys.link_exists(l)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
 }

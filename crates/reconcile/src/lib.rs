@@ -23,10 +23,13 @@
 //! Nothing here does I/O; `now` is an input. A cluster whose preparation fails is left exactly
 //! as it was and reported in [`Prepared::failures`]; the others proceed.
 
+pub mod certificates;
 pub mod ports;
 pub mod prepare;
 pub mod render;
 pub mod schedule;
+#[cfg(test)]
+mod testutil;
 
 pub use prepare::{
     Options, Prepared, control_plane_name, ingress_name, prepare, prepare_with, remove_cluster,

@@ -22,6 +22,7 @@ use oi_api::{
 use oi_pki::{CaKind, CertificateAuthority, KeyAlgorithm, KeyPairPem, join_key_algorithm};
 use time::{Duration, OffsetDateTime};
 
+use crate::certificates::{self, Job, Target};
 use crate::ports::{PortAllocator, PortOwner, names};
 use crate::schedule::{Candidate, Domain, Spread, ZONE_LABEL, place};
 use crate::{Error, Result};
@@ -33,14 +34,21 @@ pub struct Options {
     pub key_algorithm: KeyAlgorithm,
     /// Validity of generated CAs.
     pub ca_lifetime: Duration,
+    /// Validity of issued leaf certificates.
+    pub leaf_lifetime: Duration,
+    /// Leaf certificates expiring within this are issued again.
+    pub renew_before: Duration,
 }
 
 impl Default for Options {
-    /// ECDSA P-256, CAs valid ten years (kubeadm's CA lifetime).
+    /// ECDSA P-256, CAs valid ten years and leaves one year (kubeadm's lifetimes), leaves
+    /// renewed 30 days before they expire.
     fn default() -> Self {
         Self {
             key_algorithm: KeyAlgorithm::EcdsaP256,
             ca_lifetime: Duration::days(3650),
+            leaf_lifetime: Duration::days(365),
+            renew_before: Duration::days(30),
         }
     }
 }
@@ -145,6 +153,7 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &Options) ->
     }
 
     let mut failures = BTreeMap::new();
+    let mut pending: Vec<(ObjectKey, Vec<Job>)> = Vec::new();
     let live: Vec<(&ObjectKey, &Cluster)> = world
         .clusters
         .iter()
@@ -175,6 +184,7 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &Options) ->
         let mut cx = ClusterPrep {
             key: &key,
             now,
+            options,
             hvs: &mut hvs,
             index: &index,
             all_components: &world.components,
@@ -184,7 +194,10 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &Options) ->
         let result = cx.run(cluster, &components);
         let touched = std::mem::take(&mut cx.touched);
         match result {
-            Ok((cluster, components)) => {
+            Ok((cluster, components, jobs)) => {
+                if !jobs.is_empty() {
+                    pending.push((key.clone(), jobs));
+                }
                 for i in touched {
                     hvs[i].ports.commit();
                 }
@@ -215,12 +228,50 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &Options) ->
             hvs[i].ports.write_status(&mut h.status);
         }
     }
+    // Signing, for every cluster at once. A failure here (a CA that does not load) leaves
+    // the cluster prepared but without the certificates, and reported.
+    let issued = parallel_map(&pending, |(key, jobs)| {
+        world
+            .clusters
+            .get(key)
+            .map(|c| certificates::issue(key, c, jobs, now, options))
+    });
+    for ((key, jobs), result) in pending.into_iter().zip(issued) {
+        match result {
+            Some(Ok(certs)) => {
+                for (job, cert) in jobs.into_iter().zip(certs) {
+                    let slot = match &job.target {
+                        Target::Server(k) => world
+                            .components
+                            .get_mut(k)
+                            .map(|c| &mut c.status.server_certificates),
+                        Target::Client(k) => world
+                            .components
+                            .get_mut(k)
+                            .map(|c| &mut c.status.client_certificates),
+                        Target::Cluster => world
+                            .clusters
+                            .get_mut(&key)
+                            .map(|c| &mut c.status.client_certificates),
+                    };
+                    if let Some(map) = slot {
+                        map.insert(job.name.to_string(), cert);
+                    }
+                }
+            }
+            Some(Err(e)) => {
+                failures.insert(key, e);
+            }
+            None => {}
+        }
+    }
     Prepared { world, failures }
 }
 
 struct ClusterPrep<'w> {
     key: &'w ObjectKey,
     now: OffsetDateTime,
+    options: &'w Options,
     hvs: &'w mut Vec<Hv>,
     index: &'w HashMap<String, usize>,
     all_components: &'w BTreeMap<ObjectKey, Component>,
@@ -235,7 +286,7 @@ impl ClusterPrep<'_> {
         &mut self,
         cluster: Cluster,
         existing: &[&Component],
-    ) -> Result<(Cluster, Vec<Component>)> {
+    ) -> Result<(Cluster, Vec<Component>, Vec<Job>)> {
         for c in existing {
             let errors = validate_component(c);
             if !errors.is_empty() {
@@ -253,7 +304,16 @@ impl ClusterPrep<'_> {
         self.schedule(&mut components, vpn)?;
         self.allocate(&mut components, vpn)?;
         self.set_status(&mut cluster, &components);
-        Ok((cluster, components))
+        let hvs: &[Hv] = self.hvs;
+        let jobs = certificates::plan(
+            self.key,
+            &cluster,
+            &components,
+            |name| self.index.get(name).map(|&i| hvs[i].ip.as_str()),
+            self.now,
+            self.options,
+        )?;
+        Ok((cluster, components, jobs))
     }
 
     /// Creates missing replicas and the ingress; marks surplus ones for deletion.

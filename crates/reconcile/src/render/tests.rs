@@ -5,8 +5,7 @@ use super::*;
 use std::path::PathBuf;
 
 use oi_api::{
-    Certificate, ClusterSpec, Hypervisor, HypervisorSpec, KeyPair, LocalCriEndpoint, ObjectMeta,
-    PortRange, Resource,
+    ClusterSpec, Hypervisor, HypervisorSpec, LocalCriEndpoint, ObjectMeta, PortRange, Resource,
 };
 use pretty_assertions::assert_eq;
 use time::macros::datetime;
@@ -31,13 +30,6 @@ fn golden(name: &str, actual: &str) {
         )
     });
     assert_eq!(expected, actual, "golden file {name} differs");
-}
-
-fn fake_cert(what: &str) -> Certificate {
-    Certificate {
-        certificate: format!("-----BEGIN CERTIFICATE-----\n{what}\n-----END CERTIFICATE-----\n"),
-        private_key: format!("-----BEGIN PRIVATE KEY-----\n{what}\n-----END PRIVATE KEY-----\n"),
-    }
 }
 
 fn hypervisor(name: &str, public: bool, ip: &str) -> Hypervisor {
@@ -69,7 +61,7 @@ fn prepared() -> World {
     ] {
         w.hypervisors.insert(h.key(), h);
     }
-    let mut c = Cluster::new(
+    let c = Cluster::new(
         ObjectMeta::namespaced("team-a", "c1"),
         ClusterSpec {
             control_plane_replicas: Some(3),
@@ -77,49 +69,11 @@ fn prepared() -> World {
             ..ClusterSpec::default()
         },
     );
-    let s = &mut c.spec;
-    s.api_server.ca = Some(fake_cert("apiserver-ca"));
-    s.etcd_server.ca = Some(fake_cert("etcd-server-ca"));
-    let cas = &mut s.certificate_authorities;
-    cas.api_server_client = Some(fake_cert("apiserver-client-ca"));
-    cas.certificate_signer = Some(fake_cert("signer-ca"));
-    cas.kubelet = Some(fake_cert("kubelet-ca"));
-    cas.kubelet_client = Some(fake_cert("kubelet-client-ca"));
-    cas.etcd_client = Some(fake_cert("etcd-client-ca"));
-    cas.etcd_peer = Some(fake_cert("etcd-peer-ca"));
-    let pair = KeyPair {
-        public_key: "PUBLIC".into(),
-        private_key: "PRIVATE".into(),
-    };
-    s.api_server.service_account = Some(pair.clone());
-    s.join_key = Some(pair);
+    let c = crate::testutil::with_pki(c);
     w.clusters.insert(c.key(), c);
     let p = prepare(w, datetime!(2026-11-22 03:00:00 UTC));
     assert!(p.failures.is_empty(), "{:?}", p.failures);
-    let mut w = p.world;
-    for c in w.components.values_mut() {
-        if c.spec.role != ComponentRole::ControlPlane {
-            continue;
-        }
-        for name in [certs::APISERVER, certs::ETCD_SERVER, certs::ETCD_PEER] {
-            c.status.server_certificates.insert(
-                name.into(),
-                fake_cert(&format!("{} {name}", c.metadata.name)),
-            );
-        }
-        for name in [
-            certs::APISERVER_ETCD_CLIENT,
-            certs::APISERVER_KUBELET_CLIENT,
-            certs::CONTROLLER_MANAGER,
-            certs::SCHEDULER,
-        ] {
-            c.status.client_certificates.insert(
-                name.into(),
-                fake_cert(&format!("{} {name}", c.metadata.name)),
-            );
-        }
-    }
-    w
+    p.world
 }
 
 fn describe(r: &Rendered) -> String {

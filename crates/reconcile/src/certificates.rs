@@ -1,0 +1,209 @@
+//! Leaf certificates of prepared clusters, kept in the objects so that rendering is pure:
+//! each live control plane replica's serving and client certificates in its Component status
+//! (names in [`crate::render::certs`]), the cluster's `admin` client certificate in its status.
+//!
+//! Deciding is cheap and done inside the cluster's preparation: a certificate is (re)issued
+//! when absent, unreadable, expiring within [`crate::Options::renew_before`], or when its SANs
+//! differ from the wanted ones (a hypervisor address or `apiServer.extraSANs` changed).
+//! Signing is done afterwards, for all clusters at once, spread over the cores.
+
+use oi_api::{Certificate, Cluster, Component, ComponentRole, ObjectKey};
+use oi_pki::{CaKind, CertificateAuthority, LeafSpec};
+use time::OffsetDateTime;
+
+use crate::render::certs;
+use crate::{Error, Options, Result};
+
+/// Cluster status `clientCertificates` entry of the cluster administrator.
+pub const ADMIN: &str = "admin";
+
+/// Where an issued certificate goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// Component status `serverCertificates`.
+    Server(ObjectKey),
+    /// Component status `clientCertificates`.
+    Client(ObjectKey),
+    /// Cluster status `clientCertificates`.
+    Cluster,
+}
+
+/// One certificate to issue.
+#[derive(Debug, Clone)]
+pub(crate) struct Job {
+    pub target: Target,
+    pub name: &'static str,
+    pub spec: LeafSpec,
+}
+
+fn pki_error(cluster: &ObjectKey, field: &'static str, e: &oi_pki::Error) -> Error {
+    Error::Pki {
+        cluster: cluster.clone(),
+        field,
+        message: e.to_string(),
+    }
+}
+
+/// Whether `existing` must be issued again for `spec`.
+fn stale(
+    existing: Option<&Certificate>,
+    spec: &LeafSpec,
+    now: OffsetDateTime,
+    options: &Options,
+) -> bool {
+    let Some(c) = existing.filter(|c| !c.certificate.is_empty() && !c.private_key.is_empty())
+    else {
+        return true;
+    };
+    match oi_pki::inspect_certificate(&c.certificate) {
+        Ok(info) => {
+            info.common_name.as_deref() != Some(spec.common_name.as_str())
+                || !matches!(
+                    oi_pki::renewal_reason(&info, &spec.sans, now, options.renew_before),
+                    Ok(None)
+                )
+        }
+        Err(_) => true,
+    }
+}
+
+/// The certificates a prepared cluster lacks. `ip_of` maps a hypervisor name to its address.
+pub(crate) fn plan<'a>(
+    key: &ObjectKey,
+    cluster: &Cluster,
+    components: &[Component],
+    ip_of: impl Fn(&str) -> Option<&'a str>,
+    now: OffsetDateTime,
+    options: &Options,
+) -> Result<Vec<Job>> {
+    let live = |role| {
+        components
+            .iter()
+            .filter(move |c| c.spec.role == role && !c.metadata.is_being_deleted())
+    };
+    let ingress_ip = live(ComponentRole::ControlPlaneIngress)
+        .find_map(|c| c.spec.hypervisor.as_deref().and_then(&ip_of));
+    let spec = &cluster.spec;
+    let mut jobs = Vec::new();
+    for c in live(ComponentRole::ControlPlane) {
+        let Some(ip) = c.spec.hypervisor.as_deref().and_then(&ip_of) else {
+            continue;
+        };
+        let ck = c.metadata.name.as_str();
+        let component_key = ObjectKey::new(key.namespace.clone(), ck.to_string());
+        let mut addresses = vec![ip];
+        addresses.extend(ingress_ip);
+        let apiserver = LeafSpec::kube_apiserver(
+            "cluster.local",
+            &spec.networking.service_cidr,
+            &addresses,
+            &spec.api_server.extra_sans,
+        )
+        .map_err(|e| pki_error(key, "status.serverCertificates.apiserver", &e))?;
+        let etcd_server = LeafSpec::etcd_server(ck, &[ip])
+            .map_err(|e| pki_error(key, "status.serverCertificates.etcd-server", &e))?;
+        let etcd_peer = LeafSpec::etcd_peer(ck, &[ip])
+            .map_err(|e| pki_error(key, "status.serverCertificates.etcd-peer", &e))?;
+        for (name, leaf) in [
+            (certs::APISERVER, apiserver),
+            (certs::ETCD_SERVER, etcd_server),
+            (certs::ETCD_PEER, etcd_peer),
+        ] {
+            if stale(c.status.server_certificates.get(name), &leaf, now, options) {
+                jobs.push(Job {
+                    target: Target::Server(component_key.clone()),
+                    name,
+                    spec: leaf,
+                });
+            }
+        }
+        for (name, leaf) in [
+            (
+                certs::APISERVER_ETCD_CLIENT,
+                LeafSpec::apiserver_etcd_client(),
+            ),
+            (
+                certs::APISERVER_KUBELET_CLIENT,
+                LeafSpec::apiserver_kubelet_client(),
+            ),
+            (certs::CONTROLLER_MANAGER, LeafSpec::controller_manager()),
+            (certs::SCHEDULER, LeafSpec::scheduler()),
+        ] {
+            if stale(c.status.client_certificates.get(name), &leaf, now, options) {
+                jobs.push(Job {
+                    target: Target::Client(component_key.clone()),
+                    name,
+                    spec: leaf,
+                });
+            }
+        }
+    }
+    let admin = LeafSpec::admin();
+    if stale(
+        cluster.status.client_certificates.get(ADMIN),
+        &admin,
+        now,
+        options,
+    ) {
+        jobs.push(Job {
+            target: Target::Cluster,
+            name: ADMIN,
+            spec: admin,
+        });
+    }
+    Ok(jobs)
+}
+
+/// The CA of a kind from the cluster spec.
+fn load_ca(key: &ObjectKey, cluster: &Cluster, kind: CaKind) -> Result<CertificateAuthority> {
+    let spec = &cluster.spec;
+    let cas = &spec.certificate_authorities;
+    let slot = match kind {
+        CaKind::ApiServer => &spec.api_server.ca,
+        CaKind::ApiServerClient => &cas.api_server_client,
+        CaKind::CertificateSigner => &cas.certificate_signer,
+        CaKind::Kubelet => &cas.kubelet,
+        CaKind::KubeletClient => &cas.kubelet_client,
+        CaKind::EtcdServer => &spec.etcd_server.ca,
+        CaKind::EtcdClient => &cas.etcd_client,
+        CaKind::EtcdPeer => &cas.etcd_peer,
+    };
+    let ca = slot.as_ref().ok_or_else(|| Error::Pki {
+        cluster: key.clone(),
+        field: kind.manifest_field(),
+        message: "absent".into(),
+    })?;
+    kind.load(&ca.certificate, &ca.private_key)
+        .map_err(|e| pki_error(key, kind.manifest_field(), &e))
+}
+
+/// Signs the jobs of one cluster, in order.
+pub(crate) fn issue(
+    key: &ObjectKey,
+    cluster: &Cluster,
+    jobs: &[Job],
+    now: OffsetDateTime,
+    options: &Options,
+) -> Result<Vec<Certificate>> {
+    let mut loaded: Vec<(CaKind, CertificateAuthority)> = Vec::new();
+    let mut out = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let kind = job.spec.issuer;
+        let index = match loaded.iter().position(|(k, _)| *k == kind) {
+            Some(i) => i,
+            None => {
+                loaded.push((kind, load_ca(key, cluster, kind)?));
+                loaded.len() - 1
+            }
+        };
+        let pem = loaded[index]
+            .1
+            .issue(&job.spec, now, options.leaf_lifetime)
+            .map_err(|e| pki_error(key, kind.manifest_field(), &e))?;
+        out.push(Certificate {
+            certificate: pem.certificate_pem,
+            private_key: pem.private_key_pem,
+        });
+    }
+    Ok(out)
+}

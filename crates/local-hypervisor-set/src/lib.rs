@@ -14,9 +14,22 @@
 //!   /var/lib/oi-local-hypervisor-set/<set>/state.json   what exists, written atomically
 //! ```
 //!
+//! ```text
+//! # oi-local-hypervisor-set create --name demo --size-private 1 --size-public 1 > hypervisors.yaml
+//! set demo: subnet 10.164.197.0/24, bridge ohs24c5, 2 hypervisors
+//! ...
+//! set demo: ready in 3.9s
+//! # oi-local-hypervisor-set list
+//! SET   STATE  HYPERVISOR      IP            KIND     ENDPOINT                                                          CONTAINERD
+//! demo  ready  demo-private-1  10.164.197.2  private  unix:///run/oi-local-hypervisor-set/demo/demo-private-1/cri.sock  29249 running
+//! demo  ready  demo-public-1   10.164.197.3  public   unix:///run/oi-local-hypervisor-set/demo/demo-public-1/cri.sock   29261 running
+//! # oi-local-hypervisor-set destroy --name demo
+//! ```
+//!
 //! Decisions (names, subnet, layout, configuration files, manifests) are pure functions in
-//! [`plan`], [`containerd`], [`front`] and [`manifest`]; [`commands`] applies them with `ip`,
-//! `unshare`, `nsenter`, `containerd`, `ctr` and `haproxy`.
+//! [`plan`], [`containerd`], [`front`] and [`manifest`]; [`commands`] applies them through
+//! the [`System`] trait ([`RealSystem`]: `ip`, `unshare`, `nsenter`, `containerd`, `ctr`,
+//! `haproxy`, /proc and CRI; unit tests use a recording fake).
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 

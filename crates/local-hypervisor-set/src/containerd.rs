@@ -8,6 +8,7 @@
 //!   unshare --mount --propagation private -- sh -c 'mount --bind ... ; exec "$@"'
 //!     <hv>/host/var/lib/oneinfra -> /var/lib/oneinfra
 //!     <hv>/host/etc/oneinfra     -> /etc/oneinfra
+//!     <hv>/host/var/log/oneinfra -> /var/log/oneinfra
 //!     -- containerd --config <hv>/containerd/config.toml
 //! ```
 //!
@@ -25,8 +26,10 @@ use oi_cri::containerd::{BindMount, ContainerdConfig, SpawnOptions, command_line
 use crate::error::{Error, Result, io};
 use crate::state::HypervisorPaths;
 
-/// Where oneinfra places files on a hypervisor; each hypervisor of a set sees its own.
-pub const HYPERVISOR_DIRS: [&str; 2] = ["/var/lib/oneinfra", "/etc/oneinfra"];
+/// Where oneinfra places files on a hypervisor, and where pod logs go (`oi_cri`'s default
+/// log root is under /var/log/oneinfra): each hypervisor of a set sees its own, so two
+/// hypervisors running a pod of the same name do not share a log directory either.
+pub const HYPERVISOR_DIRS: [&str; 3] = ["/var/lib/oneinfra", "/etc/oneinfra", "/var/log/oneinfra"];
 
 /// The repository prefix of the offline image set (see HACKING.md).
 pub const OFFLINE_REPOSITORY: &str = "localhost/oneinfra";
@@ -66,6 +69,10 @@ pub fn command(netns: &str, paths: &HypervisorPaths) -> Vec<String> {
         BindMount {
             source: paths.etc_oneinfra.clone(),
             target: PathBuf::from(HYPERVISOR_DIRS[1]),
+        },
+        BindMount {
+            source: paths.var_log_oneinfra.clone(),
+            target: PathBuf::from(HYPERVISOR_DIRS[2]),
         },
     ];
     command_line(&paths.containerd_config, &options)
@@ -111,6 +118,7 @@ pub fn start(netns: &str, paths: &HypervisorPaths) -> Result<u32> {
         &paths.runc_root,
         &paths.var_lib_oneinfra,
         &paths.etc_oneinfra,
+        &paths.var_log_oneinfra,
     ] {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
     }
@@ -245,6 +253,7 @@ mod tests {
         for (source, target) in [
             (format!("{lib}/host/var/lib/oneinfra"), "/var/lib/oneinfra"),
             (format!("{lib}/host/etc/oneinfra"), "/etc/oneinfra"),
+            (format!("{lib}/host/var/log/oneinfra"), "/var/log/oneinfra"),
         ] {
             let i = argv.iter().position(|a| *a == source).unwrap();
             assert_eq!(argv[i + 1], target);

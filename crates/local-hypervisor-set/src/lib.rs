@@ -3,8 +3,9 @@
 //! A *set* is a few hypervisors sharing one /24. Each hypervisor is a network namespace
 //! reached from the host through a veth pair on the set's bridge, running its own containerd
 //! (own root, state, socket and runc root) in a private mount namespace where a directory of
-//! its own is mounted over /var/lib/oneinfra and /etc/oneinfra, so files oneinfra places on
-//! "the hypervisor" do not collide with another hypervisor's on the same machine. With
+//! its own is mounted over /var/lib/oneinfra, /etc/oneinfra (and /var/log/oneinfra, for pod
+//! logs), so files oneinfra places on "the hypervisor" do not collide with another
+//! hypervisor's on the same machine. With
 //! `--tcp`, haproxy inside the namespace fronts the socket with mutual TLS.
 //!
 //! ```text

@@ -4,7 +4,7 @@
 //! /var/lib/oi-local-hypervisor-set/<set>/state.json          this file, written atomically
 //! /var/lib/oi-local-hypervisor-set/<set>/<hv>/containerd/    containerd root, config, log
 //! /var/lib/oi-local-hypervisor-set/<set>/<hv>/host/...       bind-mounted over /var/lib/oneinfra
-//!                                                            and /etc/oneinfra for its containerd
+//!                                                            /etc/oneinfra, /var/log/oneinfra
 //! /var/lib/oi-local-hypervisor-set/<set>/<hv>/tls/           front certificates (keys 0600)
 //! /run/oi-local-hypervisor-set/<set>/<hv>/cri.sock           containerd socket, state, runc root
 //! ```
@@ -70,6 +70,7 @@ impl Paths {
             runc_root: run.join("runc"),
             var_lib_oneinfra: lib.join("host/var/lib/oneinfra"),
             etc_oneinfra: lib.join("host/etc/oneinfra"),
+            var_log_oneinfra: lib.join("host/var/log/oneinfra"),
             tls: lib.join("tls"),
             haproxy_config: lib.join("haproxy/haproxy.cfg"),
             haproxy_log: lib.join("haproxy/haproxy.log"),
@@ -94,6 +95,8 @@ pub struct HypervisorPaths {
     pub var_lib_oneinfra: PathBuf,
     /// Seen as /etc/oneinfra by this hypervisor's containerd and containers.
     pub etc_oneinfra: PathBuf,
+    /// Seen as /var/log/oneinfra (pod logs) by this hypervisor's containerd and containers.
+    pub var_log_oneinfra: PathBuf,
     pub tls: PathBuf,
     pub haproxy_config: PathBuf,
     pub haproxy_log: PathBuf,

@@ -4,8 +4,11 @@
 //! (90 private in 3 zones, 10 public), and prints wall time and peak RSS (`VmHWM`) for:
 //!
 //! - `pki excluded`: every cluster already holds its CAs and keys (copied from one generated
-//!   set before timing), so only derivation, scheduling and port allocation are measured;
-//! - `converged`: preparing the prepared world again (the steady state of every reconcile);
+//!   set before timing) and leaf certificates are off (`Options::leaf_certificates`), so only
+//!   derivation, scheduling and port allocation are measured;
+//! - `leaves`: the same with leaf certificates on: 22 leaves per cluster issued;
+//! - `converged`: preparing that prepared world again (the steady state of every reconcile:
+//!   nothing minted, every leaf certificate parsed and checked);
 //! - `pki no join`: CLUSTERS clusters holding only their join key, so that preparation mints
 //!   8 ECDSA P-256 CAs and a P-256 service-account key per cluster;
 //! - `pki included`: RSA_CLUSTERS (default 20) clusters without any CA or key: the above plus
@@ -21,7 +24,7 @@ use oi_api::{
     ObjectMeta, PortRange, Resource, World,
 };
 use oi_pki::{ClusterPki, KeyAlgorithm};
-use oi_reconcile::{prepare, schedule::ZONE_LABEL};
+use oi_reconcile::{Options, prepare_with, schedule::ZONE_LABEL};
 use time::{Duration, OffsetDateTime};
 
 fn hypervisors() -> Vec<Hypervisor> {
@@ -115,11 +118,11 @@ fn peak_rss_mib() -> f64 {
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
-fn run(label: &str, input: World, now: OffsetDateTime) -> World {
+fn run(label: &str, input: World, now: OffsetDateTime, options: &Options) -> World {
     let clusters = input.clusters.len();
     reset_peak();
     let start = Instant::now();
-    let prepared = prepare(input, now);
+    let prepared = prepare_with(input, now, options);
     let elapsed = start.elapsed();
     let peak = peak_rss_mib();
     let ports: usize = prepared
@@ -155,14 +158,31 @@ fn main() {
                 std::process::exit(1);
             }
         };
-    let prepared = run("pki excluded", world(clusters, Some(&pki)), now);
-    let again = run("converged", prepared.clone(), now);
+    let full = Options::default();
+    let planning_only = Options {
+        leaf_certificates: false,
+        ..Options::default()
+    };
+    let planned = run(
+        "pki excluded",
+        world(clusters, Some(&pki)),
+        now,
+        &planning_only,
+    );
+    let again = run("plan again", planned.clone(), now, &planning_only);
+    if again != planned {
+        eprintln!("planning a planned world changed it");
+        std::process::exit(1);
+    }
+    drop((planned, again));
+    let prepared = run("leaves", world(clusters, Some(&pki)), now, &full);
+    let again = run("converged", prepared.clone(), now, &full);
     if again != prepared {
         eprintln!("preparing a prepared world changed it");
         std::process::exit(1);
     }
     drop((prepared, again));
-    let fresh = run("pki included", world(clusters, None), now);
+    let fresh = run("pki included", world(clusters, None), now, &full);
     let generated = fresh
         .clusters
         .values()

@@ -2,12 +2,13 @@
 //! each live control plane replica's serving and client certificates in its Component status
 //! (names in [`crate::render::certs`]), the cluster's `admin` client certificate in its status.
 //!
-//! Deciding is cheap and done inside the cluster's preparation: a certificate is (re)issued
-//! when absent, unreadable, expiring within [`crate::Options::renew_before`], or when its SANs
-//! differ from the wanted ones (a hypervisor address or `apiServer.extraSANs` changed).
-//! Signing is done afterwards, for all clusters at once, spread over the cores.
+//! The cluster's preparation lists the wanted certificates ([`plan`]); afterwards, for all
+//! clusters at once and spread over the cores, each is (re)issued ([`issue`]) when absent,
+//! unreadable, for another subject, expiring within [`crate::Options::renew_before`], or when
+//! its SANs differ from the wanted ones (a hypervisor address or `apiServer.extraSANs`
+//! changed).
 
-use oi_api::{Certificate, Cluster, Component, ComponentRole, ObjectKey};
+use oi_api::{Certificate, Cluster, Component, ComponentRole, ObjectKey, World};
 use oi_pki::{CaKind, CertificateAuthority, LeafSpec};
 use time::OffsetDateTime;
 
@@ -28,7 +29,7 @@ pub(crate) enum Target {
     Cluster,
 }
 
-/// One certificate to issue.
+/// One certificate the cluster needs.
 #[derive(Debug, Clone)]
 pub(crate) struct Job {
     pub target: Target,
@@ -67,14 +68,12 @@ fn stale(
     }
 }
 
-/// The certificates a prepared cluster lacks. `ip_of` maps a hypervisor name to its address.
+/// The certificates a prepared cluster needs. `ip_of` maps a hypervisor name to its address.
 pub(crate) fn plan<'a>(
     key: &ObjectKey,
     cluster: &Cluster,
     components: &[Component],
     ip_of: impl Fn(&str) -> Option<&'a str>,
-    now: OffsetDateTime,
-    options: &Options,
 ) -> Result<Vec<Job>> {
     let live = |role| {
         components
@@ -109,13 +108,11 @@ pub(crate) fn plan<'a>(
             (certs::ETCD_SERVER, etcd_server),
             (certs::ETCD_PEER, etcd_peer),
         ] {
-            if stale(c.status.server_certificates.get(name), &leaf, now, options) {
-                jobs.push(Job {
-                    target: Target::Server(component_key.clone()),
-                    name,
-                    spec: leaf,
-                });
-            }
+            jobs.push(Job {
+                target: Target::Server(component_key.clone()),
+                name,
+                spec: leaf,
+            });
         }
         for (name, leaf) in [
             (
@@ -129,28 +126,18 @@ pub(crate) fn plan<'a>(
             (certs::CONTROLLER_MANAGER, LeafSpec::controller_manager()),
             (certs::SCHEDULER, LeafSpec::scheduler()),
         ] {
-            if stale(c.status.client_certificates.get(name), &leaf, now, options) {
-                jobs.push(Job {
-                    target: Target::Client(component_key.clone()),
-                    name,
-                    spec: leaf,
-                });
-            }
+            jobs.push(Job {
+                target: Target::Client(component_key.clone()),
+                name,
+                spec: leaf,
+            });
         }
     }
-    let admin = LeafSpec::admin();
-    if stale(
-        cluster.status.client_certificates.get(ADMIN),
-        &admin,
-        now,
-        options,
-    ) {
-        jobs.push(Job {
-            target: Target::Cluster,
-            name: ADMIN,
-            spec: admin,
-        });
-    }
+    jobs.push(Job {
+        target: Target::Cluster,
+        name: ADMIN,
+        spec: LeafSpec::admin(),
+    });
     Ok(jobs)
 }
 
@@ -177,17 +164,36 @@ fn load_ca(key: &ObjectKey, cluster: &Cluster, kind: CaKind) -> Result<Certifica
         .map_err(|e| pki_error(key, kind.manifest_field(), &e))
 }
 
-/// Signs the jobs of one cluster, in order.
+/// For each job of one cluster, in order, a new certificate when the one `world` holds is
+/// stale (see the module documentation), else `None`.
 pub(crate) fn issue(
+    world: &World,
     key: &ObjectKey,
-    cluster: &Cluster,
     jobs: &[Job],
     now: OffsetDateTime,
     options: &Options,
-) -> Result<Vec<Certificate>> {
+) -> Result<Vec<Option<Certificate>>> {
+    let Some(cluster) = world.clusters.get(key) else {
+        return Ok(vec![None; jobs.len()]);
+    };
     let mut loaded: Vec<(CaKind, CertificateAuthority)> = Vec::new();
     let mut out = Vec::with_capacity(jobs.len());
     for job in jobs {
+        let existing = match &job.target {
+            Target::Server(k) => world
+                .components
+                .get(k)
+                .and_then(|c| c.status.server_certificates.get(job.name)),
+            Target::Client(k) => world
+                .components
+                .get(k)
+                .and_then(|c| c.status.client_certificates.get(job.name)),
+            Target::Cluster => cluster.status.client_certificates.get(job.name),
+        };
+        if !stale(existing, &job.spec, now, options) {
+            out.push(None);
+            continue;
+        }
         let kind = job.spec.issuer;
         let index = match loaded.iter().position(|(k, _)| *k == kind) {
             Some(i) => i,
@@ -200,10 +206,10 @@ pub(crate) fn issue(
             .1
             .issue(&job.spec, now, options.leaf_lifetime)
             .map_err(|e| pki_error(key, kind.manifest_field(), &e))?;
-        out.push(Certificate {
+        out.push(Some(Certificate {
             certificate: pem.certificate_pem,
             private_key: pem.private_key_pem,
-        });
+        }));
     }
     Ok(out)
 }

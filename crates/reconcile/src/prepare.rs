@@ -38,6 +38,9 @@ pub struct Options {
     pub leaf_lifetime: Duration,
     /// Leaf certificates expiring within this are issued again.
     pub renew_before: Duration,
+    /// Issue and renew leaf certificates (see [`crate::certificates`]). Off only for callers
+    /// that plan placement and ports without rendering (dry runs, benchmarks).
+    pub leaf_certificates: bool,
 }
 
 impl Default for Options {
@@ -49,6 +52,7 @@ impl Default for Options {
             ca_lifetime: Duration::days(3650),
             leaf_lifetime: Duration::days(365),
             renew_before: Duration::days(30),
+            leaf_certificates: true,
         }
     }
 }
@@ -184,7 +188,6 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &Options) ->
         let mut cx = ClusterPrep {
             key: &key,
             now,
-            options,
             hvs: &mut hvs,
             index: &index,
             all_components: &world.components,
@@ -195,7 +198,7 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &Options) ->
         let touched = std::mem::take(&mut cx.touched);
         match result {
             Ok((cluster, components, jobs)) => {
-                if !jobs.is_empty() {
+                if options.leaf_certificates && !jobs.is_empty() {
                     pending.push((key.clone(), jobs));
                 }
                 for i in touched {
@@ -231,15 +234,15 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &Options) ->
     // Signing, for every cluster at once. A failure here (a CA that does not load) leaves
     // the cluster prepared but without the certificates, and reported.
     let issued = parallel_map(&pending, |(key, jobs)| {
-        world
-            .clusters
-            .get(key)
-            .map(|c| certificates::issue(key, c, jobs, now, options))
+        certificates::issue(&world, key, jobs, now, options)
     });
     for ((key, jobs), result) in pending.into_iter().zip(issued) {
         match result {
-            Some(Ok(certs)) => {
+            Ok(certs) => {
                 for (job, cert) in jobs.into_iter().zip(certs) {
+                    let Some(cert) = cert else {
+                        continue;
+                    };
                     let slot = match &job.target {
                         Target::Server(k) => world
                             .components
@@ -259,10 +262,9 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &Options) ->
                     }
                 }
             }
-            Some(Err(e)) => {
+            Err(e) => {
                 failures.insert(key, e);
             }
-            None => {}
         }
     }
     Prepared { world, failures }
@@ -271,7 +273,6 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &Options) ->
 struct ClusterPrep<'w> {
     key: &'w ObjectKey,
     now: OffsetDateTime,
-    options: &'w Options,
     hvs: &'w mut Vec<Hv>,
     index: &'w HashMap<String, usize>,
     all_components: &'w BTreeMap<ObjectKey, Component>,
@@ -305,14 +306,9 @@ impl ClusterPrep<'_> {
         self.allocate(&mut components, vpn)?;
         self.set_status(&mut cluster, &components);
         let hvs: &[Hv] = self.hvs;
-        let jobs = certificates::plan(
-            self.key,
-            &cluster,
-            &components,
-            |name| self.index.get(name).map(|&i| hvs[i].ip.as_str()),
-            self.now,
-            self.options,
-        )?;
+        let jobs = certificates::plan(self.key, &cluster, &components, |name| {
+            self.index.get(name).map(|&i| hvs[i].ip.as_str())
+        })?;
         Ok((cluster, components, jobs))
     }
 

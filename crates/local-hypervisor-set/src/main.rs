@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use oi_local_hypervisor_set::Paths;
-use oi_local_hypervisor_set::commands::{self, CreateArgs, DestroyOutcome};
+use oi_local_hypervisor_set::commands::{self, CreateArgs};
 
 /// Real hypervisors (network namespace + containerd each) on this machine, for demos and tests.
 #[derive(Parser, Debug)]
@@ -69,11 +69,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .with_context(|| format!("cannot create set {}", args.name))?;
         }
         Command::Destroy { name } => {
-            match commands::destroy(&paths, &name, &mut stderr)
-                .with_context(|| format!("cannot destroy set {name}"))?
-            {
-                DestroyOutcome::Destroyed | DestroyOutcome::NothingToDo => {}
-            }
+            // "Nothing to do" is a success too: destroy converges.
+            commands::destroy(&paths, &name, &mut stderr)
+                .with_context(|| format!("cannot destroy set {name}"))?;
         }
         Command::List => commands::list(&paths, &mut stdout).context("cannot list sets")?,
     }

@@ -2,8 +2,8 @@
 //! each live control plane replica's serving and client certificates in its Component status
 //! (names in [`crate::render::certs`]), the cluster's `admin` client certificate in its status.
 //!
-//! The cluster's preparation lists the wanted certificates ([`plan`]); afterwards, for all
-//! clusters at once and spread over the cores, each is (re)issued ([`issue`]) when absent,
+//! The cluster's preparation lists the wanted certificates; afterwards, for all
+//! clusters at once and spread over the cores, each is (re)issued when absent,
 //! unreadable, for another subject, expiring within [`crate::Options::renew_before`], or when
 //! its SANs differ from the wanted ones (a hypervisor address or `apiServer.extraSANs`
 //! changed).

@@ -1,13 +1,18 @@
-//! World -> prepared world: the pure, deterministic core of reconciliation.
+//! World -> prepared world -> pods and files: the pure, deterministic core of reconciliation.
 //!
 //! ```text
 //! World {hypervisors, clusters, components}
-//!    │ prepare(world, now)
+//!    │ prepare(world, now)                                   (prepare)
+//!    │   validate + mint missing CAs/keys ─ all clusters, in parallel
 //!    │   per cluster, in key order, all or nothing:
-//!    │     init missing PKI ─► derive components from controlPlaneReplicas
-//!    │     ─► schedule new ones ─► allocate host ports ─► status endpoints
+//!    │     derive components from controlPlaneReplicas ─► schedule new ones
+//!    │     ─► allocate host ports ─► status endpoints ─► list wanted leaf certificates
+//!    │   (re)issue stale leaf certificates ─ all clusters, in parallel   (certificates)
 //!    ▼
 //! Prepared {world, failures: cluster -> Error}
+//!    │ render_component(world, component)                    (render)
+//!    ▼
+//! Rendered {pods: [PodSpec], files: [HostFile]}  per component, for its hypervisor
 //! ```
 //!
 //! Scheduling ([`schedule`]): control plane replicas go on private hypervisors, the ingress on
@@ -20,8 +25,10 @@
 //! Ports ([`ports`]): each hypervisor hands out ports of its range, freed ones first, with
 //! the state in its status (`allocatedPorts`, `freedPorts`), as oneinfra does.
 //!
-//! Nothing here does I/O; `now` is an input. A cluster whose preparation fails is left exactly
-//! as it was and reported in [`Prepared::failures`]; the others proceed.
+//! Nothing here does I/O; `now` is an input and the output is a function of the input, except
+//! for freshly generated keys (the PKI crate takes randomness from the OS on purpose). A
+//! cluster whose preparation fails is left exactly as it was and reported in
+//! [`Prepared::failures`]; the others proceed. Preparing a prepared world changes nothing.
 
 pub mod certificates;
 pub mod ports;

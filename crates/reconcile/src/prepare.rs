@@ -10,7 +10,12 @@
 //! has removed their etcd member and pod and calls [`remove_component`]. A cluster marked for
 //! deletion is left as it is; the engine tears it down, then calls [`remove_cluster`].
 //!
-//! Preparing a prepared world changes nothing (idempotent), whatever `now` is.
+//! Leaf certificates are signed after every cluster is placed (see [`crate::certificates`]);
+//! a CA that cannot sign (unreadable, expired) reports the cluster while its placement and
+//! ports stand, and its certificates are left as they were.
+//!
+//! Preparing a prepared world changes nothing (idempotent), as long as `now` stays before
+//! the renewal window of its certificates.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

@@ -666,6 +666,30 @@ fn leaf_certificates_are_issued_kept_and_renewed() {
 }
 
 #[test]
+fn unusable_ca_is_reported_and_leaves_are_not_issued() {
+    let mut c = cluster("c1", 1, false);
+    c.spec.certificate_authorities.etcd_peer = Some(Certificate {
+        certificate: "not a certificate".into(),
+        private_key: "not a key".into(),
+    });
+    let p = prepare(world(basic(), vec![c, cluster("c2", 1, false)]), NOW);
+    let Error::Pki { cluster, field, .. } = &p.failures[&key("c1")] else {
+        panic!("{:?}", p.failures);
+    };
+    assert_eq!(
+        (cluster, *field),
+        (&key("c1"), "spec.certificateAuthorities.etcdPeer")
+    );
+    assert_eq!(p.failures.len(), 1);
+    // Placement and ports stand; the certificates of c1 were not written, c2's were.
+    let c1 = &p.world.components[&key("c1-control-plane-0")];
+    assert_eq!(c1.status.allocated_host_ports.len(), 3);
+    assert!(c1.status.server_certificates.is_empty());
+    let c2 = &p.world.components[&key("c2-control-plane-0")];
+    assert_eq!(c2.status.server_certificates.len(), 3);
+}
+
+#[test]
 fn prepared_world_renders() {
     let w = ok(world(basic(), vec![cluster("c1", 3, true)]));
     for k in w.components.keys() {

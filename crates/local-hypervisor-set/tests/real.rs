@@ -284,7 +284,7 @@ async fn plain_set_lifecycle() {
         labels: Default::default(),
         containers: vec![container.clone()],
     };
-    let sandbox = oi_cri::requests::sandbox_config(&pod, "/tmp/oi-lhs-test-logs");
+    let sandbox = oi_cri::requests::sandbox_config(&pod, "/var/log/oneinfra/pods");
     let sandbox_id = client.run_sandbox(&sandbox).await.unwrap();
     let container_id = client
         .create_container(&oi_cri::requests::create_container_request(
@@ -305,6 +305,19 @@ async fn plain_set_lifecycle() {
     }
     assert_eq!(std::fs::read_to_string(&written).unwrap(), "hello\n");
     assert!(!Path::new("/var/lib/oneinfra/from-container").exists());
+    // Its log directory too is the hypervisor's own.
+    let logs = paths
+        .hypervisor(&name, &a.name)
+        .var_log_oneinfra
+        .join("pods");
+    let entries: Vec<String> = std::fs::read_dir(&logs)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        entries.iter().any(|e| e.starts_with("lhs-test_sleeper_")),
+        "{entries:?}"
+    );
     drop(client);
     let in_namespace = procs::pids_in_netns(&Path::new("/run/netns").join(&a.name));
     // containerd, its shim, pause and the writer's sleep at least.

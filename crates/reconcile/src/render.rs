@@ -598,6 +598,115 @@ impl Cx<'_> {
     }
 }
 
+/// What every hypervisor should run and how each cluster's etcd membership should look.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Hypervisor name -> its pods and files (pods and files of all its live components).
+    pub hypervisors: BTreeMap<String, Rendered>,
+    /// Cluster -> desired etcd membership.
+    pub etcd: BTreeMap<ObjectKey, EtcdMembership>,
+    /// Components that could not be rendered (their hypervisor's plan lacks them).
+    pub failures: BTreeMap<ObjectKey, Error>,
+}
+
+/// The etcd members a cluster should have, in join order, and those that must leave.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EtcdMembership {
+    /// Live replicas, by replica index: the first bootstraps, the others join as learners
+    /// (added before their pod starts, promoted once in sync).
+    pub members: Vec<EtcdMember>,
+    /// Replicas marked for deletion: removed from the membership before their pod goes.
+    pub leaving: Vec<EtcdMember>,
+}
+
+/// One etcd member.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EtcdMember {
+    /// The member name: its component's name.
+    pub name: String,
+    pub peer_url: String,
+    pub client_url: String,
+}
+
+/// Renders every live component of every cluster not being deleted, grouped by hypervisor
+/// (pods by name, files by path), with each cluster's desired etcd membership.
+pub fn plan(world: &World, options: &RenderOptions) -> Plan {
+    let mut plan = Plan::default();
+    for (key, c) in &world.components {
+        let Some(cluster) = world.cluster_of(c) else {
+            continue;
+        };
+        if cluster.is_being_deleted() || c.metadata.is_being_deleted() {
+            continue;
+        }
+        let Some(hypervisor) = c.spec.hypervisor.clone() else {
+            continue;
+        };
+        match render_component(world, key, options) {
+            Ok(r) => {
+                let entry = plan.hypervisors.entry(hypervisor).or_default();
+                entry.pods.extend(r.pods);
+                entry.files.extend(r.files);
+            }
+            Err(e) => {
+                plan.failures.insert(key.clone(), e);
+            }
+        }
+    }
+    for r in plan.hypervisors.values_mut() {
+        r.pods
+            .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        r.files.sort_by(|a, b| a.path.cmp(&b.path));
+    }
+    for (key, cluster) in &world.clusters {
+        if cluster.is_being_deleted() {
+            continue;
+        }
+        plan.etcd.insert(key.clone(), etcd_membership(world, key));
+    }
+    plan
+}
+
+/// The desired etcd membership of a cluster (see [`EtcdMembership`]).
+pub fn etcd_membership(world: &World, cluster: &ObjectKey) -> EtcdMembership {
+    let prefix = format!("{}-control-plane-", cluster.name);
+    let mut replicas: Vec<&Component> = world
+        .components_of(cluster)
+        .filter(|c| c.spec.role == ComponentRole::ControlPlane)
+        .collect();
+    replicas.sort_by_key(|c| {
+        let index = c
+            .metadata
+            .name
+            .strip_prefix(&prefix)
+            .and_then(|i| i.parse::<u32>().ok());
+        (index.map_or((1, 0), |i| (0, i)), c.metadata.name.clone())
+    });
+    let mut membership = EtcdMembership::default();
+    for c in replicas {
+        let Some(ip) = world.hypervisor_of(c).map(|h| url_host(&h.spec.ip_address)) else {
+            continue;
+        };
+        let (Some(peer), Some(client)) = (
+            c.status.host_port(names::ETCD_PEER),
+            c.status.host_port(names::ETCD_CLIENT),
+        ) else {
+            continue;
+        };
+        let member = EtcdMember {
+            name: c.metadata.name.clone(),
+            peer_url: format!("https://{ip}:{peer}"),
+            client_url: format!("https://{ip}:{client}"),
+        };
+        if c.metadata.is_being_deleted() {
+            membership.leaving.push(member);
+        } else {
+            membership.members.push(member);
+        }
+    }
+    membership
+}
+
 /// haproxy in TCP mode in front of the API servers, each health-checked over TLS (verified
 /// against the API server CA) on `GET /readyz`.
 pub fn haproxy_config(port: u16, ca_file: &str, backends: &[(String, String, u16)]) -> String {

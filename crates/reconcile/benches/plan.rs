@@ -11,6 +11,7 @@
 //!   nothing minted, every leaf certificate parsed and checked);
 //! - `pki no join`: CLUSTERS clusters holding only their join key, so that preparation mints
 //!   8 ECDSA P-256 CAs and a P-256 service-account key per cluster;
+//! - `render`: `render::plan` of the converged world: every pod and file of every hypervisor;
 //! - `pki included`: RSA_CLUSTERS (default 20) clusters without any CA or key: the above plus
 //!   a join key of the cluster's algorithm (P-256 here: oi-pki wraps with ECIES) per cluster; fewer
 //!   clusters, since 1000 of them take minutes. Per cluster figures scale linearly.
@@ -24,6 +25,7 @@ use oi_api::{
     ObjectMeta, PortRange, Resource, World,
 };
 use oi_pki::{ClusterPki, KeyAlgorithm};
+use oi_reconcile::render::{RenderOptions, plan};
 use oi_reconcile::{Options, prepare_with, schedule::ZONE_LABEL};
 use time::{Duration, OffsetDateTime};
 
@@ -181,7 +183,26 @@ fn main() {
         eprintln!("preparing a prepared world changed it");
         std::process::exit(1);
     }
-    drop((prepared, again));
+    drop(prepared);
+    reset_peak();
+    let start = Instant::now();
+    let rendered = plan(&again, &RenderOptions::default());
+    let elapsed = start.elapsed();
+    let pods: usize = rendered.hypervisors.values().map(|r| r.pods.len()).sum();
+    let files: usize = rendered.hypervisors.values().map(|r| r.files.len()).sum();
+    println!(
+        "{:<13} hypervisors={:<3} pods={pods:<5} files={files:<6} failures={} wall={:>9.3} ms  peak_rss={:.1} MiB",
+        "render",
+        rendered.hypervisors.len(),
+        rendered.failures.len(),
+        elapsed.as_secs_f64() * 1e3,
+        peak_rss_mib(),
+    );
+    if !rendered.failures.is_empty() {
+        eprintln!("rendering failed: {:?}", rendered.failures.values().next());
+        std::process::exit(1);
+    }
+    drop((again, rendered));
     let fresh = run("pki included", world(clusters, None), now, &full);
     let generated = fresh
         .clusters

@@ -31,6 +31,7 @@
 //! [`Prepared::failures`]; the others proceed. Preparing a prepared world changes nothing.
 
 pub mod certificates;
+mod par;
 pub mod ports;
 pub mod prepare;
 pub mod render;

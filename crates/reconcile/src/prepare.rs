@@ -28,6 +28,7 @@ use oi_pki::{CaKind, CertificateAuthority, KeyAlgorithm, KeyPairPem, join_key_al
 use time::{Duration, OffsetDateTime};
 
 use crate::certificates::{self, Job, Target};
+use crate::par::parallel_map;
 use crate::ports::{PortAllocator, PortOwner, names};
 use crate::schedule::{Candidate, Domain, Spread, ZONE_LABEL, place};
 use crate::{Error, Result};
@@ -673,33 +674,6 @@ fn validate_and_init_pki(
     let mut cluster = cluster.clone();
     init_pki(key, &mut cluster, now, options)?;
     Ok(cluster)
-}
-
-/// `items.iter().map(f)`, spread over the machine's cores: key generation dominates the
-/// preparation of new clusters and is independent per cluster. Order is kept.
-fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(items.len());
-    if threads <= 1 {
-        return items.iter().map(f).collect();
-    }
-    let chunk = items.len().div_ceil(threads);
-    let f = &f;
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = items
-            .chunks(chunk)
-            .map(|part| scope.spawn(move || part.iter().map(f).collect::<Vec<R>>()))
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| match h.join() {
-                Ok(results) => results,
-                // A panic in a worker is a bug; surface it as the panic it was.
-                Err(panic) => std::panic::resume_unwind(panic),
-            })
-            .collect()
-    })
 }
 
 fn domain(h: &Hv) -> Domain<'_> {

@@ -29,6 +29,7 @@ use oi_api::runtime::{ContainerSpec, HostFile, Mount, PodSpec, labels};
 use oi_api::versions::{self, INFRA};
 use oi_api::{Cluster, Component, ComponentRole, ObjectKey, World};
 
+use crate::par::parallel_map;
 use crate::ports::names;
 use crate::{Error, Result};
 
@@ -632,19 +633,20 @@ pub struct EtcdMember {
 /// (pods by name, files by path), with each cluster's desired etcd membership.
 pub fn plan(world: &World, options: &RenderOptions) -> Plan {
     let mut plan = Plan::default();
-    for (key, c) in &world.components {
-        let Some(cluster) = world.cluster_of(c) else {
-            continue;
-        };
-        if cluster.is_being_deleted() || c.metadata.is_being_deleted() {
-            continue;
-        }
-        let Some(hypervisor) = c.spec.hypervisor.clone() else {
-            continue;
-        };
-        match render_component(world, key, options) {
+    let live: Vec<(&ObjectKey, &str)> = world
+        .components
+        .iter()
+        .filter(|(_, c)| {
+            !c.metadata.is_being_deleted()
+                && world.cluster_of(c).is_some_and(|cl| !cl.is_being_deleted())
+        })
+        .filter_map(|(k, c)| c.spec.hypervisor.as_deref().map(|h| (k, h)))
+        .collect();
+    let rendered = parallel_map(&live, |(key, _)| render_component(world, key, options));
+    for ((key, hypervisor), result) in live.into_iter().zip(rendered) {
+        match result {
             Ok(r) => {
-                let entry = plan.hypervisors.entry(hypervisor).or_default();
+                let entry = plan.hypervisors.entry(hypervisor.to_string()).or_default();
                 entry.pods.extend(r.pods);
                 entry.files.extend(r.files);
             }

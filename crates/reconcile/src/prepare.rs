@@ -10,6 +10,9 @@
 //! has removed their etcd member and pod and calls [`remove_component`]. A cluster marked for
 //! deletion is left as it is; the engine tears it down, then calls [`remove_cluster`].
 //!
+//! Components whose cluster is not in the world are left alone (a world may hold a subset of
+//! the clusters), and so are the ports of clusters not in it.
+//!
 //! Leaf certificates are signed after every cluster is placed (see [`crate::certificates`]);
 //! a CA that cannot sign (unreadable, expired) reports the cluster while its placement and
 //! ports stand, and its certificates are left as they were.

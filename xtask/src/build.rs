@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 
 use sha2::{Digest, Sha256};
 
-use crate::catalog::{self, ImageDef};
+use crate::catalog::{self, HelperBinaries, ImageDef};
 use crate::{Error, Result, io_err, oci, rootfs};
 
 /// Bumped whenever the way tarballs are laid out changes, so old outputs are rebuilt.
@@ -51,51 +51,81 @@ pub fn build_images(opts: &Options, log: &mut dyn Write) -> Result<Vec<Report>> 
     fs::create_dir_all(&opts.out_dir).map_err(io_err("create directory", &opts.out_dir))?;
     let work = opts.out_dir.join(".build");
     fs::create_dir_all(&work).map_err(io_err("create directory", &work))?;
-
-    let standin_crate = opts.workspace_root.join("crates/kube-standin/Cargo.toml");
-    let mut pause_bin: Option<PathBuf> = None;
-    let mut standin_bin: Option<PathBuf> = None;
+    let mut helpers = Helpers {
+        workspace_root: &opts.workspace_root,
+        work: &work,
+        pause: None,
+        standin: None,
+    };
     let mut reports = Vec::new();
+    let result = build_all(&defs, &opts.out_dir, &mut helpers, log, &mut reports);
+    if let Some(p) = &helpers.pause {
+        // Best effort: a leftover only costs disk space.
+        let _ = fs::remove_file(p);
+    }
+    result.map(|()| reports)
+}
+
+/// The helper binaries, built at most once per run and only when an image needs them.
+struct Helpers<'a> {
+    workspace_root: &'a Path,
+    work: &'a Path,
+    pause: Option<PathBuf>,
+    standin: Option<PathBuf>,
+}
+
+impl Helpers<'_> {
+    fn standin_crate(&self) -> PathBuf {
+        self.workspace_root.join("crates/kube-standin/Cargo.toml")
+    }
+}
+
+impl HelperBinaries for Helpers<'_> {
+    fn pause(&mut self) -> Result<PathBuf> {
+        if let Some(p) = &self.pause {
+            return Ok(p.clone());
+        }
+        let p = compile_pause(self.workspace_root, self.work)?;
+        self.pause = Some(p.clone());
+        Ok(p)
+    }
+
+    fn standin(&mut self) -> Result<PathBuf> {
+        if let Some(p) = &self.standin {
+            return Ok(p.clone());
+        }
+        let p = build_standin(self.workspace_root)?;
+        self.standin = Some(p.clone());
+        Ok(p)
+    }
+}
+
+fn build_all(
+    defs: &[ImageDef],
+    out_dir: &Path,
+    helpers: &mut Helpers<'_>,
+    log: &mut dyn Write,
+    reports: &mut Vec<Report>,
+) -> Result<()> {
     for def in defs {
         let reference = def.reference();
-        if def.kind.needs_standin() && !standin_crate.is_file() {
-            let reason = format!(
-                "the kube stand-in ({STANDIN_PACKAGE}) is not in this workspace yet ({} missing)",
-                standin_crate.display()
-            );
-            // A log write failure must not stop the build; the report still carries it.
-            let _ = writeln!(log, "SKIPPED {reference}: {reason}");
-            reports.push(Report {
-                reference,
-                outcome: Outcome::Skipped { reason },
-            });
-            continue;
-        }
-        let mut pause = || -> Result<PathBuf> {
-            if let Some(p) = &pause_bin {
-                return Ok(p.clone());
+        let standin_crate = helpers.standin_crate();
+        let outcome = if def.kind.needs_standin() && !standin_crate.is_file() {
+            Outcome::Skipped {
+                reason: format!(
+                    "the kube stand-in ({STANDIN_PACKAGE}) is not in this workspace yet ({} missing)",
+                    standin_crate.display()
+                ),
             }
-            let p = compile_pause(&opts.workspace_root, &work)?;
-            pause_bin = Some(p.clone());
-            Ok(p)
+        } else {
+            build_one(def, out_dir, helpers)?
         };
-        let mut standin = || -> Result<PathBuf> {
-            if let Some(p) = &standin_bin {
-                return Ok(p.clone());
-            }
-            let p = build_standin(&opts.workspace_root)?;
-            standin_bin = Some(p.clone());
-            Ok(p)
-        };
-        let outcome = build_one(&def, &opts.out_dir, &mut pause, &mut standin)?;
         let line = match &outcome {
-            Outcome::Built { path, size } => {
-                format!(
-                    "built      {reference} -> {} ({})",
-                    path.display(),
-                    human(*size)
-                )
-            }
+            Outcome::Built { path, size } => format!(
+                "built      {reference} -> {} ({})",
+                path.display(),
+                human(*size)
+            ),
             Outcome::UpToDate { path, size } => format!(
                 "up to date {reference} -> {} ({})",
                 path.display(),
@@ -103,10 +133,11 @@ pub fn build_images(opts: &Options, log: &mut dyn Write) -> Result<Vec<Report>> 
             ),
             Outcome::Skipped { reason } => format!("SKIPPED {reference}: {reason}"),
         };
+        // A log write failure must not stop the build; the report still carries the outcome.
         let _ = writeln!(log, "{line}");
         reports.push(Report { reference, outcome });
     }
-    Ok(reports)
+    Ok(())
 }
 
 fn human(size: u64) -> String {
@@ -118,17 +149,16 @@ fn human(size: u64) -> String {
 }
 
 /// Builds one image unless its recorded inputs digest matches.
-fn build_one(
-    def: &ImageDef,
-    out_dir: &Path,
-    pause: &mut dyn FnMut() -> Result<PathBuf>,
-    standin: &mut dyn FnMut() -> Result<PathBuf>,
-) -> Result<Outcome> {
+fn build_one(def: &ImageDef, out_dir: &Path, helpers: &mut Helpers<'_>) -> Result<Outcome> {
     let reference = def.reference();
-    let (tree, run) = def.contents(pause, standin)?;
+    let (tree, run) = def.contents(helpers)?;
+    // Every host file is read exactly once, into the layer, and the inputs digest covers the
+    // layer's bytes: a binary rewritten meanwhile (a concurrent cargo build) can never leave a
+    // record that disagrees with the tarball. Gzip, the expensive part, is what gets skipped.
+    let layer = tree.layer_tar()?;
     let mut hasher = Sha256::new();
     hasher.update(format!("{FORMAT}\n{reference}\n{run:?}\n"));
-    tree.digest_into(&mut hasher)?;
+    hasher.update(&layer);
     let inputs = hex::encode(hasher.finalize());
 
     let path = out_dir.join(def.file_name());
@@ -142,7 +172,6 @@ fn build_one(
         });
     }
 
-    let layer = tree.layer_tar()?;
     let layer_gz = rootfs::gzip(&layer)?;
     let layout = oci::layout(&reference, def.image.tag, &run, &layer, &layer_gz)?;
     write_atomically(&path, |w| {
@@ -208,10 +237,11 @@ fn run(cmd: &mut Command, program: &str) -> Result<std::process::Output> {
     Ok(out)
 }
 
-/// Compiles images/pause/pause.c statically into `work/pause`.
+/// Compiles images/pause/pause.c statically into `work/pause.<pid>` (per process: a concurrent
+/// run must not rewrite the file while this one reads it).
 fn compile_pause(workspace_root: &Path, work: &Path) -> Result<PathBuf> {
     let src_dir = workspace_root.join("images/pause");
-    let out = work.join("pause");
+    let out = work.join(format!("pause.{}", std::process::id()));
     // Relative source name and stripped output: nothing machine-specific lands in the binary.
     run(
         Command::new("gcc")

@@ -23,6 +23,21 @@ pub const HOST_WG: &str = "/usr/bin/wg";
 /// The environment variable the kube stand-in reads to report its version.
 pub const STANDIN_VERSION_ENV: &str = "KUBE_STANDIN_VERSION";
 
+/// The binaries built from this repository that go into images.
+pub trait HelperBinaries {
+    /// The static pause program (images/pause/pause.c), compiled.
+    ///
+    /// # Errors
+    /// When compiling fails.
+    fn pause(&mut self) -> Result<PathBuf>;
+
+    /// The kube stand-in executable, built.
+    ///
+    /// # Errors
+    /// When building fails or yields no executable.
+    fn standin(&mut self) -> Result<PathBuf>;
+}
+
 /// What an image is made of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -73,22 +88,18 @@ impl ImageDef {
             || name == self.image.to_string()
     }
 
-    /// The file tree and run configuration. `pause` and `standin` are the host paths of the
-    /// built pause program and kube stand-in, asked for only by the images that need them.
+    /// The file tree and run configuration. The helper binaries (pause program, kube
+    /// stand-in) are asked for only by the images that contain them.
     ///
     /// # Errors
     /// When a host file is missing, `ldd` fails, or a helper binary cannot be built.
-    pub fn contents(
-        &self,
-        pause: &mut dyn FnMut() -> Result<PathBuf>,
-        standin: &mut dyn FnMut() -> Result<PathBuf>,
-    ) -> Result<(RootFs, RunConfig)> {
+    pub fn contents(&self, helpers: &mut dyn HelperBinaries) -> Result<(RootFs, RunConfig)> {
         let mut fs = RootFs::new(self.reference());
         fs.base()?;
         let strings = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
         let run = match self.kind {
             Kind::Pause => {
-                fs.host_file("/pause", 0o755, &pause()?)?;
+                fs.host_file("/pause", 0o755, &helpers.pause()?)?;
                 RunConfig {
                     entrypoint: strings(&["/pause"]),
                     ..RunConfig::default()
@@ -134,7 +145,7 @@ impl ImageDef {
             }
             Kind::Kube { component, version } => {
                 let path = format!("/usr/local/bin/{component}");
-                fs.binary_with_libs(&path, &standin()?)?;
+                fs.binary_with_libs(&path, &helpers.standin()?)?;
                 RunConfig {
                     entrypoint: Some(vec![path]),
                     env: vec![format!("{STANDIN_VERSION_ENV}=v{version}")],

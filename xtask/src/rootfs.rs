@@ -7,8 +7,6 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
-
 use crate::{Error, Result, io_err};
 
 /// Where a regular file's bytes come from.
@@ -198,26 +196,6 @@ impl RootFs {
         self.dir("/root", 0o700)
     }
 
-    /// Feeds a description of every entry (path, kind, mode, content digest) to `hasher`.
-    /// Host files are hashed by content, so the digest changes exactly when the layer would.
-    ///
-    /// # Errors
-    /// When a host file cannot be read.
-    pub fn digest_into(&self, hasher: &mut Sha256) -> Result<()> {
-        for (path, node) in &self.entries {
-            match node {
-                Node::Dir { mode } => hasher.update(format!("d {mode:o} {path}\n")),
-                Node::Symlink { target } => hasher.update(format!("l {path} -> {target}\n")),
-                Node::File { mode, content } => {
-                    let data = read_content(content)?;
-                    let sum = hex::encode(Sha256::digest(&data));
-                    hasher.update(format!("f {mode:o} {path} {sum}\n"));
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// The uncompressed layer tar.
     ///
     /// # Errors
@@ -324,24 +302,6 @@ mod tests {
         assert_eq!(names, sorted);
         assert!(names.contains(&"tmp/".to_string()));
         assert!(names.contains(&"bin/sh".to_string()));
-    }
-
-    #[test]
-    fn digest_changes_with_content_and_mode() {
-        let digest = |fs: &RootFs| {
-            let mut h = Sha256::new();
-            fs.digest_into(&mut h).unwrap();
-            hex::encode(h.finalize())
-        };
-        let base = digest(&sample());
-        let mut other = RootFs::new("test");
-        other.base().unwrap();
-        other
-            .bytes("/usr/local/bin/tool", 0o755, b"#!/bin/sh\n\n".to_vec())
-            .unwrap();
-        other.symlink("/bin/sh", "/bin/busybox").unwrap();
-        assert_ne!(base, digest(&other));
-        assert_eq!(base, digest(&sample()));
     }
 
     #[test]

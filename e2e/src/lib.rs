@@ -1,0 +1,811 @@
+//! End-to-end scenarios of the `oi` CLI on real local hypervisors: real containerd, etcd and
+//! haproxy in network namespaces made by `oi-local-hypervisor-set`, with the kube stand-in in
+//! place of the Kubernetes binaries. The scenarios live in `tests/`; this crate is their
+//! harness:
+//!
+//! ```text
+//!  LocalSet::create ── oi-local-hypervisor-set create ──► Hypervisor manifests
+//!        │                                                     │ stdin
+//!        │            Oi::run(["cluster","inject",..]) ◄───────┘
+//!        │            Oi::run(["reconcile",..]) ──► World (stdout) + Summary (stderr)
+//!        │                                             │
+//!        │                  kubectl version ◄── admin kubeconfig (through the ingress)
+//!        │                  etcdctl member list ◄── storageClientEndpoints + minted client cert
+//!        ▼
+//!  Drop: oi-local-hypervisor-set destroy (also when the test panics)
+//! ```
+//!
+//! Binaries are found in the workspace target directory next to the test executable
+//! (`cargo nextest run --workspace` builds every binary of the workspace first).
+
+use std::fmt;
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use oi_local_hypervisor_set::Paths;
+use oi_local_hypervisor_set::state::SetState;
+use serde_yaml::Value;
+
+/// Host commands every scenario needs.
+pub const REQUIRED_COMMANDS: [&str; 8] = [
+    "ip",
+    "nsenter",
+    "containerd",
+    "runc",
+    "ctr",
+    "haproxy",
+    "kubectl",
+    "etcdctl",
+];
+
+/// The image repository the offline image set is named under (see HACKING.md).
+pub const IMAGE_REPOSITORY: &str = "localhost/oneinfra";
+
+/// Where kubectl is installed on these machines.
+pub const KUBECTL: &str = "/usr/bin/kubectl";
+
+/// The directory of the offline image tarballs: `OI_IMAGES_DIR`, else `<workspace>/target/oi-images`.
+pub fn images_dir() -> PathBuf {
+    std::env::var_os("OI_IMAGES_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/oi-images"),
+        PathBuf::from,
+    )
+}
+
+/// Gates a scenario on root, the host commands and the offline images; see
+/// [`oi_testsupport::require`]. Returns `false` when the scenario must be skipped.
+pub fn prerequisites(test: &str) -> bool {
+    if !oi_testsupport::require_root_and_commands(test, &REQUIRED_COMMANDS) {
+        return false;
+    }
+    let dir = images_dir();
+    let has = |prefix: &str| {
+        std::fs::read_dir(&dir).is_ok_and(|entries| {
+            entries
+                .filter_map(std::result::Result::ok)
+                .any(|e| e.file_name().to_string_lossy().starts_with(prefix))
+        })
+    };
+    let images = ["pause_", "etcd_", "haproxy_", "busybox_", "kube-apiserver_"];
+    oi_testsupport::require(
+        test,
+        &format!(
+            "image tarballs {images:?} in {} (cargo xtask images)",
+            dir.display()
+        ),
+        images.iter().all(|i| has(i)),
+    )
+}
+
+/// The directory holding the workspace's binaries, derived from the running test executable
+/// (`<target>/<profile>/deps/<test>-<hash>`).
+///
+/// # Errors
+/// When the executable's path cannot be read or has no such ancestors.
+pub fn bin_dir() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot find the test executable")?;
+    let deps = exe
+        .parent()
+        .with_context(|| format!("{} has no parent directory", exe.display()))?;
+    let dir = if deps.file_name().is_some_and(|n| n == "deps") {
+        deps.parent()
+            .with_context(|| format!("{} has no parent directory", deps.display()))?
+    } else {
+        deps
+    };
+    Ok(dir.to_path_buf())
+}
+
+/// A built binary of the workspace, by name.
+///
+/// # Errors
+/// When it is not there, naming the binary and how to build it.
+pub fn binary(name: &str) -> Result<PathBuf> {
+    let path = bin_dir()?.join(name);
+    ensure!(
+        path.is_file(),
+        "binary `{name}` not found at {}: build it first (`cargo build --workspace --bins`; \
+         `cargo nextest run --workspace` builds every binary)",
+        path.display()
+    );
+    Ok(path)
+}
+
+/// What a command printed, with its exit status.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub success: bool,
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Run {
+    fn from_output(output: Output, elapsed: Duration) -> Self {
+        Run {
+            success: output.status.success(),
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            elapsed,
+        }
+    }
+
+    /// `Ok(self)` when the command succeeded, else an error with its stderr.
+    ///
+    /// # Errors
+    /// When the command exited non-zero.
+    pub fn ok(self, what: &str) -> Result<Self> {
+        ensure!(
+            self.success,
+            "{what} failed (exit {:?}) after {:.1?}:\n{}",
+            self.code,
+            self.elapsed,
+            self.stderr
+        );
+        Ok(self)
+    }
+
+    /// The summary line `oi reconcile` printed on stderr.
+    ///
+    /// # Errors
+    /// When there is none, or it is not exactly of the documented shape.
+    pub fn summary(&self) -> Result<Summary> {
+        let line = self
+            .stderr
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("reconciled "))
+            .with_context(|| format!("no summary line on stderr:\n{}", self.stderr))?;
+        line.parse()
+    }
+}
+
+/// Runs a command with `stdin` on its standard input, capturing both outputs.
+///
+/// # Errors
+/// When the command cannot be started or waited for.
+pub fn run_command(command: &mut Command, stdin: &str) -> Result<Run> {
+    let started = Instant::now();
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {command:?}"))?;
+    let mut input = child
+        .stdin
+        .take()
+        .context("child has no stdin although it was piped")?;
+    let stdin = stdin.to_owned();
+    // Write from another thread: a large world would fill the pipe while the child fills its
+    // stdout.
+    let writer = std::thread::spawn(move || input.write_all(stdin.as_bytes()));
+    let output = child
+        .wait_with_output()
+        .with_context(|| format!("cannot wait for {command:?}"))?;
+    match writer.join() {
+        Ok(Ok(())) => {}
+        // The child may legitimately exit without reading all of its input.
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        Ok(Err(e)) => return Err(e).context("cannot write the child's stdin"),
+        Err(_) => bail!("the stdin writer thread panicked"),
+    }
+    Ok(Run::from_output(output, started.elapsed()))
+}
+
+/// Runs `oi ARGS` with `stdin`, always with the offline image repository in the environment.
+///
+/// # Errors
+/// When `oi` is not built or cannot be run (a non-zero exit is not an error: see [`Run::ok`]).
+pub fn oi(args: &[&str], stdin: &str) -> Result<Run> {
+    let bin = binary("oi")?;
+    run_command(
+        Command::new(bin)
+            .args(args)
+            .env("OI_IMAGE_REPOSITORY", IMAGE_REPOSITORY),
+        stdin,
+    )
+}
+
+/// `oi reconcile --image-repository localhost/oneinfra EXTRA...` over `world`.
+///
+/// # Errors
+/// As [`oi`].
+pub fn reconcile(world: &str, extra: &[&str]) -> Result<Run> {
+    let mut args = vec!["reconcile", "--image-repository", IMAGE_REPOSITORY];
+    args.extend_from_slice(extra);
+    oi(&args, world)
+}
+
+/// The counts of `oi reconcile`'s summary line:
+/// `reconciled N clusters: X ready, Y not ready; pods created a, replaced b, unchanged c,
+/// removed d; files written e; mutating CRI calls f`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    pub clusters: u64,
+    pub ready: u64,
+    pub not_ready: u64,
+    pub pods_created: u64,
+    pub pods_replaced: u64,
+    pub pods_unchanged: u64,
+    pub pods_removed: u64,
+    pub files_written: u64,
+    pub mutating_cri_calls: u64,
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "reconciled {} clusters: {} ready, {} not ready; pods created {}, replaced {}, \
+             unchanged {}, removed {}; files written {}; mutating CRI calls {}",
+            self.clusters,
+            self.ready,
+            self.not_ready,
+            self.pods_created,
+            self.pods_replaced,
+            self.pods_unchanged,
+            self.pods_removed,
+            self.files_written,
+            self.mutating_cri_calls
+        )
+    }
+}
+
+impl std::str::FromStr for Summary {
+    type Err = anyhow::Error;
+
+    fn from_str(line: &str) -> Result<Self> {
+        let numbers: Vec<u64> = line
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|s| !s.is_empty())
+            .map(str::parse)
+            .collect::<std::result::Result<_, _>>()
+            .with_context(|| format!("summary line {line:?}: a count does not fit u64"))?;
+        let [
+            clusters,
+            ready,
+            not_ready,
+            pods_created,
+            pods_replaced,
+            pods_unchanged,
+            pods_removed,
+            files_written,
+            mutating_cri_calls,
+        ] = numbers[..]
+        else {
+            bail!(
+                "summary line {line:?}: expected 9 counts, found {}",
+                numbers.len()
+            );
+        };
+        let summary = Summary {
+            clusters,
+            ready,
+            not_ready,
+            pods_created,
+            pods_replaced,
+            pods_unchanged,
+            pods_removed,
+            files_written,
+            mutating_cri_calls,
+        };
+        // Rendering back must give the very same line: this checks every word between counts.
+        ensure!(
+            summary.to_string() == line.trim_end(),
+            "summary line {line:?} is not of the documented shape {:?}",
+            summary.to_string()
+        );
+        Ok(summary)
+    }
+}
+
+/// A set of local hypervisors that is destroyed when dropped, also when the test panics.
+#[derive(Debug)]
+pub struct LocalSet {
+    name: String,
+    /// The Hypervisor manifests `create` printed.
+    pub manifests: String,
+    pub create_time: Duration,
+}
+
+impl LocalSet {
+    /// `oi-local-hypervisor-set create` with a name unique to this process and `tag`.
+    ///
+    /// # Errors
+    /// When the binary is missing or `create` fails (its stderr is in the error).
+    pub fn create(tag: &str, private: usize, public: usize, tcp: bool) -> Result<Self> {
+        let name = format!("e{tag}{}", std::process::id());
+        let (private, public) = (private.to_string(), public.to_string());
+        let mut args = vec![
+            "create",
+            "--name",
+            &name,
+            "--size-private",
+            &private,
+            "--size-public",
+            &public,
+        ];
+        if tcp {
+            args.push("--tcp");
+        }
+        // Own the set from here on: a half-created set is destroyed too.
+        let mut set = LocalSet {
+            name: name.clone(),
+            manifests: String::new(),
+            create_time: Duration::ZERO,
+        };
+        let run = run_command(
+            Command::new(binary("oi-local-hypervisor-set")?)
+                .args(&args)
+                .env("OI_IMAGES_DIR", images_dir()),
+            "",
+        )?
+        .ok(&format!("oi-local-hypervisor-set create --name {name}"))?;
+        set.manifests = run.stdout;
+        set.create_time = run.elapsed;
+        Ok(set)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The set's state file (hypervisors, sockets, containerd PIDs).
+    ///
+    /// # Errors
+    /// When it cannot be read or does not exist.
+    pub fn state(&self) -> Result<SetState> {
+        SetState::load(&Paths::default(), &self.name)?
+            .with_context(|| format!("set {} has no state file", self.name))
+    }
+
+    /// The host directory a hypervisor of this set sees as /var/lib/oneinfra.
+    pub fn var_lib_oneinfra(&self, hypervisor: &str) -> PathBuf {
+        Paths::default()
+            .hypervisor(&self.name, hypervisor)
+            .var_lib_oneinfra
+    }
+
+    /// The host directory a hypervisor of this set sees as /etc/oneinfra.
+    pub fn etc_oneinfra(&self, hypervisor: &str) -> PathBuf {
+        Paths::default()
+            .hypervisor(&self.name, hypervisor)
+            .etc_oneinfra
+    }
+
+    /// Names of every container in the `k8s.io` namespace of each hypervisor's containerd,
+    /// as `ctr containers ls` reports them (ids, images and runtimes), per hypervisor.
+    ///
+    /// # Errors
+    /// When the state cannot be read or `ctr` fails.
+    pub fn containers(&self) -> Result<Vec<(String, String)>> {
+        let state = self.state()?;
+        let mut all = Vec::new();
+        for h in &state.hypervisors {
+            let run = run_command(
+                Command::new("ctr").arg("--address").arg(&h.socket).args([
+                    "-n",
+                    "k8s.io",
+                    "containers",
+                    "ls",
+                ]),
+                "",
+            )?
+            .ok(&format!("ctr containers ls on {}", h.name))?;
+            all.push((h.name.clone(), run.stdout));
+        }
+        Ok(all)
+    }
+}
+
+impl Drop for LocalSet {
+    fn drop(&mut self) {
+        let destroyed = binary("oi-local-hypervisor-set").and_then(|bin| {
+            run_command(
+                Command::new(bin).args(["destroy", "--name", &self.name]),
+                "",
+            )?
+            .ok(&format!(
+                "oi-local-hypervisor-set destroy --name {}",
+                self.name
+            ))
+        });
+        if let Err(e) = destroyed {
+            eprintln!(
+                "warning: cannot destroy local hypervisor set {}: {e:#}",
+                self.name
+            );
+        }
+    }
+}
+
+/// The documents of a world, as printed by `oi`.
+#[derive(Debug, Clone)]
+pub struct World {
+    pub text: String,
+    pub documents: Vec<Value>,
+}
+
+impl World {
+    /// Parses a multi-document YAML stream.
+    ///
+    /// # Errors
+    /// When it is not YAML.
+    pub fn parse(text: &str) -> Result<Self> {
+        let mut documents = Vec::new();
+        for doc in serde_yaml::Deserializer::from_str(text) {
+            let value = <Value as serde::Deserialize>::deserialize(doc)
+                .context("the world is not a YAML stream")?;
+            if !value.is_null() {
+                documents.push(value);
+            }
+        }
+        Ok(World {
+            text: text.to_owned(),
+            documents,
+        })
+    }
+
+    /// Documents of a kind.
+    pub fn of_kind<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+        self.documents
+            .iter()
+            .filter(move |d| str_at(d, &["kind"]) == Some(kind))
+    }
+
+    /// The Cluster named `name`, if any.
+    pub fn cluster(&self, name: &str) -> Option<&Value> {
+        self.of_kind("Cluster")
+            .find(|c| str_at(c, &["metadata", "name"]) == Some(name))
+    }
+
+    /// The Cluster named `name`.
+    ///
+    /// # Errors
+    /// When there is none.
+    pub fn require_cluster(&self, name: &str) -> Result<&Value> {
+        self.cluster(name)
+            .with_context(|| format!("no Cluster {name} in the world:\n{}", self.text))
+    }
+
+    /// The Components of cluster `name`.
+    pub fn components_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+        self.of_kind("Component")
+            .filter(move |c| str_at(c, &["spec", "cluster"]) == Some(name))
+    }
+
+    /// A condition of cluster `name`: `(status, message)`.
+    ///
+    /// # Errors
+    /// When the cluster or the condition is missing.
+    pub fn condition(&self, name: &str, type_: &str) -> Result<(String, String)> {
+        let cluster = self.require_cluster(name)?;
+        let conditions = at(cluster, &["status", "conditions"])
+            .and_then(Value::as_sequence)
+            .with_context(|| format!("cluster {name} has no status.conditions"))?;
+        let condition = conditions
+            .iter()
+            .find(|c| str_at(c, &["type"]) == Some(type_))
+            .with_context(|| format!("cluster {name} has no {type_} condition: {conditions:?}"))?;
+        Ok((
+            str_at(condition, &["status"])
+                .unwrap_or_default()
+                .to_owned(),
+            str_at(condition, &["message"])
+                .unwrap_or_default()
+                .to_owned(),
+        ))
+    }
+
+    /// The cluster's `status.storageClientEndpoints`, sorted by member.
+    ///
+    /// # Errors
+    /// When the cluster is missing or has none.
+    pub fn storage_client_endpoints(&self, name: &str) -> Result<Vec<String>> {
+        let cluster = self.require_cluster(name)?;
+        let map = at(cluster, &["status", "storageClientEndpoints"])
+            .and_then(Value::as_mapping)
+            .with_context(|| format!("cluster {name} has no status.storageClientEndpoints"))?;
+        let endpoints: Vec<String> = map
+            .values()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect();
+        ensure!(
+            !endpoints.is_empty(),
+            "cluster {name}: status.storageClientEndpoints is empty"
+        );
+        Ok(endpoints)
+    }
+
+    /// Whether any Hypervisor's `status.allocatedPorts` names cluster `name`.
+    pub fn hypervisor_ports_of(&self, name: &str) -> Vec<String> {
+        self.of_kind("Hypervisor")
+            .flat_map(|h| {
+                let hypervisor = str_at(h, &["metadata", "name"]).unwrap_or_default();
+                at(h, &["status", "allocatedPorts"])
+                    .and_then(Value::as_sequence)
+                    .into_iter()
+                    .flatten()
+                    .filter(|p| str_at(p, &["cluster"]) == Some(name))
+                    .map(move |p| format!("{hypervisor}: {p:?}"))
+            })
+            .collect()
+    }
+}
+
+/// The value at a path of mapping keys.
+pub fn at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(value, |v, key| v.get(key))
+}
+
+/// The string at a path of mapping keys.
+pub fn str_at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a str> {
+    at(value, path).and_then(Value::as_str)
+}
+
+/// Writes a file readable by its owner only (private keys, kubeconfigs).
+///
+/// # Errors
+/// When it cannot be created or written.
+pub fn write_private(path: &Path, contents: &str) -> Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    file.write_all(contents.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Writes the admin kubeconfig of `cluster` (`oi cluster admin-kubeconfig`) into `dir`.
+///
+/// # Errors
+/// When `oi` fails or the file cannot be written.
+pub fn admin_kubeconfig(world: &World, cluster: &str, dir: &Path) -> Result<PathBuf> {
+    let run = oi(
+        &["cluster", "admin-kubeconfig", "--cluster", cluster],
+        &world.text,
+    )?
+    .ok("oi cluster admin-kubeconfig")?;
+    let path = dir.join(format!("{cluster}.kubeconfig"));
+    write_private(&path, &run.stdout)?;
+    Ok(path)
+}
+
+/// `kubectl --kubeconfig K version -o json`, parsed.
+///
+/// # Errors
+/// When kubectl fails or prints something else than JSON.
+pub fn kubectl_version(kubeconfig: &Path) -> Result<serde_json::Value> {
+    let run = run_command(
+        Command::new(KUBECTL)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--request-timeout", "10s", "version", "-o", "json"]),
+        "",
+    )?
+    .ok("kubectl version")?;
+    serde_json::from_str(&run.stdout)
+        .with_context(|| format!("kubectl version printed no JSON:\n{}", run.stdout))
+}
+
+/// The server gitVersion kubectl reports through `kubeconfig`.
+///
+/// # Errors
+/// As [`kubectl_version`], or when the answer has no serverVersion.gitVersion.
+pub fn server_git_version(kubeconfig: &Path) -> Result<String> {
+    let version = kubectl_version(kubeconfig)?;
+    version
+        .pointer("/serverVersion/gitVersion")
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_owned)
+        .with_context(|| format!("no serverVersion.gitVersion in {version}"))
+}
+
+/// The version a cluster runs, as its `spec.kubernetesVersion` says, without a leading `v`.
+///
+/// # Errors
+/// When the cluster or the field is missing.
+pub fn cluster_version(world: &World, cluster: &str) -> Result<String> {
+    let c = world.require_cluster(cluster)?;
+    str_at(c, &["spec", "kubernetesVersion"])
+        .map(|v| v.trim_start_matches('v').to_owned())
+        .with_context(|| format!("cluster {cluster} has no spec.kubernetesVersion"))
+}
+
+/// etcdctl talking to one cluster's etcd with a client certificate freshly minted from the
+/// cluster's etcd client CA, trusting its etcd server CA. Files live in a private tempdir.
+#[derive(Debug)]
+pub struct Etcdctl {
+    dir: tempfile::TempDir,
+    endpoints: String,
+}
+
+impl Etcdctl {
+    /// Prepares the certificates of `cluster` and its endpoints from `status.storageClientEndpoints`.
+    ///
+    /// # Errors
+    /// When the cluster lacks a CA or endpoints, or a file cannot be written.
+    pub fn new(world: &World, cluster: &str) -> Result<Self> {
+        let c = world.require_cluster(cluster)?;
+        let field = |path: &[&str]| {
+            str_at(c, path).with_context(|| format!("cluster {cluster} has no {}", path.join(".")))
+        };
+        let server_ca = field(&["spec", "etcdServer", "ca", "certificate"])?;
+        let client_ca = oi_pki::CaKind::EtcdClient.load(
+            field(&[
+                "spec",
+                "certificateAuthorities",
+                "etcdClient",
+                "certificate",
+            ])?,
+            field(&["spec", "certificateAuthorities", "etcdClient", "privateKey"])?,
+        )?;
+        let now = time::OffsetDateTime::now_utc();
+        let leaf = client_ca.issue(
+            &oi_pki::LeafSpec::client(oi_pki::CaKind::EtcdClient, "oi-e2e", &[]),
+            now,
+            time::Duration::hours(1),
+        )?;
+        let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
+        std::fs::write(dir.path().join("ca.crt"), server_ca)
+            .context("cannot write the etcd server CA")?;
+        std::fs::write(dir.path().join("client.crt"), &leaf.certificate_pem)
+            .context("cannot write the etcd client certificate")?;
+        write_private(&dir.path().join("client.key"), &leaf.private_key_pem)?;
+        Ok(Etcdctl {
+            dir,
+            endpoints: world.storage_client_endpoints(cluster)?.join(","),
+        })
+    }
+
+    /// Runs `etcdctl ARGS` against every endpoint.
+    ///
+    /// # Errors
+    /// When etcdctl cannot run or fails.
+    pub fn run(&self, args: &[&str]) -> Result<Run> {
+        let dir = self.dir.path();
+        run_command(
+            Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .arg(format!("--endpoints={}", self.endpoints))
+                .arg(format!("--cacert={}", dir.join("ca.crt").display()))
+                .arg(format!("--cert={}", dir.join("client.crt").display()))
+                .arg(format!("--key={}", dir.join("client.key").display()))
+                .arg("--command-timeout=10s")
+                .args(args),
+            "",
+        )?
+        .ok(&format!("etcdctl {}", args.join(" ")))
+    }
+
+    /// `member list -w json`: `(name, is_learner)` of each member that has started (has a name).
+    ///
+    /// # Errors
+    /// As [`Etcdctl::run`], or on unexpected JSON.
+    pub fn started_members(&self) -> Result<Vec<(String, bool)>> {
+        let run = self.run(&["member", "list", "-w", "json"])?;
+        let list: serde_json::Value = serde_json::from_str(&run.stdout)
+            .with_context(|| format!("member list printed no JSON:\n{}", run.stdout))?;
+        let members = list
+            .get("members")
+            .and_then(serde_json::Value::as_array)
+            .ok_or_else(|| anyhow!("member list has no members: {list}"))?;
+        let mut started: Vec<(String, bool)> = members
+            .iter()
+            .filter_map(|m| {
+                let name = m.get("name")?.as_str().filter(|n| !n.is_empty())?;
+                let learner = m
+                    .get("isLearner")
+                    .and_then(serde_json::Value::as_bool)
+                    .unwrap_or(false);
+                Some((name.to_owned(), learner))
+            })
+            .collect();
+        started.sort();
+        Ok(started)
+    }
+}
+
+/// Retries `f` until it succeeds or `timeout` passes; returns the last error then.
+///
+/// # Errors
+/// The last error of `f` when time runs out.
+pub fn eventually<T>(timeout: Duration, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f() {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(e.context(format!("still failing after {timeout:?}")));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(500)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn summary_round_trips() {
+        let line = "reconciled 2 clusters: 1 ready, 1 not ready; pods created 3, replaced 0, \
+                    unchanged 4, removed 1; files written 12; mutating CRI calls 40";
+        let s: Summary = line.parse().unwrap();
+        assert_eq!(
+            s,
+            Summary {
+                clusters: 2,
+                ready: 1,
+                not_ready: 1,
+                pods_created: 3,
+                pods_replaced: 0,
+                pods_unchanged: 4,
+                pods_removed: 1,
+                files_written: 12,
+                mutating_cri_calls: 40
+            }
+        );
+        assert_eq!(s.to_string(), line);
+    }
+
+    #[test]
+    fn summary_rejects_other_shapes() {
+        let wrong = "reconciled 2 clusters: 1 ready, 1 not ready; pods created 3, replaced 0, \
+                     unchanged 4, removed 1; files written 12; CRI calls 40";
+        assert!(wrong.parse::<Summary>().is_err());
+        assert!("reconciled 2 clusters".parse::<Summary>().is_err());
+    }
+
+    #[test]
+    fn summary_found_on_stderr() {
+        let run = Run {
+            success: false,
+            code: Some(1),
+            stdout: String::new(),
+            stderr: "warning: x\nreconciled 0 clusters: 0 ready, 0 not ready; pods created 0, \
+                     replaced 0, unchanged 0, removed 0; files written 0; mutating CRI calls 0\n"
+                .into(),
+            elapsed: Duration::ZERO,
+        };
+        assert_eq!(run.summary().unwrap().clusters, 0);
+    }
+
+    #[test]
+    fn world_queries() {
+        let world = World::parse(
+            "---\nkind: Cluster\nmetadata: {name: c1}\nspec: {kubernetesVersion: 1.37.1}\n\
+             status:\n  storageClientEndpoints: {c1-0: 'https://10.0.0.2:30000'}\n  \
+             conditions: [{type: ReconcileSucceeded, status: 'True'}]\n---\n\
+             kind: Hypervisor\nmetadata: {name: h1}\nstatus:\n  allocatedPorts:\n  \
+             - {cluster: c1, component: c1-0, port: 30000}\n---\n\
+             kind: Component\nmetadata: {name: c1-0}\nspec: {cluster: c1, role: control-plane}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            world.condition("c1", "ReconcileSucceeded").unwrap().0,
+            "True"
+        );
+        assert_eq!(
+            world.storage_client_endpoints("c1").unwrap(),
+            ["https://10.0.0.2:30000"]
+        );
+        assert_eq!(world.components_of("c1").count(), 1);
+        assert_eq!(world.hypervisor_ports_of("c1").len(), 1);
+        assert!(world.hypervisor_ports_of("c2").is_empty());
+        assert_eq!(cluster_version(&world, "c1").unwrap(), "1.37.1");
+        assert!(world.cluster("c2").is_none());
+    }
+}

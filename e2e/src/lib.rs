@@ -540,6 +540,61 @@ impl World {
     }
 }
 
+impl World {
+    /// The world with cluster `name`'s `spec.controlPlaneReplicas` set to `replicas`, as YAML.
+    ///
+    /// # Errors
+    /// When the cluster is missing or the documents cannot be written back.
+    pub fn with_replicas(&self, name: &str, replicas: u32) -> Result<String> {
+        let mut documents = self.documents.clone();
+        let cluster = documents
+            .iter_mut()
+            .find(|d| {
+                str_at(d, &["kind"]) == Some("Cluster")
+                    && str_at(d, &["metadata", "name"]) == Some(name)
+            })
+            .with_context(|| format!("no Cluster {name} in the world"))?;
+        let spec = cluster
+            .get_mut("spec")
+            .and_then(Value::as_mapping_mut)
+            .with_context(|| format!("cluster {name} has no spec"))?;
+        spec.insert("controlPlaneReplicas".into(), replicas.into());
+        let mut text = String::new();
+        for document in &documents {
+            text.push_str("---\n");
+            text.push_str(&serde_yaml::to_string(document).context("cannot write YAML")?);
+        }
+        Ok(text)
+    }
+}
+
+/// Runs `oi reconcile` over `world` until it reports every cluster ready, at most `runs`
+/// times (membership changes may take more than one pass); returns the last run, its
+/// summary and the number of runs.
+///
+/// # Errors
+/// When `oi` cannot run, prints no summary, or is still not ready after `runs` runs.
+pub fn reconcile_until_ready(world: &str, runs: usize) -> Result<(Run, Summary, usize)> {
+    let mut input = world.to_owned();
+    let mut last_stderr = String::new();
+    for attempt in 1..=runs {
+        let run = reconcile(&input, &[])?;
+        let summary = run.summary()?;
+        if run.success && summary.not_ready == 0 {
+            return Ok((run, summary, attempt));
+        }
+        ensure!(
+            !run.stdout.trim().is_empty(),
+            "oi reconcile printed no world (exit {:?}):\n{}",
+            run.code,
+            run.stderr
+        );
+        input = run.stdout;
+        last_stderr = run.stderr;
+    }
+    bail!("not every cluster is ready after {runs} reconciles; last stderr:\n{last_stderr}")
+}
+
 /// The value at a path of mapping keys.
 pub fn at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
     path.iter().try_fold(value, |v, key| v.get(key))
@@ -807,5 +862,14 @@ mod tests {
         assert!(world.hypervisor_ports_of("c2").is_empty());
         assert_eq!(cluster_version(&world, "c1").unwrap(), "1.37.1");
         assert!(world.cluster("c2").is_none());
+
+        let scaled = World::parse(&world.with_replicas("c1", 3).unwrap()).unwrap();
+        assert_eq!(scaled.documents.len(), 3);
+        assert_eq!(
+            at(scaled.require_cluster("c1").unwrap(), &["spec", "controlPlaneReplicas"])
+                .and_then(Value::as_u64),
+            Some(3)
+        );
+        assert!(world.with_replicas("c2", 1).is_err());
     }
 }

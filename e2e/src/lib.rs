@@ -866,8 +866,11 @@ mod tests {
         let scaled = World::parse(&world.with_replicas("c1", 3).unwrap()).unwrap();
         assert_eq!(scaled.documents.len(), 3);
         assert_eq!(
-            at(scaled.require_cluster("c1").unwrap(), &["spec", "controlPlaneReplicas"])
-                .and_then(Value::as_u64),
+            at(
+                scaled.require_cluster("c1").unwrap(),
+                &["spec", "controlPlaneReplicas"]
+            )
+            .and_then(Value::as_u64),
             Some(3)
         );
         assert!(world.with_replicas("c2", 1).is_err());

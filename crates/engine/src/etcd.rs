@@ -1,0 +1,227 @@
+//! etcd cluster membership through the v3 JSON gateway that etcd (3.4 and later) serves on
+//! its client port: `POST /v3/cluster/member/{list,add,promote,remove}`. 64-bit member IDs
+//! travel as JSON strings (grpc-gateway's encoding of uint64); both forms are accepted.
+
+use http::Method;
+use serde::Deserialize;
+
+use crate::https::{HttpsRequest, Network, Tls};
+
+/// One member as etcd reports it. A member added but not started yet has no name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub id: u64,
+    pub name: String,
+    pub peer_urls: Vec<String>,
+    pub client_urls: Vec<String>,
+    pub is_learner: bool,
+}
+
+impl Member {
+    /// Whether the member process has started and joined (it has published its name).
+    pub fn started(&self) -> bool {
+        !self.name.is_empty()
+    }
+}
+
+/// Why a membership call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EtcdError {
+    #[error("etcd {endpoint} unreachable: {reason}")]
+    Unreachable { endpoint: String, reason: String },
+    #[error("etcd {endpoint} answered {operation} with HTTP {status}: {message}")]
+    Status {
+        endpoint: String,
+        operation: &'static str,
+        status: u16,
+        message: String,
+    },
+    #[error("etcd {endpoint} answered {operation} with an unexpected body: {reason}")]
+    Body {
+        endpoint: String,
+        operation: &'static str,
+        reason: String,
+    },
+}
+
+impl EtcdError {
+    /// Whether etcd refused to promote a learner that has not caught up yet (retryable).
+    pub fn not_in_sync(&self) -> bool {
+        matches!(self, EtcdError::Status { message, .. } if message.contains("in sync"))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Id {
+    Text(String),
+    Number(u64),
+}
+
+impl Id {
+    fn value(&self) -> Option<u64> {
+        match self {
+            Id::Text(s) => s.parse().ok(),
+            Id::Number(n) => Some(*n),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct WireMember {
+    #[serde(rename = "ID")]
+    id: Id,
+    #[serde(default)]
+    name: String,
+    #[serde(default, rename = "peerURLs")]
+    peer_urls: Vec<String>,
+    #[serde(default, rename = "clientURLs")]
+    client_urls: Vec<String>,
+    #[serde(default, rename = "isLearner")]
+    is_learner: bool,
+}
+
+#[derive(Deserialize)]
+struct MembersResponse {
+    #[serde(default)]
+    members: Vec<WireMember>,
+}
+
+#[derive(Deserialize)]
+struct ErrorBody {
+    #[serde(default)]
+    error: String,
+    #[serde(default)]
+    message: String,
+}
+
+/// Membership calls against one cluster's etcd, with the engine's etcd client identity.
+pub struct EtcdClient<'a, N> {
+    pub network: &'a N,
+    pub tls: &'a Tls,
+}
+
+impl<N: Network> EtcdClient<'_, N> {
+    async fn call(
+        &self,
+        endpoint: &str,
+        operation: &'static str,
+        body: String,
+    ) -> Result<Vec<u8>, EtcdError> {
+        let path = format!("/v3/cluster/member/{operation}");
+        let response = self
+            .network
+            .request(HttpsRequest {
+                base: endpoint,
+                method: &Method::POST,
+                path: &path,
+                body: Some(&body),
+                tls: self.tls,
+            })
+            .await
+            .map_err(|e| EtcdError::Unreachable {
+                endpoint: endpoint.to_string(),
+                reason: e.reason,
+            })?;
+        if !(200..300).contains(&response.status) {
+            let message = match serde_json::from_slice::<ErrorBody>(&response.body) {
+                Ok(b) if !b.error.is_empty() => b.error,
+                Ok(b) if !b.message.is_empty() => b.message,
+                _ => String::from_utf8_lossy(&response.body)
+                    .chars()
+                    .take(300)
+                    .collect(),
+            };
+            return Err(EtcdError::Status {
+                endpoint: endpoint.to_string(),
+                operation,
+                status: response.status,
+                message,
+            });
+        }
+        Ok(response.body)
+    }
+
+    /// The members, as `endpoint` sees them (sorted by name, then ID).
+    ///
+    /// # Errors
+    /// Any [`EtcdError`].
+    pub async fn list(&self, endpoint: &str) -> Result<Vec<Member>, EtcdError> {
+        let body = self.call(endpoint, "list", "{}".to_string()).await?;
+        parse_members(endpoint, "list", &body)
+    }
+
+    /// Adds a learner with `peer_url`; returns the members after the change.
+    ///
+    /// # Errors
+    /// Any [`EtcdError`].
+    pub async fn add_learner(&self, endpoint: &str, peer_url: &str) -> Result<(), EtcdError> {
+        let body = serde_json::json!({"peerURLs": [peer_url], "isLearner": true}).to_string();
+        self.call(endpoint, "add", body).await.map(|_| ())
+    }
+
+    /// Promotes learner `id` to a voting member.
+    ///
+    /// # Errors
+    /// Any [`EtcdError`]; [`EtcdError::not_in_sync`] tells when retrying makes sense.
+    pub async fn promote(&self, endpoint: &str, id: u64) -> Result<(), EtcdError> {
+        let body = serde_json::json!({"ID": id.to_string()}).to_string();
+        self.call(endpoint, "promote", body).await.map(|_| ())
+    }
+
+    /// Removes member `id`.
+    ///
+    /// # Errors
+    /// Any [`EtcdError`].
+    pub async fn remove(&self, endpoint: &str, id: u64) -> Result<(), EtcdError> {
+        let body = serde_json::json!({"ID": id.to_string()}).to_string();
+        self.call(endpoint, "remove", body).await.map(|_| ())
+    }
+}
+
+fn parse_members(
+    endpoint: &str,
+    operation: &'static str,
+    body: &[u8],
+) -> Result<Vec<Member>, EtcdError> {
+    let bad = |reason: String| EtcdError::Body {
+        endpoint: endpoint.to_string(),
+        operation,
+        reason,
+    };
+    let parsed: MembersResponse = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
+    let mut members = Vec::with_capacity(parsed.members.len());
+    for m in parsed.members {
+        let id =
+            m.id.value()
+                .ok_or_else(|| bad("a member ID is not a number".to_string()))?;
+        members.push(Member {
+            id,
+            name: m.name,
+            peer_urls: m.peer_urls,
+            client_urls: m.client_urls,
+            is_learner: m.is_learner,
+        });
+    }
+    members.sort_by(|a, b| (&a.name, a.id).cmp(&(&b.name, b.id)));
+    Ok(members)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_parse_as_etcd_34_writes_them() {
+        let body = br#"{"header":{"cluster_id":"1","member_id":"2","raft_term":"3"},
+          "members":[{"ID":"12345678901234567890","name":"c-control-plane-0",
+          "peerURLs":["https://10.0.0.2:30001"],"clientURLs":["https://10.0.0.2:30000"]},
+          {"ID":"42","peerURLs":["https://10.0.0.3:30001"],"isLearner":true}]}"#;
+        let members = parse_members("https://x", "list", body).unwrap();
+        assert_eq!(members.len(), 2);
+        assert_eq!(members[0].id, 42);
+        assert!(!members[0].started() && members[0].is_learner);
+        assert_eq!(members[1].id, 12_345_678_901_234_567_890);
+        assert!(members[1].started() && !members[1].is_learner);
+    }
+}

@@ -1,0 +1,209 @@
+//! The engine's HTTPS client: etcd's v3 JSON gateway and API server health, over rustls with
+//! the cluster's own CAs (never the system roots), one connection per request.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use rustls::ClientConfig;
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+/// Trust and identity of one HTTPS request: the CA the server is verified against and,
+/// optionally, the client certificate presented.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Tls {
+    /// PEM of the CA (or CAs) the server certificate must chain to.
+    pub ca_pem: String,
+    /// PEM certificate and PEM private key presented to the server.
+    pub identity: Option<(String, String)>,
+}
+
+// Hand-written so that the private key never reaches a log through `{:?}`.
+impl fmt::Debug for Tls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tls")
+            .field("ca_pem", &"<pem>")
+            .field(
+                "identity",
+                &self
+                    .identity
+                    .as_ref()
+                    .map(|_| "<certificate, redacted key>"),
+            )
+            .finish()
+    }
+}
+
+/// One HTTPS request.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpsRequest<'a> {
+    /// `https://host:port`, without a path.
+    pub base: &'a str,
+    /// GET or POST.
+    pub method: &'a Method,
+    /// The path, starting with `/`.
+    pub path: &'a str,
+    /// A JSON body (POST).
+    pub body: Option<&'a str>,
+    pub tls: &'a Tls,
+}
+
+/// A response: status and whole body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpsResponse {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+/// Why a request got no response.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{url}: {reason}")]
+pub struct HttpsError {
+    pub url: String,
+    pub reason: String,
+}
+
+/// How the engine reaches etcd and the API servers. [`RealNetwork`] talks HTTPS; unit tests
+/// pass a simulation.
+pub trait Network: Send + Sync {
+    /// Sends one request; a non-2xx status is a response, not an error.
+    ///
+    /// # Errors
+    /// [`HttpsError`] when no response came (connection, TLS, timeout, bad material).
+    fn request(
+        &self,
+        request: HttpsRequest<'_>,
+    ) -> impl Future<Output = Result<HttpsResponse, HttpsError>> + Send;
+}
+
+/// HTTPS over TCP with rustls (ring), each request bounded by `timeout`.
+#[derive(Debug, Clone)]
+pub struct RealNetwork {
+    pub timeout: Duration,
+}
+
+impl Default for RealNetwork {
+    fn default() -> Self {
+        RealNetwork {
+            timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+fn client_config(tls: &Tls) -> Result<Arc<ClientConfig>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(tls.ca_pem.as_bytes()) {
+        let cert = cert.map_err(|e| format!("CA certificate PEM: {e}"))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("CA certificate refused: {e}"))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots);
+    let mut config = match &tls.identity {
+        Some((cert, key)) => {
+            let certs = CertificateDer::pem_slice_iter(cert.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("client certificate PEM: {e}"))?;
+            // The error of a key that does not parse says nothing about the key's content.
+            let key = PrivateKeyDer::from_pem_slice(key.as_bytes())
+                .map_err(|_| "client key PEM does not parse".to_string())?;
+            builder
+                .with_client_auth_cert(certs, key)
+                .map_err(|e| format!("client identity refused: {e}"))?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+impl Network for RealNetwork {
+    async fn request(&self, request: HttpsRequest<'_>) -> Result<HttpsResponse, HttpsError> {
+        let url = format!("{}{}", request.base, request.path);
+        let error = |reason: String| HttpsError {
+            url: url.clone(),
+            reason,
+        };
+        match tokio::time::timeout(self.timeout, exchange(request, &url)).await {
+            Ok(result) => result.map_err(error),
+            Err(_) => Err(error(format!("timed out after {:?}", self.timeout))),
+        }
+    }
+}
+
+async fn exchange(request: HttpsRequest<'_>, url: &str) -> Result<HttpsResponse, String> {
+    let uri: http::Uri = request
+        .base
+        .parse()
+        .map_err(|_| "invalid URL".to_string())?;
+    if uri.scheme_str() != Some("https") {
+        return Err("the scheme must be https".to_string());
+    }
+    let host = uri
+        .host()
+        .ok_or("no host")?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = uri.port_u16().unwrap_or(443);
+    let authority = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let config = client_config(request.tls)?;
+    let tcp = TcpStream::connect((host.as_str(), port))
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let server_name =
+        ServerName::try_from(host.clone()).map_err(|e| format!("server name: {e}"))?;
+    let stream = TlsConnector::from(config)
+        .connect(server_name, tcp)
+        .await
+        .map_err(|e| format!("TLS handshake: {e}"))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("HTTP handshake: {e}"))?;
+    let driver = tokio::spawn(async move {
+        // The connection's own error also surfaces through `send_request` below.
+        let _ = connection.await;
+    });
+    let mut builder = Request::builder()
+        .method(request.method.clone())
+        .uri(request.path)
+        .header(http::header::HOST, authority)
+        .header(http::header::ACCEPT, "application/json")
+        .header(http::header::USER_AGENT, "oi-engine");
+    if request.body.is_some() {
+        builder = builder.header(http::header::CONTENT_TYPE, "application/json");
+    }
+    let body = Full::new(Bytes::from(
+        request.body.unwrap_or_default().as_bytes().to_vec(),
+    ));
+    let http_request = builder
+        .body(body)
+        .map_err(|e| format!("building {url}: {e}"))?;
+    let result = async {
+        let response = sender.send_request(http_request).await?;
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await?.to_bytes();
+        Ok::<_, hyper::Error>(HttpsResponse {
+            status,
+            body: body.to_vec(),
+        })
+    }
+    .await;
+    driver.abort();
+    result.map_err(|e| format!("HTTP: {e}"))
+}

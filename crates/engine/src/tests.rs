@@ -1,0 +1,559 @@
+//! The engine against recording fakes: oi_cri's FakeRuntime per hypervisor and a simulated
+//! network in which etcd members and API servers answer once their pods run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use oi_api::{
+    Cluster, ClusterSpec, Hypervisor, HypervisorSpec, LocalCriEndpoint, ObjectMeta, PortRange,
+    Resource as _, find_condition,
+};
+use oi_cri::fake::{Call, FakeRuntime};
+use time::macros::datetime;
+
+use super::*;
+
+const NOW: OffsetDateTime = datetime!(2026-11-22 03:00:00 UTC);
+
+fn hypervisor(name: &str, public: bool, ip: &str) -> Hypervisor {
+    Hypervisor::new(
+        ObjectMeta::named(name),
+        HypervisorSpec {
+            local_cri_endpoint: Some(LocalCriEndpoint {
+                cri_endpoint_path: format!("/run/{name}/containerd.sock"),
+            }),
+            remote_cri_endpoint: None,
+            public,
+            ip_address: ip.into(),
+            port_range: PortRange {
+                low: 30000,
+                high: 30099,
+            },
+        },
+    )
+}
+
+fn cluster(name: &str, replicas: u32) -> Cluster {
+    Cluster::new(
+        ObjectMeta::named(name),
+        ClusterSpec {
+            control_plane_replicas: Some(replicas),
+            ..ClusterSpec::default()
+        },
+    )
+}
+
+fn world(public: usize, clusters: &[(&str, u32)]) -> World {
+    let mut w = World::default();
+    for i in 1..=3 {
+        let h = hypervisor(&format!("private-{i}"), false, &format!("10.0.0.{i}"));
+        w.hypervisors.insert(h.key(), h);
+    }
+    for i in 1..=public {
+        let h = hypervisor(&format!("public-{i}"), true, &format!("10.0.1.{i}"));
+        w.hypervisors.insert(h.key(), h);
+    }
+    for (name, replicas) in clusters {
+        let c = cluster(name, *replicas);
+        w.clusters.insert(c.key(), c);
+    }
+    w
+}
+
+struct FakeConnector {
+    runtimes: BTreeMap<String, Arc<FakeRuntime>>,
+    down: Mutex<BTreeSet<String>>,
+}
+
+impl FakeConnector {
+    fn new() -> Self {
+        let runtimes = [
+            "private-1",
+            "private-2",
+            "private-3",
+            "public-1",
+            "public-2",
+        ]
+        .into_iter()
+        .map(|h| (h.to_string(), Arc::new(FakeRuntime::new(h))))
+        .collect();
+        FakeConnector {
+            runtimes,
+            down: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    fn all_calls(&self) -> Vec<(String, Call)> {
+        self.runtimes
+            .iter()
+            .flat_map(|(h, rt)| rt.calls().into_iter().map(move |c| (h.clone(), c)))
+            .collect()
+    }
+
+    fn clear(&self) {
+        for rt in self.runtimes.values() {
+            rt.clear_calls();
+        }
+    }
+}
+
+impl Connector for FakeConnector {
+    type Runtime = FakeRuntime;
+
+    async fn connect(&self, h: &Hypervisor) -> Result<Arc<FakeRuntime>> {
+        let name = h.metadata.name.clone();
+        if self.down.lock().unwrap().contains(&name) {
+            return Err(Error::Unreachable {
+                hypervisor: name,
+                reason: "connection refused".into(),
+            });
+        }
+        Ok(Arc::clone(&self.runtimes[&name]))
+    }
+}
+
+#[derive(Default)]
+struct EtcdState {
+    members: Vec<Member>,
+    next_id: u64,
+}
+
+/// Simulated etcd clusters (one per etcd server CA) and API servers. An endpoint answers when
+/// the pod behind it runs on its fake hypervisor.
+struct SimNetwork {
+    runtimes: BTreeMap<String, Arc<FakeRuntime>>,
+    /// URL (etcd client, etcd peer, apiserver) -> (hypervisor, pod name, etcd member name).
+    endpoints: Mutex<BTreeMap<String, (String, String, String)>>,
+    etcd: Mutex<BTreeMap<String, EtcdState>>,
+    /// Membership operations in order, with whether the member's pod ran at the time.
+    log: Mutex<Vec<String>>,
+}
+
+impl SimNetwork {
+    fn new(connector: &FakeConnector) -> Self {
+        SimNetwork {
+            runtimes: connector.runtimes.clone(),
+            endpoints: Mutex::new(BTreeMap::new()),
+            etcd: Mutex::new(BTreeMap::new()),
+            log: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Learns the endpoints of a prepared world.
+    fn learn(&self, world: &World) {
+        let mut endpoints = self.endpoints.lock().unwrap();
+        for (key, c) in &world.components {
+            let (Some(h), Some(hv)) = (c.spec.hypervisor.clone(), world.hypervisor_of(c)) else {
+                continue;
+            };
+            let ip = &hv.spec.ip_address;
+            let name = c.metadata.name.clone();
+            let _ = key;
+            for (port, pod) in [
+                (names::ETCD_CLIENT, format!("{name}-etcd")),
+                (names::ETCD_PEER, format!("{name}-etcd")),
+                (names::APISERVER, name.clone()),
+            ] {
+                if let Some(p) = c.status.host_port(port) {
+                    endpoints.insert(format!("https://{ip}:{p}"), (h.clone(), pod, name.clone()));
+                }
+            }
+        }
+    }
+
+    fn runs(&self, url: &str) -> bool {
+        let Some((h, pod, _)) = self.endpoints.lock().unwrap().get(url).cloned() else {
+            return false;
+        };
+        let rt = &self.runtimes[&h];
+        let pods = futures::executor::block_on(rt.list_pods(&BTreeMap::new())).unwrap();
+        pods.iter().any(|p| {
+            p.name == pod
+                && p.containers
+                    .iter()
+                    .all(|c| c.state == oi_cri::ContainerState::Running)
+        })
+    }
+
+    fn member_name(&self, url: &str) -> String {
+        self.endpoints.lock().unwrap()[url].2.clone()
+    }
+
+    fn etcd(&self, r: &HttpsRequest<'_>) -> HttpsResponse {
+        let ok = |v: serde_json::Value| HttpsResponse {
+            status: 200,
+            body: v.to_string().into_bytes(),
+        };
+        let mut all = self.etcd.lock().unwrap();
+        let state = all.entry(r.tls.ca_pem.clone()).or_default();
+        // Members whose pod runs have started.
+        for m in state.members.iter_mut() {
+            if !m.started() && self.runs(&m.peer_urls[0]) {
+                m.name = self.member_name(&m.peer_urls[0]);
+            }
+        }
+        let body: serde_json::Value = serde_json::from_str(r.body.unwrap_or("{}")).unwrap();
+        let id = || body["ID"].as_str().unwrap().parse::<u64>().unwrap();
+        match r.path {
+            "/v3/cluster/member/list" => {
+                if state.members.is_empty() {
+                    // Bootstrap: the first member to run forms the cluster.
+                    let me = self.member_name(r.base);
+                    let peer = self
+                        .endpoints
+                        .lock()
+                        .unwrap()
+                        .iter()
+                        .find(|(u, v)| v.2 == me && v.1.ends_with("-etcd") && *u != r.base)
+                        .map(|(u, _)| u.clone())
+                        .unwrap();
+                    state.next_id += 1;
+                    state.members.push(Member {
+                        id: state.next_id,
+                        name: self.member_name(r.base),
+                        peer_urls: vec![peer],
+                        client_urls: vec![r.base.to_string()],
+                        is_learner: false,
+                    });
+                    self.log
+                        .lock()
+                        .unwrap()
+                        .push(format!("bootstrap {}", self.member_name(r.base)));
+                }
+            }
+            "/v3/cluster/member/add" => {
+                let peer = body["peerURLs"][0].as_str().unwrap().to_string();
+                assert_eq!(body["isLearner"], true, "members join as learners");
+                state.next_id += 1;
+                state.members.push(Member {
+                    id: state.next_id,
+                    name: String::new(),
+                    peer_urls: vec![peer.clone()],
+                    client_urls: vec![],
+                    is_learner: true,
+                });
+                let running = self.runs(&peer);
+                self.log
+                    .lock()
+                    .unwrap()
+                    .push(format!("add {} running={running}", self.member_name(&peer)));
+            }
+            "/v3/cluster/member/promote" => {
+                let id = id();
+                let m = state.members.iter_mut().find(|m| m.id == id).unwrap();
+                if !m.started() {
+                    return HttpsResponse {
+                        status: 500,
+                        body: br#"{"error":"etcdserver: can only promote a learner member which is in sync with leader","code":9}"#.to_vec(),
+                    };
+                }
+                m.is_learner = false;
+                self.log.lock().unwrap().push(format!("promote {}", m.name));
+            }
+            "/v3/cluster/member/remove" => {
+                let id = id();
+                let m = state.members.iter().find(|m| m.id == id).unwrap().clone();
+                let running = self.runs(&m.peer_urls[0]);
+                state.members.retain(|m| m.id != id);
+                self.log
+                    .lock()
+                    .unwrap()
+                    .push(format!("remove {} running={running}", m.name));
+            }
+            other => panic!("unexpected etcd path {other}"),
+        }
+        let members: Vec<serde_json::Value> = state
+            .members
+            .iter()
+            .map(|m| {
+                serde_json::json!({"ID": m.id.to_string(), "name": m.name, "peerURLs": m.peer_urls,
+                    "clientURLs": m.client_urls, "isLearner": m.is_learner})
+            })
+            .collect();
+        ok(serde_json::json!({ "members": members }))
+    }
+}
+
+impl Network for SimNetwork {
+    async fn request(&self, r: HttpsRequest<'_>) -> Result<HttpsResponse, HttpsError> {
+        if !self.runs(r.base) {
+            return Err(HttpsError {
+                url: r.base.to_string(),
+                reason: "connection refused".into(),
+            });
+        }
+        if r.path.starts_with("/v3/") {
+            assert!(
+                r.tls.identity.is_some(),
+                "etcd calls present a client certificate"
+            );
+            return Ok(self.etcd(&r));
+        }
+        assert_eq!(r.path, "/readyz");
+        Ok(HttpsResponse {
+            status: 200,
+            body: b"ok".to_vec(),
+        })
+    }
+}
+
+fn options() -> EngineOptions {
+    EngineOptions {
+        max_wait: Duration::from_secs(2),
+        poll_interval: Duration::from_millis(5),
+        ..EngineOptions::default()
+    }
+}
+
+struct Harness {
+    connector: FakeConnector,
+    network: SimNetwork,
+    events: Mutex<Vec<String>>,
+}
+
+impl Harness {
+    fn new() -> Self {
+        let connector = FakeConnector::new();
+        let network = SimNetwork::new(&connector);
+        Harness {
+            connector,
+            network,
+            events: Mutex::new(Vec::new()),
+        }
+    }
+
+    async fn run(&self, world: World) -> Report {
+        let world = oi_reconcile::prepare(world, NOW).world;
+        self.network.learn(&world);
+        self.events.lock().unwrap().clear();
+        let progress = |e: &Event| self.events.lock().unwrap().push(e.to_string());
+        reconcile(
+            world,
+            NOW,
+            &options(),
+            &self.connector,
+            &self.network,
+            &progress,
+        )
+        .await
+    }
+}
+
+fn succeeded(report: &Report, name: &str) -> Option<String> {
+    let c = &report.world.clusters[&ObjectKey::new("default", name)];
+    find_condition(&c.status.conditions, condition_types::RECONCILE_SUCCEEDED)
+        .map(|c| format!("{:?} {}", c.status, c.reason))
+}
+
+#[tokio::test]
+async fn three_replicas_come_up_in_order_and_a_second_run_changes_nothing() {
+    let h = Harness::new();
+    let report = h.run(world(1, &[("c", 3)])).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    assert_eq!(
+        succeeded(&report, "c").as_deref(),
+        Some("True ReconcileSucceeded")
+    );
+    let outcome = &report.clusters[&ObjectKey::new("default", "c")];
+    assert_eq!((outcome.etcd_voting, outcome.apiservers_ready), (3, 3));
+    assert!(outcome.ingress_ready);
+    assert_eq!(report.counts.pods_created, 7);
+    assert!(report.counts.files_written > 0);
+    assert_eq!(
+        *h.network.log.lock().unwrap(),
+        [
+            "bootstrap c-control-plane-0",
+            "add c-control-plane-1 running=false",
+            "promote c-control-plane-1",
+            "add c-control-plane-2 running=false",
+            "promote c-control-plane-2",
+        ]
+    );
+    // Files first, then the etcd pod, then the Kubernetes pod, on each private hypervisor.
+    let calls = h.connector.all_calls();
+    let on = |hv: &str| -> Vec<String> {
+        calls
+            .iter()
+            .filter(|(x, c)| x == hv && !matches!(c, Call::PullImage(_)))
+            .map(|(_, c)| match c {
+                Call::WriteFiles(_) => "files".to_string(),
+                Call::CreatePod { name, .. } => name.clone(),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    };
+    let placed = |name: &str| {
+        report.world.components[&ObjectKey::new("default", name)]
+            .spec
+            .hypervisor
+            .clone()
+            .unwrap()
+    };
+    assert_eq!(
+        on(&placed("c-control-plane-1")),
+        ["files", "c-control-plane-1-etcd", "c-control-plane-1"]
+    );
+    assert_eq!(on("public-1"), ["files", "c-ingress"]);
+    let events = h.events.lock().unwrap().clone();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.ends_with("c/c-control-plane-0: created pod c-control-plane-0-etcd")),
+        "{events:?}"
+    );
+    assert!(events.iter().all(|e| !e.contains("PRIVATE KEY")));
+
+    // Second run over the output: zero mutating calls.
+    h.connector.clear();
+    h.network.log.lock().unwrap().clear();
+    let second = h.run(report.world.clone()).await;
+    assert!(second.all_ready());
+    assert_eq!(second.counts.mutating_calls, 0);
+    assert_eq!(second.counts.pods_unchanged, 7);
+    assert_eq!(
+        (second.counts.pods_created, second.counts.files_written),
+        (0, 0)
+    );
+    assert!(h.connector.all_calls().is_empty());
+    assert!(h.network.log.lock().unwrap().is_empty());
+    assert_eq!(
+        second.world.to_yaml().unwrap(),
+        report.world.to_yaml().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn scaling_down_removes_the_member_before_its_pod_and_frees_its_ports() {
+    let h = Harness::new();
+    let report = h.run(world(1, &[("c", 3)])).await;
+    assert!(report.all_ready());
+    let mut w = report.world.clone();
+    w.clusters
+        .get_mut(&ObjectKey::new("default", "c"))
+        .unwrap()
+        .spec
+        .control_plane_replicas = Some(1);
+    let gone = ObjectKey::new("default", "c-control-plane-2");
+    let hv = w.components[&gone].spec.hypervisor.clone().unwrap();
+    h.connector.clear();
+    h.network.log.lock().unwrap().clear();
+    let report = h.run(w).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    let log = h.network.log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        [
+            "remove c-control-plane-1 running=true",
+            "remove c-control-plane-2 running=true"
+        ]
+    );
+    assert!(!report.world.components.contains_key(&gone));
+    let h_status = &report.world.hypervisors[&ObjectKey::cluster_scoped(hv.clone())].status;
+    assert!(
+        h_status
+            .allocated_ports
+            .iter()
+            .all(|p| p.component != "c-control-plane-2")
+    );
+    assert!(!h_status.freed_ports.is_empty());
+    let calls = h.connector.runtimes[&hv].calls();
+    assert!(calls.contains(&Call::RemovePod {
+        namespace: "default".into(),
+        name: "c-control-plane-2-etcd".into()
+    }));
+    assert!(calls.iter().any(|c| matches!(c, Call::RemoveHostPaths(p)
+        if p.contains(&"/var/lib/oneinfra/default/c/c-control-plane-2".to_string()))));
+    assert_eq!(report.counts.pods_removed, 4);
+    let outcome = &report.clusters[&ObjectKey::new("default", "c")];
+    assert_eq!(outcome.etcd_voting, 1);
+}
+
+#[tokio::test]
+async fn deleting_a_cluster_removes_everything_and_frees_its_ports() {
+    let h = Harness::new();
+    let report = h.run(world(1, &[("c", 2), ("d", 1)])).await;
+    assert!(report.all_ready());
+    let mut w = report.world.clone();
+    w.clusters
+        .get_mut(&ObjectKey::new("default", "c"))
+        .unwrap()
+        .metadata
+        .deletion_timestamp = Some(NOW);
+    h.connector.clear();
+    let report = h.run(w).await;
+    let c = ObjectKey::new("default", "c");
+    assert!(report.clusters[&c].deleted);
+    assert!(!report.world.clusters.contains_key(&c));
+    assert!(
+        report
+            .world
+            .components
+            .values()
+            .all(|x| x.spec.cluster != "c")
+    );
+    for hv in report.world.hypervisors.values() {
+        assert!(hv.status.allocated_ports.iter().all(|p| p.cluster != "c"));
+        assert!(
+            hv.status
+                .files
+                .get("default")
+                .is_none_or(|m| !m.contains_key("c"))
+        );
+    }
+    assert_eq!(report.counts.pods_removed, 5);
+    for rt in h.connector.runtimes.values() {
+        let pods = futures::executor::block_on(rt.list_pods(&BTreeMap::new())).unwrap();
+        assert!(pods.iter().all(|p| !p.name.starts_with("c-")), "{pods:?}");
+    }
+    assert!(report.all_ready(), "d is untouched and ready");
+    assert_eq!(
+        succeeded(&report, "d").as_deref(),
+        Some("True ReconcileSucceeded")
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_hypervisor_fails_only_its_clusters() {
+    let h = Harness::new();
+    let w = oi_reconcile::prepare(world(2, &[("a", 1), ("b", 1)]), NOW).world;
+    let a_host = w.components[&ObjectKey::new("default", "a-control-plane-0")]
+        .spec
+        .hypervisor
+        .clone()
+        .unwrap();
+    assert!(
+        w.components
+            .values()
+            .filter(|c| c.spec.cluster == "b")
+            .all(|c| c.spec.hypervisor.as_deref() != Some(a_host.as_str())),
+        "b shares no hypervisor with a"
+    );
+    h.connector.down.lock().unwrap().insert(a_host.clone());
+    let report = h.run(w).await;
+    let a = &report.clusters[&ObjectKey::new("default", "a")];
+    assert!(!a.ready);
+    assert_eq!(a.reason, reasons::HYPERVISOR_UNREACHABLE);
+    assert!(a.message.contains(&a_host), "{}", a.message);
+    assert_eq!(
+        succeeded(&report, "a").as_deref(),
+        Some("False HypervisorUnreachable")
+    );
+    assert!(report.clusters[&ObjectKey::new("default", "b")].ready);
+    assert!(!report.all_ready());
+}
+
+#[tokio::test]
+async fn dry_run_lists_the_plan_without_mutating() {
+    let h = Harness::new();
+    let w = world(1, &[("c", 1)]);
+    let plan = dry_run(w.clone(), NOW, &options(), &h.connector).await;
+    assert!(h.connector.all_calls().is_empty());
+    let public = &plan.hypervisors["public-1"];
+    assert_eq!(public.create, ["default/c-ingress"]);
+    assert_eq!(public.files.len(), 2);
+    let report = h.run(w).await;
+    let plan = dry_run(report.world.clone(), NOW, &options(), &h.connector).await;
+    let public = &plan.hypervisors["public-1"];
+    assert_eq!(public.leave, ["default/c-ingress"]);
+    assert!(public.create.is_empty() && public.files.is_empty());
+}

@@ -67,9 +67,33 @@ pub enum Command {
 
     /// Print a shell completion script.
     Completion(CompletionArgs),
-    //
-    // `oi reconcile` (apply the world to the hypervisors) belongs here, beside these, and
-    // `oi cluster delete` in `ClusterCommand`: added with the engine that executes plans.
+
+    /// Apply the world to the hypervisors: bring clusters up, scale and delete them, and print
+    /// the updated manifests (status, ports, certificates). Progress and a summary go to
+    /// stderr; exits non-zero (after writing the manifests) when a cluster is not ready.
+    Reconcile(ReconcileArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+
+    /// Print only errors on stderr (no progress, no summary).
+    #[arg(long, short)]
+    pub quiet: bool,
+
+    /// How long to wait for every cluster to become ready (e.g. 500ms, 60s, 2m).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub max_wait: std::time::Duration,
+
+    /// Image repository override for every component image (air-gapped mirrors, tests).
+    #[arg(long, value_name = "REPO", env = "OI_IMAGE_REPOSITORY")]
+    pub image_repository: Option<String>,
+
+    /// Print what would be done on each hypervisor (read-only calls only) and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// Where manifests come from.
@@ -93,6 +117,24 @@ pub enum ClusterCommand {
     /// Print the certificate (PEM) of the CA that signs the cluster's API server certificate.
     #[command(name = "apiserver-ca")]
     ApiserverCa(ClusterSelectArgs),
+
+    /// Mark a cluster for deletion (metadata.deletionTimestamp) and print all manifests; the
+    /// next `oi reconcile` removes its pods, files and ports.
+    Delete(ClusterDeleteArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ClusterDeleteArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+
+    /// Name of the cluster.
+    #[arg(long)]
+    pub name: String,
+
+    /// Namespace of the cluster.
+    #[arg(long)]
+    pub namespace: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -265,6 +307,24 @@ fn parse_rfc3339(s: &str) -> Result<OffsetDateTime, String> {
     OffsetDateTime::parse(s, &Rfc3339).map_err(|e| format!("not an RFC 3339 time: {e}"))
 }
 
+/// `500ms`, `60s`, `2m`, `1h`, or plain seconds.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    use std::time::Duration;
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("expected a duration like 60s or 2m, got {s:?}"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        _ => Err(format!("unknown unit {unit:?} (use ms, s, m or h)")),
+    }
+}
+
 /// `LOW-HIGH`, both ports. Order is checked by hypervisor validation, like in manifests.
 fn parse_port_range(s: &str) -> Result<(u32, u32), String> {
     let (low, high) = s
@@ -301,6 +361,17 @@ mod tests {
             parse_port_range("1-70000"),
             Err("\"70000\" is not a port (1-65535)".to_string())
         );
+    }
+
+    #[test]
+    fn durations() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("60s"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("5d").is_err());
     }
 
     #[test]

@@ -6,8 +6,8 @@ pub mod cluster;
 pub mod completion;
 pub mod hypervisor;
 pub mod join_token;
+pub mod reconcile;
 pub mod version;
-// `reconcile` (and `cluster/delete`) join these with the engine that executes plans.
 
 use std::io::{Read, Write};
 
@@ -67,6 +67,9 @@ pub fn dispatch(
         Command::Cluster(ClusterCommand::ApiserverCa(args)) => {
             no_note(cluster::apiserver_ca::run(args, input, output))
         }
+        Command::Cluster(ClusterCommand::Delete(args)) => {
+            no_note(cluster::delete::run(args, ctx, input, output))
+        }
         Command::Hypervisor(HypervisorCommand::Inject(args)) => {
             no_note(hypervisor::inject::run(args, input, output))
         }
@@ -78,5 +81,6 @@ pub fn dispatch(
         }
         Command::Version(args) => no_note(version::run(args, output)),
         Command::Completion(args) => no_note(completion::run(args, output)),
+        Command::Reconcile(args) => reconcile::run(args, ctx, input, output),
     }
 }

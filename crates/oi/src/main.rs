@@ -47,7 +47,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     } else {
         Box::new(stdin.lock())
     };
-    let note = commands::dispatch(&cli.command, &ctx, input, &mut buffer)?;
+    let note = match commands::dispatch(&cli.command, &ctx, input, &mut buffer) {
+        Ok(note) => note,
+        // A reconcile that did not converge still wrote its manifests to the buffer (ports,
+        // certificates, status): write them, so nothing is lost, then fail.
+        Err(err) if err.is::<commands::reconcile::NotReady>() => {
+            io::emit(&buffer, cli.globals.output.as_deref())?;
+            return Err(err);
+        }
+        Err(err) => return Err(err),
+    };
     match io::emit(&buffer, cli.globals.output.as_deref()) {
         // Like ripgrep: a reader that went away (`oi ... | head`) is not our failure. Only
         // the final write to stdout may end this way; a broken pipe anywhere else is an error.

@@ -1,6 +1,7 @@
-//! `oi cluster ...`: inject a cluster, print its admin kubeconfig or its API server CA.
+//! `oi cluster ...`: inject or delete a cluster, print its admin kubeconfig or its API server
+//! CA.
 
 pub mod admin_kubeconfig;
 pub mod apiserver_ca;
+pub mod delete;
 pub mod inject;
-// `delete` joins these with the engine that executes plans.

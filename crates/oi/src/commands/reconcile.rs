@@ -1,0 +1,151 @@
+//! `oi reconcile`: applies the world to its hypervisors through the engine, prints progress
+//! and a summary on stderr, and the updated manifests on stdout.
+//!
+//! ```text
+//! manifests ─► oi_engine::reconcile (prepare, render, execute, observe) ─► manifests
+//!                    │ progress events                  │ not ready after --max-wait:
+//!                    ▼                                  ▼ manifests still written, exit 1
+//!        [hypervisor] cluster/component: created pod ...   error: cluster ... not ready: ...
+//! reconciled N clusters: X ready, Y not ready; pods created a, replaced b, unchanged c,
+//! removed d; files written e; mutating CRI calls f
+//! ```
+
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+
+use anyhow::Context as _;
+use oi_api::versions::INFRA;
+use oi_cri::ClientOptions;
+use oi_engine::{CriConnector, DryRun, EngineOptions, Event, RealNetwork, Report};
+use oi_reconcile::render::RenderOptions;
+
+use crate::args::ReconcileArgs;
+use crate::commands::Context;
+use crate::manifests;
+
+/// Some cluster is not ready: the manifests are written anyway, then `oi` exits 1.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NotReady(pub String);
+
+/// The summary line (its shape is relied upon by scripts and the end-to-end tests).
+pub fn summary(report: &Report) -> String {
+    let live: Vec<_> = report.clusters.values().filter(|c| !c.deleted).collect();
+    let ready = live.iter().filter(|c| c.ready).count();
+    let c = &report.counts;
+    format!(
+        "reconciled {} clusters: {} ready, {} not ready; pods created {}, replaced {}, \
+         unchanged {}, removed {}; files written {}; mutating CRI calls {}",
+        live.len(),
+        ready,
+        live.len() - ready,
+        c.pods_created,
+        c.pods_replaced,
+        c.pods_unchanged,
+        c.pods_removed,
+        c.files_written,
+        c.mutating_calls
+    )
+}
+
+/// What is not ready and why, one cluster per line.
+pub fn not_ready(report: &Report) -> Option<String> {
+    let lines: Vec<String> = report
+        .clusters
+        .values()
+        .filter(|c| !c.ready && !c.deleted)
+        .map(|c| {
+            format!(
+                "cluster {} is not ready: {}: {}",
+                c.cluster, c.reason, c.message
+            )
+        })
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("\n"))
+}
+
+/// The plan of `--dry-run`, for a person.
+pub fn render_plan(plan: &DryRun) -> String {
+    let mut out = String::new();
+    for (h, p) in &plan.hypervisors {
+        if let Some(e) = &p.unreachable {
+            let _ = writeln!(out, "hypervisor {h}: unreachable: {e}");
+            continue;
+        }
+        let _ = writeln!(out, "hypervisor {h}:");
+        for (verb, pods) in [
+            ("create", &p.create),
+            ("replace", &p.replace),
+            ("leave", &p.leave),
+            ("remove", &p.remove),
+        ] {
+            for pod in pods {
+                let _ = writeln!(out, "  {verb} pod {pod}");
+            }
+        }
+        for f in &p.files {
+            let _ = writeln!(out, "  write file {f}");
+        }
+    }
+    for (cluster, e) in &plan.failures {
+        let _ = writeln!(out, "cluster {cluster} cannot be planned: {e}");
+    }
+    out
+}
+
+/// # Errors
+/// When the manifests do not load or the async runtime cannot start; [`NotReady`] (after the
+/// manifests were written to `output`) when a cluster is not ready after `--max-wait`.
+pub fn run(
+    args: &ReconcileArgs,
+    ctx: &Context,
+    input: impl Read,
+    output: &mut impl Write,
+) -> anyhow::Result<Option<String>> {
+    let world = manifests::load(&args.input, input)?;
+    let repository = args.image_repository.clone().filter(|r| !r.is_empty());
+    let options = EngineOptions {
+        render: RenderOptions {
+            image_repository: repository.clone(),
+        },
+        max_wait: args.max_wait,
+        ..EngineOptions::default()
+    };
+    let connector = CriConnector {
+        options: ClientOptions {
+            toolbox_image: INFRA.toolbox.reference(repository.as_deref()),
+            ..ClientOptions::default()
+        },
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    if args.dry_run {
+        let plan = runtime.block_on(oi_engine::dry_run(world, ctx.now, &options, &connector));
+        output.write_all(render_plan(&plan).as_bytes())?;
+        return Ok(None);
+    }
+    let quiet = args.quiet;
+    let progress = move |e: &Event| {
+        if !quiet {
+            eprintln!("{e}");
+        }
+    };
+    let report = runtime.block_on(oi_engine::reconcile(
+        world,
+        ctx.now,
+        &options,
+        &connector,
+        &RealNetwork::default(),
+        &progress,
+    ));
+    manifests::finish(&report.world, output)?;
+    if !quiet {
+        eprintln!("{}", summary(&report));
+    }
+    match not_ready(&report) {
+        Some(why) => Err(NotReady(why).into()),
+        None => Ok(None),
+    }
+}

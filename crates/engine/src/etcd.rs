@@ -45,6 +45,24 @@ pub enum EtcdError {
 }
 
 impl EtcdError {
+    /// Whether etcd refused a membership change for a passing reason: the cluster looks
+    /// unhealthy (a member just joined or was promoted), a learner is not in sync yet, or
+    /// the endpoint did not answer.
+    pub fn retryable(&self) -> bool {
+        match self {
+            EtcdError::Unreachable { .. } => true,
+            EtcdError::Status {
+                status, message, ..
+            } => {
+                *status == 503
+                    || message.contains("unhealthy")
+                    || message.contains("in sync")
+                    || message.contains("too many learner")
+            }
+            EtcdError::Body { .. } => false,
+        }
+    }
+
     /// Whether etcd refused to promote a learner that has not caught up yet (retryable).
     pub fn not_in_sync(&self) -> bool {
         matches!(self, EtcdError::Status { message, .. } if message.contains("in sync"))

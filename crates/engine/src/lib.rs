@@ -877,18 +877,32 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
                 .find(|m| m.peer_urls.contains(&me.peer_url))
                 .cloned()
         };
-        if index > 0 {
+        // etcd refuses a new member while it considers the cluster unhealthy (a member
+        // promoted moments ago counts as not yet connected): retry until the deadline.
+        while index > 0 {
             let (endpoint, list) = self.members(&members[..index], etcd).await?;
-            if found(&list).is_none() {
-                etcd.add_learner(&endpoint, &me.peer_url)
-                    .await
-                    .map_err(|e| Failure(reasons::ETCD_NOT_READY, e.to_string()))?;
-                self.emit(
-                    Some(&r.hypervisor),
-                    key,
-                    Some(name),
-                    "added etcd member as learner".to_string(),
-                );
+            if found(&list).is_some() {
+                break;
+            }
+            match etcd.add_learner(&endpoint, &me.peer_url).await {
+                Ok(()) => {
+                    self.emit(
+                        Some(&r.hypervisor),
+                        key,
+                        Some(name),
+                        "added etcd member as learner".to_string(),
+                    );
+                    break;
+                }
+                Err(e) if e.retryable() && Instant::now() < self.deadline => {
+                    tokio::time::sleep(self.options.poll_interval).await;
+                }
+                Err(e) => {
+                    return Err(Failure(
+                        reasons::ETCD_NOT_READY,
+                        format!("adding etcd member {name}: {e}"),
+                    ));
+                }
             }
         }
         self.pod(key, r, spec).await?;

@@ -879,29 +879,31 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
         };
         // etcd refuses a new member while it considers the cluster unhealthy (a member
         // promoted moments ago counts as not yet connected): retry until the deadline.
-        while index > 0 {
-            let (endpoint, list) = self.members(&members[..index], etcd).await?;
-            if found(&list).is_some() {
-                break;
-            }
-            match etcd.add_learner(&endpoint, &me.peer_url).await {
-                Ok(()) => {
-                    self.emit(
-                        Some(&r.hypervisor),
-                        key,
-                        Some(name),
-                        "added etcd member as learner".to_string(),
-                    );
+        if index > 0 {
+            loop {
+                let (endpoint, list) = self.members(&members[..index], etcd).await?;
+                if found(&list).is_some() {
                     break;
                 }
-                Err(e) if e.retryable() && Instant::now() < self.deadline => {
-                    tokio::time::sleep(self.options.poll_interval).await;
-                }
-                Err(e) => {
-                    return Err(Failure(
-                        reasons::ETCD_NOT_READY,
-                        format!("adding etcd member {name}: {e}"),
-                    ));
+                match etcd.add_learner(&endpoint, &me.peer_url).await {
+                    Ok(()) => {
+                        self.emit(
+                            Some(&r.hypervisor),
+                            key,
+                            Some(name),
+                            "added etcd member as learner".to_string(),
+                        );
+                        break;
+                    }
+                    Err(e) if e.retryable() && Instant::now() < self.deadline => {
+                        tokio::time::sleep(self.options.poll_interval).await;
+                    }
+                    Err(e) => {
+                        return Err(Failure(
+                            reasons::ETCD_NOT_READY,
+                            format!("adding etcd member {name}: {e}"),
+                        ));
+                    }
                 }
             }
         }

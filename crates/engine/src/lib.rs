@@ -472,6 +472,9 @@ struct Replica<'a> {
     component: &'a Component,
     hypervisor: String,
     rendered: Rendered,
+    /// Some of its files change: its pods must restart to read them (pod specs name the
+    /// files, not their content).
+    files_changed: bool,
 }
 
 impl Replica<'_> {
@@ -623,10 +626,13 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
             let ck = ObjectKey::new(key.namespace.clone(), c.metadata.name.clone());
             let rendered = render::render_component(world, &ck, &self.options.render)
                 .map_err(|e| Failure(reasons::RENDER_FAILED, e.to_string()))?;
+            let known = world_files(world, &h, key, &c.metadata.name);
+            let files_changed = count_changed(&rendered.files, &known) > 0;
             live.push(Replica {
                 component: c,
                 hypervisor: h,
                 rendered,
+                files_changed,
             });
         }
         // 1. Files.
@@ -718,7 +724,18 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
 
     async fn pod(&self, key: &ObjectKey, r: &Replica<'_>, spec: &PodSpec) -> Step {
         let rt = self.runtime(&r.hypervisor)?;
-        let outcome = rt.ensure_pod(spec).await.map_err(|e| cri_failure(&e))?;
+        let mut outcome = rt.ensure_pod(spec).await.map_err(|e| cri_failure(&e))?;
+        if outcome == Outcome::Unchanged && r.files_changed {
+            let running = rt
+                .list_pods(&selector(key, Some(r.name())))
+                .await
+                .map_err(|e| cri_failure(&e))?;
+            for pod in running.iter().filter(|p| p.name == spec.name) {
+                rt.remove_pod(&pod.id).await.map_err(|e| cri_failure(&e))?;
+            }
+            rt.ensure_pod(spec).await.map_err(|e| cri_failure(&e))?;
+            outcome = Outcome::Replaced;
+        }
         let (counter, verb) = match outcome {
             Outcome::Created => (&self.counters.created, "created"),
             Outcome::Replaced => (&self.counters.replaced, "replaced"),

@@ -464,6 +464,17 @@ async fn scaling_down_removes_the_member_before_its_pod_and_frees_its_ports() {
     assert!(calls.iter().any(|c| matches!(c, Call::RemoveHostPaths(p)
         if p.contains(&"/var/lib/oneinfra/default/c/c-control-plane-2".to_string()))));
     assert_eq!(report.counts.pods_removed, 4);
+    // The ingress's configuration lost two backends: haproxy restarts to read it.
+    let public = h.connector.runtimes["public-1"].calls();
+    assert!(
+        public
+            .iter()
+            .any(|c| matches!(c, Call::WriteFiles(f) if f.len() == 1))
+    );
+    assert!(public.contains(&Call::RemovePod {
+        namespace: "default".into(),
+        name: "c-ingress".into()
+    }));
     let outcome = &report.clusters[&ObjectKey::new("default", "c")];
     assert_eq!(outcome.etcd_voting, 1);
 }

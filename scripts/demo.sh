@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on local hypervisors: 3 private + 1 public real hypervisors (network namespaces,
-# each with its own containerd behind a mutual-TLS front), a 3-replica cluster declared on them,
-# and its admin kubeconfig. Needs root and scripts/setup.sh done first.
+# each with its own containerd behind a mutual-TLS front), a 3-replica cluster reconciled onto
+# them (etcd, API servers, ingress running), its admin kubeconfig, and a first kubectl call
+# through the ingress. Needs root and scripts/setup.sh done first (the offline images).
 #
 #   OI_DEMO_SET   name of the local hypervisor set   (default: demo)
 #   OI_DEMO_DIR   where manifests and kubeconfig go  (default: target/demo)
@@ -26,12 +27,18 @@ fi
   > "$dir/hypervisors.yaml"
 "$bin/oi" cluster inject --name "$set_name" --control-plane-replicas 3 \
   -f "$dir/hypervisors.yaml" -o "$dir/world.yaml"
+# The offline image set lives under localhost/oneinfra (see HACKING.md).
+"$bin/oi" reconcile --image-repository localhost/oneinfra --max-wait 120s \
+  -f "$dir/world.yaml" -o "$dir/world.yaml"
 "$bin/oi" cluster admin-kubeconfig -f "$dir/world.yaml" > "$dir/admin.kubeconfig"
 chmod 600 "$dir/admin.kubeconfig"
+echo "demo: kubectl --kubeconfig $dir/admin.kubeconfig version" >&2
+kubectl --kubeconfig "$dir/admin.kubeconfig" version >&2
 
 cat >&2 <<EOT
 demo: hypervisors   $dir/hypervisors.yaml
 demo: world         $dir/world.yaml
 demo: kubeconfig    $dir/admin.kubeconfig
+demo: reach it      kubectl --kubeconfig $dir/admin.kubeconfig version
 demo: tear down     $bin/oi-local-hypervisor-set destroy --name $set_name
 EOT

@@ -149,3 +149,102 @@ pub fn run(
         None => Ok(None),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use oi_api::{ObjectKey, World};
+    use oi_engine::{ClusterOutcome, Counts, HypervisorPlan};
+
+    use super::*;
+
+    fn outcome(name: &str, ready: bool, deleted: bool) -> ClusterOutcome {
+        ClusterOutcome {
+            cluster: ObjectKey::new("default", name),
+            ready,
+            deleted,
+            reason: if ready {
+                "ReconcileSucceeded"
+            } else {
+                "EtcdNotReady"
+            }
+            .into(),
+            message: if ready {
+                ""
+            } else {
+                "etcd: 2 of 3 members voting"
+            }
+            .into(),
+            etcd_started: 3,
+            etcd_voting: 2,
+            apiservers_ready: 3,
+            ingress_ready: true,
+        }
+    }
+
+    #[test]
+    fn summary_and_not_ready_report() {
+        let report = Report {
+            world: World::default(),
+            clusters: [
+                outcome("a", true, false),
+                outcome("b", false, false),
+                outcome("gone", false, true),
+            ]
+            .into_iter()
+            .map(|o| (o.cluster.clone(), o))
+            .collect(),
+            counts: Counts {
+                pods_created: 3,
+                pods_replaced: 0,
+                pods_unchanged: 4,
+                pods_removed: 1,
+                files_written: 12,
+                mutating_calls: 40,
+            },
+            elapsed: Duration::from_secs(1),
+        };
+        assert_eq!(
+            summary(&report),
+            "reconciled 2 clusters: 1 ready, 1 not ready; pods created 3, replaced 0, \
+             unchanged 4, removed 1; files written 12; mutating CRI calls 40"
+        );
+        assert_eq!(
+            not_ready(&report).as_deref(),
+            Some("cluster default/b is not ready: EtcdNotReady: etcd: 2 of 3 members voting")
+        );
+    }
+
+    #[test]
+    fn plan_is_listed_per_hypervisor() {
+        let plan = DryRun {
+            hypervisors: BTreeMap::from([
+                (
+                    "h1".to_string(),
+                    HypervisorPlan {
+                        create: vec!["default/c-control-plane-0-etcd".into()],
+                        leave: vec!["default/d-ingress".into()],
+                        files: vec!["/etc/oneinfra/default/c/c-ingress/haproxy.cfg".into()],
+                        ..HypervisorPlan::default()
+                    },
+                ),
+                (
+                    "h2".to_string(),
+                    HypervisorPlan {
+                        unreachable: Some("connection refused".into()),
+                        ..HypervisorPlan::default()
+                    },
+                ),
+            ]),
+            failures: BTreeMap::new(),
+        };
+        assert_eq!(
+            render_plan(&plan),
+            "hypervisor h1:\n  create pod default/c-control-plane-0-etcd\n  leave pod \
+             default/d-ingress\n  write file /etc/oneinfra/default/c/c-ingress/haproxy.cfg\n\
+             hypervisor h2: unreachable: connection refused\n"
+        );
+    }
+}

@@ -26,8 +26,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
-use oi_local_hypervisor_set::Paths;
 use oi_local_hypervisor_set::state::SetState;
+use oi_local_hypervisor_set::{Paths, RealSystem, System as _};
 use serde_yaml::Value;
 
 /// Host commands every scenario needs.
@@ -380,6 +380,52 @@ impl LocalSet {
             .etc_oneinfra
     }
 
+    /// Kills a hypervisor's containerd (SIGKILL: its containers keep running, as after a
+    /// crash). Returns the PID it had.
+    ///
+    /// # Errors
+    /// When the hypervisor or its PID is unknown, or `kill` fails.
+    pub fn kill_containerd(&self, hypervisor: &str) -> Result<u32> {
+        let pid = self
+            .state()?
+            .hypervisors
+            .iter()
+            .find(|h| h.name == hypervisor)
+            .and_then(|h| h.containerd_pid)
+            .with_context(|| format!("set {}: no containerd PID for {hypervisor}", self.name))?;
+        run_command(Command::new("kill").args(["-KILL", &pid.to_string()]), "")?
+            .ok(&format!("kill -KILL {pid}"))?;
+        Ok(pid)
+    }
+
+    /// Starts a hypervisor's containerd again the way `create` does, records its PID in the
+    /// state file (so `destroy` stops it) and waits for its socket. The local set has no
+    /// restart command of its own.
+    ///
+    /// # Errors
+    /// When the hypervisor is unknown or containerd does not come up.
+    pub fn restart_containerd(&self, hypervisor: &str) -> Result<u32> {
+        let paths = Paths::default();
+        let files = paths.hypervisor(&self.name, hypervisor);
+        let mut state = self.state()?;
+        let entry = state
+            .hypervisors
+            .iter_mut()
+            .find(|h| h.name == hypervisor)
+            .with_context(|| format!("set {} has no hypervisor {hypervisor}", self.name))?;
+        // The hypervisor's name is also its network namespace's.
+        let pid = RealSystem.start_containerd(hypervisor, &files)?;
+        entry.containerd_pid = Some(pid);
+        state.save(&paths)?;
+        RealSystem.wait_containerd(hypervisor, pid, &files)?;
+        // The socket accepts connections before containerd's CRI service has restored its
+        // state ("server is not initialized yet"); `create` hides that behind image imports.
+        eventually(Duration::from_secs(30), || {
+            cri_version(hypervisor, &files.socket)
+        })?;
+        Ok(pid)
+    }
+
     /// Names of every container in the `k8s.io` namespace of each hypervisor's containerd,
     /// as `ctr containers ls` reports them (ids, images and runtimes), per hypervisor.
     ///
@@ -403,6 +449,27 @@ impl LocalSet {
         }
         Ok(all)
     }
+}
+
+/// Asks a hypervisor's CRI service for its version.
+///
+/// # Errors
+/// When it cannot be reached or does not answer.
+pub fn cri_version(hypervisor: &str, socket: &Path) -> Result<String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start a tokio runtime")?;
+    let version = runtime.block_on(async {
+        let client = oi_cri::CriClient::connect(
+            hypervisor,
+            oi_cri::CriEndpoint::Unix(socket.to_path_buf()),
+            oi_cri::ClientOptions::default(),
+        )
+        .await?;
+        client.version().await
+    })?;
+    Ok(version.runtime_version)
 }
 
 impl Drop for LocalSet {
@@ -587,6 +654,11 @@ pub fn reconcile_until_ready(world: &str, runs: usize) -> Result<(Run, Summary, 
             !run.stdout.trim().is_empty(),
             "oi reconcile printed no world (exit {:?}):\n{}",
             run.code,
+            run.stderr
+        );
+        // Shown with `--nocapture`: why a pass was not enough.
+        eprintln!(
+            "oi reconcile pass {attempt}/{runs} not ready:\n{}",
             run.stderr
         );
         input = run.stdout;

@@ -825,21 +825,30 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
     ) -> Step {
         let name = c.metadata.name.as_str();
         let hypervisor = c.spec.hypervisor.as_deref().unwrap_or_default();
-        if let Some(me) = leaving.iter().find(|m| m.name == name) {
+        // etcd refuses to remove a voting member for 5 s after any member (re)connected
+        // ("unhealthy cluster"): retry until the deadline, as when adding.
+        while let Some(me) = leaving.iter().find(|m| m.name == name) {
             let (endpoint, list) = self.members(members, etcd).await?;
-            if let Some(member) = list
+            let Some(member) = list
                 .iter()
                 .find(|m| m.name == name || m.peer_urls.contains(&me.peer_url))
-            {
-                etcd.remove(&endpoint, member.id)
-                    .await
-                    .map_err(|e| Failure(reasons::ETCD_NOT_READY, e.to_string()))?;
-                self.emit(
-                    Some(hypervisor),
-                    key,
-                    Some(name),
-                    "removed etcd member".to_string(),
-                );
+            else {
+                break;
+            };
+            match etcd.remove(&endpoint, member.id).await {
+                Ok(()) => {
+                    self.emit(
+                        Some(hypervisor),
+                        key,
+                        Some(name),
+                        "removed etcd member".to_string(),
+                    );
+                    break;
+                }
+                Err(e) if e.retryable() && Instant::now() < self.deadline => {
+                    tokio::time::sleep(self.options.poll_interval).await;
+                }
+                Err(e) => return Err(Failure(reasons::ETCD_NOT_READY, e.to_string())),
             }
         }
         if let Some(h) = c.spec.hypervisor.as_deref() {

@@ -4,6 +4,7 @@
 //! ```text
 //! World ─► prepare_with (pure: PKI, scheduling, ports) ─► render_component (pure)
 //!   │
+//!   ▼  per hypervisor: throwaway pods a killed run left behind are removed
 //!   ▼  per cluster, all clusters concurrently; the steps of one cluster in order:
 //!   1. files      write_files(known = Hypervisor status files) ─► hashes back into status
 //!   2. leaving    etcd member remove ─► remove pods ─► remove host dirs ─► remove_component
@@ -274,6 +275,23 @@ async fn connect_all<C: Connector>(world: &World, connector: &C) -> Runtimes<C::
         .collect()
 }
 
+/// Removes the throwaway pods (file writers, path removers) a run killed mid-step left on
+/// the connected hypervisors: a run removes its own before it returns, so any found before
+/// the clusters are driven is a leftover. Best effort: a hypervisor that fails here fails its
+/// clusters' steps anyway, and the next run tries again.
+async fn remove_leftover_throwaway_pods<R: HypervisorRuntime>(runtimes: &Runtimes<R>) {
+    let selector = BTreeMap::from([(oi_cri::requests::RUN_LABEL.to_string(), "true".to_string())]);
+    join_all(runtimes.values().filter_map(|r| r.as_ref().ok()).map(|rt| {
+        let selector = &selector;
+        async move {
+            for pod in rt.list_pods(selector).await.unwrap_or_default() {
+                let _ = rt.remove_pod(&pod.id).await;
+            }
+        }
+    }))
+    .await;
+}
+
 /// Reconciles `world` with its hypervisors; see the crate documentation. Never fails as a
 /// whole: each cluster's outcome is in the [`Report`] and in its conditions.
 pub async fn reconcile<C: Connector, N: Network>(
@@ -304,6 +322,7 @@ pub async fn reconcile<C: Connector, N: Network>(
         .iter()
         .filter_map(|(h, r)| r.as_ref().ok().map(|r| (h, r.mutating_calls())))
         .collect();
+    remove_leftover_throwaway_pods(&runtimes).await;
     let counters = Counters::default();
     let cx = Cx {
         world: &world,

@@ -568,3 +568,38 @@ async fn dry_run_lists_the_plan_without_mutating() {
     assert_eq!(public.leave, ["default/c-ingress"]);
     assert!(public.create.is_empty() && public.files.is_empty());
 }
+
+#[tokio::test]
+async fn throwaway_pods_a_killed_run_left_are_removed() {
+    let h = Harness::new();
+    let writer = oi_api::runtime::ContainerSpec {
+        name: "oi-file-writer".into(),
+        image: "busybox".into(),
+        command: vec!["sh".into()],
+        args: Vec::new(),
+        env: BTreeMap::new(),
+        mounts: Vec::new(),
+        privileged: false,
+    };
+    let leftover = oi_cri::requests::throwaway_pod(&writer, "killed");
+    let rt = &h.connector.runtimes["private-1"];
+    rt.ensure_pod(&leftover).await.unwrap();
+    h.connector.clear();
+
+    let report = h.run(world(1, &[("c", 3)])).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    let run = BTreeMap::from([(oi_cri::requests::RUN_LABEL.to_string(), "true".to_string())]);
+    assert!(rt.list_pods(&run).await.unwrap().is_empty());
+    assert!(h.connector.all_calls().contains(&(
+        "private-1".to_string(),
+        Call::RemovePod {
+            namespace: leftover.namespace.clone(),
+            name: leftover.name.clone()
+        }
+    )));
+    // Only cluster pods remain, and a converged run makes no call at all.
+    assert_eq!(report.counts.pods_created, 7);
+    h.connector.clear();
+    let again = h.run(report.world).await;
+    assert_eq!(again.counts.mutating_calls, 0);
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 use oi_api::runtime::{ContainerSpec, HostFile, PodSpec, labels};
 
 use crate::error::{Error, Result, Target};
-use crate::requests::check_host_path;
+use crate::requests::{check_host_path, file_writes};
 use crate::runtime::{
     ContainerState, ContainerStatus, Exit, HypervisorRuntime, Outcome, PodState, PodStatus,
 };
@@ -289,10 +289,7 @@ impl HypervisorRuntime for FakeRuntime {
         known: &BTreeMap<String, String>,
     ) -> Result<BTreeMap<String, String>> {
         self.check_paths(files.iter().map(|f| f.path.as_str()))?;
-        let changed: Vec<&HostFile> = files
-            .iter()
-            .filter(|f| known.get(&f.path) != Some(&f.content_hash()))
-            .collect();
+        let (changed, hashes) = file_writes(files, known);
         let mut state = self.state();
         if !changed.is_empty() {
             state.calls.push(Call::WriteFiles(
@@ -301,10 +298,6 @@ impl HypervisorRuntime for FakeRuntime {
             for f in changed {
                 state.files.insert(f.path.clone(), f.clone());
             }
-        }
-        let mut hashes = known.clone();
-        for f in files {
-            hashes.insert(f.path.clone(), f.content_hash());
         }
         Ok(hashes)
     }

@@ -227,6 +227,26 @@ fn host_root_mount() -> Mount {
     }
 }
 
+/// What writing `files` over a hypervisor whose files hash as `known` must do: the files whose
+/// [`HostFile::content_hash`] differs from `known[path]` (to be written), and `known` updated
+/// with the hashes of all `files` (what the write returns). The real client and the fake both
+/// use it, so they agree on what counts as unchanged.
+pub fn file_writes<'a>(
+    files: &'a [HostFile],
+    known: &BTreeMap<String, String>,
+) -> (Vec<&'a HostFile>, BTreeMap<String, String>) {
+    let mut hashes = known.clone();
+    let mut changed = Vec::new();
+    for file in files {
+        let hash = file.content_hash();
+        if known.get(&file.path) != Some(&hash) {
+            changed.push(file);
+        }
+        hashes.insert(file.path.clone(), hash);
+    }
+    (changed, hashes)
+}
+
 /// Splits files into batches whose base64 payload stays under [`WRITER_BATCH_BYTES`] (a file
 /// larger than that gets a batch of its own). Most file sets make one batch.
 pub fn writer_batches(files: &[HostFile]) -> Vec<Vec<&HostFile>> {

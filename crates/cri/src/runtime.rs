@@ -473,18 +473,11 @@ impl HypervisorRuntime for CriClient {
         known: &BTreeMap<String, String>,
     ) -> Result<BTreeMap<String, String>> {
         self.check_paths(files.iter().map(|f| f.path.as_str()))?;
-        let changed: Vec<HostFile> = files
-            .iter()
-            .filter(|f| known.get(&f.path) != Some(&f.content_hash()))
-            .cloned()
-            .collect();
+        let (changed, hashes) = requests::file_writes(files, known);
+        let changed: Vec<HostFile> = changed.into_iter().cloned().collect();
         for batch in requests::writer_batches(&changed) {
             let writer = requests::writer_container(&batch, &self.options().toolbox_image);
             self.run_helper("file writer", &writer).await?;
-        }
-        let mut hashes = known.clone();
-        for file in files {
-            hashes.insert(file.path.clone(), file.content_hash());
         }
         Ok(hashes)
     }

@@ -296,3 +296,50 @@ fn cri_log_lines_become_text() {
     assert!(cmd[2].contains("tail") && cmd[2].contains("rm -rf"));
     assert!(!log_reader_command("d", "c", 1, false)[2].contains("tail"));
 }
+
+#[test]
+fn file_writes_selects_changed_files_and_returns_all_hashes() {
+    let file = |path: &str, content: &[u8], mode: u32| HostFile {
+        path: path.into(),
+        content: content.to_vec(),
+        mode,
+    };
+    let same = file("/etc/oneinfra/a", b"a", 0o644);
+    let new_content = file("/etc/oneinfra/b", b"b2", 0o644);
+    let new_mode = file("/etc/oneinfra/c", b"c", 0o600);
+    let unknown = file("/etc/oneinfra/d", b"d", 0o644);
+    let known = BTreeMap::from([
+        (same.path.clone(), same.content_hash()),
+        (
+            new_content.path.clone(),
+            file("/etc/oneinfra/b", b"b1", 0o644).content_hash(),
+        ),
+        (
+            new_mode.path.clone(),
+            file("/etc/oneinfra/c", b"c", 0o644).content_hash(),
+        ),
+        ("/etc/oneinfra/other".to_string(), "kept".to_string()),
+    ]);
+    let files = [
+        same.clone(),
+        new_content.clone(),
+        new_mode.clone(),
+        unknown.clone(),
+    ];
+    let (changed, hashes) = file_writes(&files, &known);
+    let changed: Vec<&str> = changed.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(
+        changed,
+        ["/etc/oneinfra/b", "/etc/oneinfra/c", "/etc/oneinfra/d"]
+    );
+    assert_eq!(hashes.len(), 5);
+    for f in &files {
+        assert_eq!(hashes[&f.path], f.content_hash());
+    }
+    assert_eq!(hashes["/etc/oneinfra/other"], "kept");
+    let (again, _) = file_writes(&files, &hashes);
+    assert!(
+        again.is_empty(),
+        "a second write with the returned hashes writes nothing"
+    );
+}

@@ -299,11 +299,14 @@ async fn plain_set_lifecycle() {
         .hypervisor(&name, &a.name)
         .var_lib_oneinfra
         .join("from-container");
+    // `echo hello > f` creates the file before it writes to it: wait for the content, not for
+    // the file, or the read can fall between the two and see it empty.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-    while !written.exists() && std::time::Instant::now() < deadline {
+    let read = || std::fs::read_to_string(&written).unwrap_or_default();
+    while read() != "hello\n" && std::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    assert_eq!(std::fs::read_to_string(&written).unwrap(), "hello\n");
+    assert_eq!(read(), "hello\n");
     assert!(!Path::new("/var/lib/oneinfra/from-container").exists());
     // Its log directory too is the hypervisor's own.
     let logs = paths

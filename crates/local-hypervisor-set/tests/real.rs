@@ -74,6 +74,24 @@ fn destroy(name: &str) -> Output {
     run(&["destroy", "--name", name])
 }
 
+/// Destroys the set when dropped, so a failing assertion does not leave it running (its
+/// namespaces, containerd processes and mounts). Destroying twice is a no-op, so the tests'
+/// own destroy steps stay as they are.
+struct DestroyOnDrop(String);
+
+impl Drop for DestroyOnDrop {
+    fn drop(&mut self) {
+        let out = destroy(&self.0);
+        if !out.status.success() {
+            eprintln!(
+                "cleanup: destroying set {} failed: {}",
+                self.0,
+                text(&out.stderr)
+            );
+        }
+    }
+}
+
 /// Every trace of a set, recorded while it exists, to check its absence afterwards.
 struct Traces {
     name: String,
@@ -177,6 +195,7 @@ async fn plain_set_lifecycle() {
         return;
     }
     let name = set_name("p");
+    let _cleanup = DestroyOnDrop(name.clone());
     let out = create(&name, false);
     assert!(out.status.success(), "create failed: {}", text(&out.stderr));
     let traces = Traces::of(&name);
@@ -362,6 +381,7 @@ async fn tcp_set_lifecycle() {
         return;
     }
     let name = set_name("t");
+    let _cleanup = DestroyOnDrop(name.clone());
     let out = create(&name, true);
     assert!(out.status.success(), "create failed: {}", text(&out.stderr));
     let traces = Traces::of(&name);

@@ -213,6 +213,24 @@ pub fn oi(args: &[&str], stdin: &str) -> Result<Run> {
     )
 }
 
+/// `oi cluster inject --name NAME --control-plane-replicas REPLICAS` over `manifests`: the
+/// manifests with the new cluster added.
+///
+/// # Errors
+/// As [`oi`], and when the inject fails.
+pub fn inject_cluster(manifests: &str, name: &str, replicas: u32) -> Result<String> {
+    let replicas = replicas.to_string();
+    let args = [
+        "cluster",
+        "inject",
+        "--name",
+        name,
+        "--control-plane-replicas",
+        &replicas,
+    ];
+    Ok(oi(&args, manifests)?.ok("oi cluster inject")?.stdout)
+}
+
 /// `oi reconcile --image-repository localhost/oneinfra EXTRA...` over `world`.
 ///
 /// # Errors

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use oi_e2e::{LocalSet, World, oi, prerequisites, reconcile_until_ready, str_at};
+use oi_e2e::{LocalSet, World, inject_cluster, oi, prerequisites, reconcile_until_ready, str_at};
 
 #[test]
 fn deleted_cluster_leaves_nothing_behind() {
@@ -11,21 +11,8 @@ fn deleted_cluster_leaves_nothing_behind() {
         return;
     }
     let set = LocalSet::create("del", 3, 1, false).unwrap();
-    let injected = oi(
-        &[
-            "cluster",
-            "inject",
-            "--name",
-            "c1",
-            "--control-plane-replicas",
-            "3",
-        ],
-        &set.manifests,
-    )
-    .unwrap()
-    .ok("oi cluster inject")
-    .unwrap();
-    let (run, _, _) = reconcile_until_ready(&injected.stdout, 3).unwrap();
+    let injected = inject_cluster(&set.manifests, "c1", 3).unwrap();
+    let (run, _, _) = reconcile_until_ready(&injected, 3).unwrap();
     let world = World::parse(&run.stdout).unwrap();
     let namespace = str_at(
         world.require_cluster("c1").unwrap(),

@@ -6,7 +6,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use oi_e2e::{LocalSet, World, oi, prerequisites, reconcile, reconcile_until_ready, str_at};
+use oi_e2e::{
+    LocalSet, World, inject_cluster, prerequisites, reconcile, reconcile_until_ready, str_at,
+};
 
 #[test]
 fn stopped_containerd_fails_only_the_clusters_it_hosts() {
@@ -16,11 +18,7 @@ fn stopped_containerd_fails_only_the_clusters_it_hosts() {
     let set = LocalSet::create("down", 2, 1, false).unwrap();
     let mut world = set.manifests.clone();
     for cluster in ["c1", "c2"] {
-        world = oi(&["cluster", "inject", "--name", cluster], &world)
-            .unwrap()
-            .ok("oi cluster inject")
-            .unwrap()
-            .stdout;
+        world = inject_cluster(&world, cluster, 1).unwrap();
     }
     let (run, _, _) = reconcile_until_ready(&world, 3).unwrap();
     let converged = World::parse(&run.stdout).unwrap();

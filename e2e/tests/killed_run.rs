@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use oi_e2e::{
     Etcdctl, IMAGE_REPOSITORY, LocalSet, World, admin_kubeconfig, binary, cluster_version,
-    eventually, oi, prerequisites, reconcile, server_git_version,
+    eventually, inject_cluster, prerequisites, reconcile, server_git_version,
 };
 
 /// `oi reconcile ... -f world -o world` with a 120 s wait.
@@ -241,22 +241,9 @@ fn assert_converged(test: &str, set: &LocalSet, world: &Path) {
 /// `dir/world.yaml`.
 fn set_with_world(tag: &str, dir: &Path) -> (LocalSet, std::path::PathBuf) {
     let set = LocalSet::create(tag, 3, 1, false).unwrap();
-    let injected = oi(
-        &[
-            "cluster",
-            "inject",
-            "--name",
-            "c1",
-            "--control-plane-replicas",
-            "3",
-        ],
-        &set.manifests,
-    )
-    .unwrap()
-    .ok("oi cluster inject")
-    .unwrap();
+    let injected = inject_cluster(&set.manifests, "c1", 3).unwrap();
     let world = dir.join("world.yaml");
-    std::fs::write(&world, injected.stdout).unwrap();
+    std::fs::write(&world, injected).unwrap();
     (set, world)
 }
 

@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use oi_e2e::{Etcdctl, LocalSet, World, eventually, oi, prerequisites, reconcile_until_ready};
+use oi_e2e::{
+    Etcdctl, LocalSet, World, eventually, inject_cluster, prerequisites, reconcile_until_ready,
+};
 
 /// Reconciles until ready, then waits for `replicas` started voting members and reads `key`.
 fn converge(world: &str, replicas: usize, key: &str, value: &str) -> World {
@@ -38,21 +40,8 @@ fn scale_three_to_one_to_three_keeps_etcd_data() {
         return;
     }
     let set = LocalSet::create("scale", 3, 1, false).unwrap();
-    let injected = oi(
-        &[
-            "cluster",
-            "inject",
-            "--name",
-            "c1",
-            "--control-plane-replicas",
-            "3",
-        ],
-        &set.manifests,
-    )
-    .unwrap()
-    .ok("oi cluster inject")
-    .unwrap();
-    let (run, _, _) = reconcile_until_ready(&injected.stdout, 1).unwrap();
+    let injected = inject_cluster(&set.manifests, "c1", 3).unwrap();
+    let (run, _, _) = reconcile_until_ready(&injected, 1).unwrap();
     let world = World::parse(&run.stdout).unwrap();
     let etcd = Etcdctl::new(&world, "c1").unwrap();
     eventually(Duration::from_secs(30), || {

@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use oi_e2e::{
-    Etcdctl, LocalSet, World, admin_kubeconfig, cluster_version, eventually, oi, prerequisites,
-    reconcile, server_git_version,
+    Etcdctl, LocalSet, World, admin_kubeconfig, cluster_version, eventually, inject_cluster,
+    prerequisites, reconcile, server_git_version,
 };
 
 fn three_replicas(test: &str, tag: &str, tcp: bool) {
@@ -17,22 +17,9 @@ fn three_replicas(test: &str, tag: &str, tcp: bool) {
         return;
     }
     let set = LocalSet::create(tag, 3, 1, tcp).unwrap();
-    let injected = oi(
-        &[
-            "cluster",
-            "inject",
-            "--name",
-            "c1",
-            "--control-plane-replicas",
-            "3",
-        ],
-        &set.manifests,
-    )
-    .unwrap()
-    .ok("oi cluster inject")
-    .unwrap();
+    let injected = inject_cluster(&set.manifests, "c1", 3).unwrap();
 
-    let first = reconcile(&injected.stdout, &[]).unwrap();
+    let first = reconcile(&injected, &[]).unwrap();
     let summary = first.summary().unwrap();
     let first = first.ok("first oi reconcile").unwrap();
     eprintln!("{test}: first reconcile {:.1?}: {summary}", first.elapsed);

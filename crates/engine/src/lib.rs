@@ -122,6 +122,12 @@ pub struct EngineOptions {
     pub max_wait: Duration,
     /// Pause between two observations while waiting.
     pub poll_interval: Duration,
+    /// Remove throwaway pods found before the clusters are driven, as leftovers of a killed
+    /// run (on by default: `oi reconcile` is the only run). Off for callers that run the
+    /// engine on several sub-worlds at once (oi-manager, one run per cluster), where another
+    /// run's live writer would be taken for a leftover; they call
+    /// [`remove_throwaway_pods`] when no run of theirs is in flight.
+    pub remove_leftover_throwaway_pods: bool,
 }
 
 impl Default for EngineOptions {
@@ -131,6 +137,7 @@ impl Default for EngineOptions {
             render: RenderOptions::default(),
             max_wait: Duration::from_secs(60),
             poll_interval: Duration::from_millis(250),
+            remove_leftover_throwaway_pods: true,
         }
     }
 }
@@ -280,16 +287,26 @@ async fn connect_all<C: Connector>(world: &World, connector: &C) -> Runtimes<C::
 /// the clusters are driven is a leftover. Best effort: a hypervisor that fails here fails its
 /// clusters' steps anyway, and the next run tries again.
 async fn remove_leftover_throwaway_pods<R: HypervisorRuntime>(runtimes: &Runtimes<R>) {
-    let selector = BTreeMap::from([(oi_cri::requests::RUN_LABEL.to_string(), "true".to_string())]);
-    join_all(runtimes.values().filter_map(|r| r.as_ref().ok()).map(|rt| {
-        let selector = &selector;
-        async move {
-            for pod in rt.list_pods(selector).await.unwrap_or_default() {
-                let _ = rt.remove_pod(&pod.id).await;
-            }
-        }
-    }))
+    join_all(
+        runtimes
+            .values()
+            .filter_map(|r| r.as_ref().ok())
+            .map(|rt| remove_throwaway_pods(rt.as_ref())),
+    )
     .await;
+}
+
+/// Removes every throwaway pod (file writer, path remover) on one hypervisor; returns how
+/// many it removed. Best effort: listing or removal errors count as nothing removed.
+pub async fn remove_throwaway_pods<R: HypervisorRuntime>(rt: &R) -> usize {
+    let selector = BTreeMap::from([(oi_cri::requests::RUN_LABEL.to_string(), "true".to_string())]);
+    let mut removed = 0;
+    for pod in rt.list_pods(&selector).await.unwrap_or_default() {
+        if rt.remove_pod(&pod.id).await.is_ok() {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// Reconciles `world` with its hypervisors; see the crate documentation. Never fails as a
@@ -322,7 +339,9 @@ pub async fn reconcile<C: Connector, N: Network>(
         .iter()
         .filter_map(|(h, r)| r.as_ref().ok().map(|r| (h, r.mutating_calls())))
         .collect();
-    remove_leftover_throwaway_pods(&runtimes).await;
+    if options.remove_leftover_throwaway_pods {
+        remove_leftover_throwaway_pods(&runtimes).await;
+    }
     let counters = Counters::default();
     let cx = Cx {
         world: &world,

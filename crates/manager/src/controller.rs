@@ -1,17 +1,53 @@
-//! CONTRACT SKELETON (owned by the controllers helper; bodies are replaced, signatures kept).
-//!
 //! The reconcile functions of the three controllers, over any [`Store`]. Drivers (the kube-rs
-//! runtime in `run.rs`, the in-process loop in `driver.rs`) call them with an object key and
-//! turn the returned [`Action`] or error into a requeue.
+//! runtime, the in-process loop in `driver.rs`) call them with an object key and turn the
+//! returned [`Action`] or error into a requeue ([`Context::error_backoff`] on errors).
+//!
+//! The engine's unit of work is a cluster (etcd membership spans its replicas, steps are
+//! ordered), so the Cluster controller runs `oi reconcile`'s plan and engine on the cluster's
+//! sub-world, nothing of either reimplemented:
+//!
+//! ```text
+//! Cluster key ─► finalizer ─► sub-world: every Hypervisor, the Cluster, its Components
+//!   1. under the write lock: oi_reconcile::prepare_with (PKI, components, placement, ports,
+//!      certificates) ─► written back: cluster spec, the cluster's share of hypervisor
+//!      statuses, new Components (finalizer, owner reference), changed ones, surplus ones
+//!      deleted (deletionTimestamp)
+//!   2. no lock: oi_engine::reconcile on the prepared sub-world (files, etcd, pods, observe)
+//!   3. under the write lock: the cluster's share of hypervisor statuses (files, released
+//!      ports), torn down Components released (finalizer removed), the Cluster's status
+//!      (conditions), or, once the engine deleted the cluster, its finalizer removed
+//! ```
+//!
+//! Hypervisor statuses are shared by every cluster placed on them, and phase 2 of one
+//! cluster runs while other clusters go through phases 1 and 3: only the cluster's own share
+//! of a status is ever written, onto a fresh read ([`share::merge_share`]). Writes happen only
+//! where something differs, so a converged cluster costs reads and no write.
+//!
+//! The Component controller tears down orphans (components whose Cluster is gone) through
+//! the engine's deletion path; the components of a live cluster are the Cluster
+//! controller's. The Hypervisor controller probes each CRI endpoint, keeps the
+//! `hypervisor_reachable` metric and publishes transitions as events.
 
-use std::sync::Arc;
+mod cluster;
+mod component;
+mod hypervisor;
+pub mod share;
+#[cfg(test)]
+mod tests;
+mod writeback;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use oi_api::{Component, ObjectKey};
+use oi_api::{Component, Kind, ObjectKey};
 use oi_engine::{Connector, EngineOptions, Network};
+use time::OffsetDateTime;
 
 use crate::metrics::Metrics;
-use crate::store::{Store, StoreError};
+use crate::store::{EventType, ObjectEvent, Store, StoreError};
+
+pub use share::merge_share;
 
 /// The finalizer the manager puts on Clusters and Components it manages.
 pub const FINALIZER: &str = "cluster.oneinfra.ereslibre.es/cleanup";
@@ -54,6 +90,7 @@ impl Default for ManagerOptions {
         ManagerOptions {
             engine: EngineOptions {
                 max_wait: Duration::from_secs(5),
+                remove_leftover_throwaway_pods: false,
                 ..EngineOptions::default()
             },
             requeue_ready: Duration::from_secs(300),
@@ -77,6 +114,14 @@ pub enum Action {
 pub enum ReconcileError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The engine could not tear down the components of a cluster that is gone.
+    #[error("cannot tear down the orphan components of cluster {cluster}: {reason}: {message}")]
+    Teardown {
+        cluster: ObjectKey,
+        /// The engine's reason ([`oi_engine::reasons`]).
+        reason: String,
+        message: String,
+    },
 }
 
 impl ReconcileError {
@@ -84,8 +129,29 @@ impl ReconcileError {
     pub fn reason(&self) -> &'static str {
         match self {
             ReconcileError::Store(e) => e.reason(),
+            ReconcileError::Teardown { .. } => "TeardownFailed",
         }
     }
+}
+
+/// Reasons of the events the controllers publish (see [`ObjectEvent`]).
+pub mod event_reasons {
+    /// A Component was created for a cluster (Normal).
+    pub const COMPONENT_CREATED: &str = "ComponentCreated";
+    /// A Component was torn down and removed: scale down, or orphan (Normal).
+    pub const COMPONENT_DELETED: &str = "ComponentDeleted";
+    /// A cluster became ready (Normal).
+    pub const CLUSTER_READY: &str = "ClusterReady";
+    /// A cluster stopped being (or is not yet) ready (Warning).
+    pub const CLUSTER_NOT_READY: &str = "ClusterNotReady";
+    /// A cluster marked for deletion was torn down and removed (Normal).
+    pub const CLUSTER_DELETED: &str = "ClusterDeleted";
+    /// A cluster cannot be prepared: invalid, no hypervisor or no port for it (Warning).
+    pub const PREPARE_FAILED: &str = "PrepareFailed";
+    /// A hypervisor answered again (Normal).
+    pub const HYPERVISOR_REACHABLE: &str = "HypervisorReachable";
+    /// A hypervisor does not answer (Warning).
+    pub const HYPERVISOR_UNREACHABLE: &str = "HypervisorUnreachable";
 }
 
 /// Everything the reconcile functions need.
@@ -95,6 +161,25 @@ pub struct Context<S, C, N> {
     pub network: N,
     pub options: ManagerOptions,
     pub metrics: Arc<Metrics>,
+    /// Held while a controller reads and writes the shared state of hypervisors (ports,
+    /// files) and the objects it derives from it (phases 1 and 3 of a cluster reconcile),
+    /// never during an engine run.
+    write_lock: tokio::sync::Mutex<()>,
+    /// Engine runs hold it shared; removing leftover throwaway pods holds it exclusively, so
+    /// that a live run's file writer is never taken for a leftover.
+    engine_runs: tokio::sync::RwLock<()>,
+    /// Consecutive failures per key, for [`Context::error_backoff`].
+    failures: Mutex<BTreeMap<(ControllerKind, ObjectKey), u32>>,
+    /// The last probe result per hypervisor, to publish transitions only.
+    reachable: Mutex<BTreeMap<String, bool>>,
+    /// Hypervisors whose leftover throwaway pods this process removed.
+    swept: Mutex<BTreeSet<String>>,
+}
+
+/// Locks a std mutex whose data stays sound when a holder panicked (plain inserts and
+/// removals).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl<S: Store, C: Connector, N: Network> Context<S, C, N> {
@@ -111,37 +196,165 @@ impl<S: Store, C: Connector, N: Network> Context<S, C, N> {
             network,
             options,
             metrics,
+            write_lock: tokio::sync::Mutex::new(()),
+            engine_runs: tokio::sync::RwLock::new(()),
+            failures: Mutex::new(BTreeMap::new()),
+            reachable: Mutex::new(BTreeMap::new()),
+            swept: Mutex::new(BTreeSet::new()),
         }
     }
 
     /// The delay before retrying `key` after its `failures`-th consecutive failure.
-    pub fn error_backoff(&self, _controller: ControllerKind, _key: &ObjectKey) -> Duration {
-        todo!()
+    ///
+    /// Counts one more consecutive failure of `key` and returns `backoff_min * 2^(n-1)`,
+    /// at most `backoff_max`, `n` being the count. The count is reset by
+    /// [`Context::record_success`], which the reconcile functions call when they succeed.
+    pub fn error_backoff(&self, controller: ControllerKind, key: &ObjectKey) -> Duration {
+        let n = {
+            let mut failures = lock(&self.failures);
+            let n = failures.entry((controller, key.clone())).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        };
+        let factor = 1u32 << (n - 1).min(31);
+        self.options
+            .backoff_min
+            .saturating_mul(factor)
+            .min(self.options.backoff_max)
+    }
+
+    /// Forgets the consecutive failures of `key`.
+    pub fn record_success(&self, controller: ControllerKind, key: &ObjectKey) {
+        lock(&self.failures).remove(&(controller, key.clone()));
+    }
+
+    /// Consecutive failures of `key` so far.
+    pub fn consecutive_failures(&self, controller: ControllerKind, key: &ObjectKey) -> u32 {
+        lock(&self.failures)
+            .get(&(controller, key.clone()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The engine options of the manager's runs: one sub-world per run, several at once, so
+    /// a run never removes throwaway pods it did not create (see
+    /// [`reconcile_hypervisor`]).
+    fn engine_options(&self) -> EngineOptions {
+        EngineOptions {
+            remove_leftover_throwaway_pods: false,
+            ..self.options.engine.clone()
+        }
+    }
+
+    async fn publish(&self, kind: Kind, key: &ObjectKey, uid: Option<&str>, event: Event<'_>) {
+        let event = ObjectEvent {
+            kind,
+            key: key.clone(),
+            uid: uid.map(str::to_string),
+            type_: event.type_,
+            reason: event.reason.to_string(),
+            action: "Reconcile".to_string(),
+            note: event.note,
+        };
+        // Events are notes for people: one that cannot be published fails nothing.
+        if let Err(error) = self.store.publish(&event).await {
+            tracing::warn!(%error, reason = %event.reason, object = %key, "cannot publish an event");
+        }
+    }
+}
+
+/// An event about to be published.
+struct Event<'a> {
+    type_: EventType,
+    reason: &'a str,
+    note: String,
+}
+
+impl<'a> Event<'a> {
+    fn normal(reason: &'a str, note: impl Into<String>) -> Self {
+        Event {
+            type_: EventType::Normal,
+            reason,
+            note: note.into(),
+        }
+    }
+
+    fn warning(reason: &'a str, note: impl Into<String>) -> Self {
+        Event {
+            type_: EventType::Warning,
+            reason,
+            note: note.into(),
+        }
+    }
+}
+
+/// What an inner reconcile asks of its wrapper.
+enum Next {
+    /// Succeeded: the failure count is reset.
+    Done(Action),
+    /// Failed in a way that is reported in the object's status, not as an error: retried
+    /// with the error backoff, the failure count kept.
+    Backoff,
+}
+
+/// Now, at the second precision of Kubernetes timestamps, so that a status read back from
+/// an API server compares equal to the one written.
+fn now() -> OffsetDateTime {
+    let now = OffsetDateTime::now_utc();
+    now.replace_nanosecond(0).unwrap_or(now)
+}
+
+async fn finish<S: Store, C: Connector, N: Network>(
+    controller: ControllerKind,
+    key: &ObjectKey,
+    ctx: &Context<S, C, N>,
+    result: Result<Next, ReconcileError>,
+) -> Result<Action, ReconcileError> {
+    match result? {
+        Next::Done(action) => {
+            ctx.record_success(controller, key);
+            Ok(action)
+        }
+        Next::Backoff => Ok(Action::Requeue(ctx.error_backoff(controller, key))),
     }
 }
 
 /// The Cluster controller (see the module documentation).
+///
+/// # Errors
+/// [`ReconcileError::Store`] when the store refuses a read or write (a conflict included);
+/// what was written before stays, and the next run continues from it.
 pub async fn reconcile_cluster<S: Store, C: Connector, N: Network>(
-    _key: &ObjectKey,
-    _ctx: &Context<S, C, N>,
+    key: &ObjectKey,
+    ctx: &Context<S, C, N>,
 ) -> Result<Action, ReconcileError> {
-    todo!()
+    let result = cluster::reconcile(key, ctx).await;
+    finish(ControllerKind::Cluster, key, ctx, result).await
 }
 
 /// The Component controller.
+///
+/// # Errors
+/// [`ReconcileError::Store`] as [`reconcile_cluster`]; [`ReconcileError::Teardown`] when the
+/// components of a cluster that is gone cannot be torn down.
 pub async fn reconcile_component<S: Store, C: Connector, N: Network>(
-    _key: &ObjectKey,
-    _ctx: &Context<S, C, N>,
+    key: &ObjectKey,
+    ctx: &Context<S, C, N>,
 ) -> Result<Action, ReconcileError> {
-    todo!()
+    let result = component::reconcile(key, ctx).await;
+    finish(ControllerKind::Component, key, ctx, result).await
 }
 
 /// The Hypervisor controller; `key` is cluster scoped.
+///
+/// # Errors
+/// [`ReconcileError::Store`] when the hypervisor cannot be read.
 pub async fn reconcile_hypervisor<S: Store, C: Connector, N: Network>(
-    _key: &ObjectKey,
-    _ctx: &Context<S, C, N>,
+    key: &ObjectKey,
+    ctx: &Context<S, C, N>,
 ) -> Result<Action, ReconcileError> {
-    todo!()
+    let result = hypervisor::reconcile(key, ctx).await;
+    finish(ControllerKind::Hypervisor, key, ctx, result).await
 }
 
 /// The cluster a component belongs to (`spec.cluster` in the component's namespace).

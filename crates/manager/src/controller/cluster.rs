@@ -1,0 +1,357 @@
+//! The Cluster controller: prepare (phase 1), engine (phase 2), write-back (phase 3); see
+//! the documentation of [`super`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use oi_api::common::{ConditionStatus, condition_types, find_condition, set_condition};
+use oi_api::{
+    Cluster, Component, Hypervisor, Kind, ObjectKey, OwnerReference, Resource as _, World,
+};
+use oi_engine::{Connector, Network, Report, reasons};
+use time::OffsetDateTime;
+
+use super::writeback::{
+    has_finalizer, release_component, remove_finalizer, sync_meta_spec, sync_status, write_share,
+};
+use super::{Action, Context, Event, FINALIZER, Next, ReconcileError, event_reasons, now};
+use crate::store::Store;
+
+/// The objects of the sub-world as the store holds them now, after this reconcile's writes.
+struct Stored {
+    cluster: Cluster,
+    components: BTreeMap<ObjectKey, Component>,
+}
+
+pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
+    key: &ObjectKey,
+    ctx: &Context<S, C, N>,
+) -> Result<Next, ReconcileError> {
+    let store = &*ctx.store;
+    let Some(mut cluster) = store.get::<Cluster>(key).await? else {
+        return Ok(Next::Done(Action::AwaitChange));
+    };
+    if !has_finalizer(&cluster) {
+        if cluster.is_being_deleted() {
+            // Not (or no longer) ours: its components are orphans, the Component
+            // controller tears them down.
+            return Ok(Next::Done(Action::AwaitChange));
+        }
+        cluster.metadata.finalizers.push(FINALIZER.to_string());
+        cluster = store.update(&cluster).await?;
+    }
+    let now = now();
+
+    // Phase 1: prepare and write back what it derived, under the write lock.
+    let (prepared, mut stored) = {
+        let _lock = ctx.write_lock.lock().await;
+        let hypervisors = store.list::<Hypervisor>(None).await?;
+        let all_components = store.list::<Component>(None).await?;
+        let mut world = World::default();
+        for h in hypervisors {
+            world.hypervisors.insert(h.key(), h);
+        }
+        // Every component counts for placement (the least loaded hypervisor wins); only
+        // this cluster's are prepared, the others are left alone by prepare.
+        let mut stored = Stored {
+            cluster: cluster.clone(),
+            components: BTreeMap::new(),
+        };
+        for c in all_components {
+            if c.cluster_key() == *key {
+                stored.components.insert(c.key(), c.clone());
+            }
+            world.components.insert(c.key(), c);
+        }
+        world.clusters.insert(key.clone(), cluster);
+        let mut prepared =
+            oi_reconcile::prepare_with(world.clone(), now, &ctx.options.engine.prepare);
+        if let Some(error) = prepared.failures.remove(key) {
+            prepare_failed(ctx, key, &mut stored.cluster, &error.to_string(), now).await?;
+            return Ok(Next::Backoff);
+        }
+        let mut prepared = prepared.world;
+        prepared.components.retain(|_, c| c.cluster_key() == *key);
+        write_prepared(ctx, key, &world, &prepared, &mut stored).await?;
+        (prepared, stored)
+    };
+
+    // Phase 2: the engine, on the prepared sub-world; no lock.
+    let report = run_engine(ctx, prepared.clone(), now).await;
+
+    // Phase 3: write back what the engine did, under the write lock.
+    let _lock = ctx.write_lock.lock().await;
+    write_report(ctx, key, &prepared, &report, &mut stored).await
+}
+
+/// Records a cluster that cannot be prepared in its `ReconcileSucceeded` condition, as the
+/// engine does, and publishes a warning when the condition changed.
+async fn prepare_failed<S: Store, C: Connector, N: Network>(
+    ctx: &Context<S, C, N>,
+    key: &ObjectKey,
+    cluster: &mut Cluster,
+    message: &str,
+    now: OffsetDateTime,
+) -> Result<(), ReconcileError> {
+    tracing::warn!(cluster = %key, "cannot prepare: {message}");
+    let mut desired = cluster.clone();
+    let changed = set_condition(
+        &mut desired.status.conditions,
+        condition_types::RECONCILE_SUCCEEDED,
+        ConditionStatus::False,
+        reasons::PREPARE_FAILED,
+        message,
+        now,
+    );
+    if changed {
+        sync_status(&*ctx.store, cluster, &desired).await?;
+        ctx.publish(
+            Kind::Cluster,
+            key,
+            cluster.metadata.uid.as_deref(),
+            Event::warning(event_reasons::PREPARE_FAILED, message),
+        )
+        .await;
+    }
+    Ok(())
+}
+
+/// Phase 1 write-back, in dependency order: the cluster's spec (its PKI, before anything
+/// uses it), its share of hypervisor statuses (ports), new components, changed components,
+/// components prepare marked for deletion.
+async fn write_prepared<S: Store, C: Connector, N: Network>(
+    ctx: &Context<S, C, N>,
+    key: &ObjectKey,
+    before: &World,
+    prepared: &World,
+    stored: &mut Stored,
+) -> Result<(), ReconcileError> {
+    let store = &*ctx.store;
+    if let Some(cluster) = prepared.clusters.get(key) {
+        sync_meta_spec(store, &mut stored.cluster, cluster).await?;
+    }
+    for (hk, after) in &prepared.hypervisors {
+        if let Some(h) = before.hypervisors.get(hk) {
+            write_share(store, hk, &h.status, &after.status, key).await?;
+        }
+    }
+    let owner = owner_reference(&stored.cluster);
+    let mut created = BTreeSet::new();
+    for (ck, component) in &prepared.components {
+        if stored.components.contains_key(ck) {
+            continue;
+        }
+        let mut new = component.clone();
+        new.metadata.finalizers = vec![FINALIZER.to_string()];
+        new.metadata.owner_references = vec![owner.clone()];
+        new.metadata.deletion_timestamp = None;
+        let mut new_component = store.create(&new).await?;
+        sync_status(store, &mut new_component, &new).await?;
+        tracing::info!(cluster = %key, component = %ck, "created component");
+        ctx.publish(
+            Kind::Component,
+            ck,
+            new_component.metadata.uid.as_deref(),
+            Event::normal(
+                event_reasons::COMPONENT_CREATED,
+                format!(
+                    "{} {} of cluster {} on hypervisor {}",
+                    component.spec.role,
+                    ck.name,
+                    key.name,
+                    component.spec.hypervisor.as_deref().unwrap_or("none")
+                ),
+            ),
+        )
+        .await;
+        stored.components.insert(ck.clone(), new_component);
+        created.insert(ck.clone());
+    }
+    for (ck, component) in &prepared.components {
+        let Some(current) = stored.components.get_mut(ck) else {
+            continue;
+        };
+        if created.contains(ck) {
+            continue;
+        }
+        // A component someone else created is the manager's too, once it is the cluster's:
+        // it keeps the finalizer until the engine tore it down.
+        let mut desired = component.clone();
+        if !current.metadata.is_being_deleted() && !has_finalizer(&desired) {
+            desired.metadata.finalizers.push(FINALIZER.to_string());
+        }
+        sync_meta_spec(store, current, &desired).await?;
+        sync_status(store, current, &desired).await?;
+    }
+    for (ck, component) in &prepared.components {
+        let Some(current) = stored.components.get_mut(ck) else {
+            continue;
+        };
+        if component.metadata.is_being_deleted() && !current.metadata.is_being_deleted() {
+            store.delete::<Component>(ck).await?;
+            tracing::info!(cluster = %key, component = %ck, "component marked for deletion");
+            if let Some(now) = store.get::<Component>(ck).await? {
+                *current = now;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The owner reference of a cluster's components.
+fn owner_reference(cluster: &Cluster) -> OwnerReference {
+    OwnerReference {
+        api_version: Kind::Cluster.api_version().to_string(),
+        kind: Kind::Cluster.as_str().to_string(),
+        name: cluster.metadata.name.clone(),
+        uid: cluster.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// Runs the engine on a sub-world, its progress going to the log (names only).
+pub(super) async fn run_engine<S: Store, C: Connector, N: Network>(
+    ctx: &Context<S, C, N>,
+    world: World,
+    now: OffsetDateTime,
+) -> Report {
+    let progress = |e: &oi_engine::Event| {
+        tracing::info!(
+            cluster = %e.cluster,
+            hypervisor = e.hypervisor.as_deref().unwrap_or(""),
+            component = e.component.as_deref().unwrap_or(""),
+            "{}",
+            e.message
+        );
+    };
+    let options = ctx.engine_options();
+    let _run = ctx.engine_runs.read().await;
+    oi_engine::reconcile(
+        world,
+        now,
+        &options,
+        &ctx.connector,
+        &ctx.network,
+        &progress,
+    )
+    .await
+}
+
+/// Phase 3 write-back: the cluster's share of hypervisor statuses, components the engine
+/// tore down, component and cluster status, and the end of a deleted cluster.
+async fn write_report<S: Store, C: Connector, N: Network>(
+    ctx: &Context<S, C, N>,
+    key: &ObjectKey,
+    prepared: &World,
+    report: &Report,
+    stored: &mut Stored,
+) -> Result<Next, ReconcileError> {
+    let store = &*ctx.store;
+    let after = &report.world;
+    for (hk, h) in &after.hypervisors {
+        if let Some(before) = prepared.hypervisors.get(hk) {
+            write_share(store, hk, &before.status, &h.status, key).await?;
+        }
+    }
+    let deleted = report.clusters.get(key).is_some_and(|o| o.deleted);
+    for (ck, component) in &prepared.components {
+        if after.components.contains_key(ck) {
+            continue;
+        }
+        let uid = stored
+            .components
+            .remove(ck)
+            .and_then(|c| c.metadata.uid)
+            .or_else(|| component.metadata.uid.clone());
+        release_component(store, ck).await?;
+        if !deleted {
+            tracing::info!(cluster = %key, component = %ck, "component torn down and removed");
+            ctx.publish(
+                Kind::Component,
+                ck,
+                uid.as_deref(),
+                Event::normal(
+                    event_reasons::COMPONENT_DELETED,
+                    format!(
+                        "{} torn down on hypervisor {} and removed",
+                        ck.name,
+                        component.spec.hypervisor.as_deref().unwrap_or("none")
+                    ),
+                ),
+            )
+            .await;
+        }
+    }
+    if deleted {
+        // Components created by someone else since phase 1 are torn down with the cluster
+        // (the engine removed every pod of the cluster): release them too.
+        for c in store.list::<Component>(Some(&key.namespace)).await? {
+            if c.cluster_key() == *key {
+                release_component(store, &c.key()).await?;
+            }
+        }
+        remove_finalizer(store, &mut stored.cluster).await?;
+        tracing::info!(cluster = %key, "cluster torn down and removed");
+        ctx.publish(
+            Kind::Cluster,
+            key,
+            stored.cluster.metadata.uid.as_deref(),
+            Event::normal(
+                event_reasons::CLUSTER_DELETED,
+                format!("cluster {} torn down and removed", key.name),
+            ),
+        )
+        .await;
+        return Ok(Next::Done(Action::AwaitChange));
+    }
+    for (ck, component) in &after.components {
+        if let Some(current) = stored.components.get_mut(ck) {
+            sync_status(store, current, component).await?;
+        }
+    }
+    let Some(cluster) = after.clusters.get(key) else {
+        return Ok(Next::Done(Action::AwaitChange));
+    };
+    let was = find_condition(
+        &stored.cluster.status.conditions,
+        condition_types::RECONCILE_SUCCEEDED,
+    )
+    .map(|c| c.status);
+    sync_status(store, &mut stored.cluster, cluster).await?;
+    let outcome = report.clusters.get(key);
+    let ready = outcome.is_some_and(|o| o.ready);
+    let uid = stored.cluster.metadata.uid.clone();
+    if ready && was != Some(ConditionStatus::True) {
+        tracing::info!(cluster = %key, "ready");
+        ctx.publish(
+            Kind::Cluster,
+            key,
+            uid.as_deref(),
+            Event::normal(
+                event_reasons::CLUSTER_READY,
+                format!("cluster {} is ready", key.name),
+            ),
+        )
+        .await;
+    } else if !ready && was != Some(ConditionStatus::False) {
+        let (reason, message) = outcome
+            .map(|o| (o.reason.as_str(), o.message.as_str()))
+            .unwrap_or_default();
+        tracing::warn!(cluster = %key, reason, "not ready: {message}");
+        ctx.publish(
+            Kind::Cluster,
+            key,
+            uid.as_deref(),
+            Event::warning(
+                event_reasons::CLUSTER_NOT_READY,
+                format!("cluster {} is not ready: {reason}: {message}", key.name),
+            ),
+        )
+        .await;
+    }
+    Ok(Next::Done(Action::Requeue(if ready {
+        ctx.options.requeue_ready
+    } else {
+        ctx.options.requeue_not_ready
+    })))
+}

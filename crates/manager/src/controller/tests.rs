@@ -1,0 +1,965 @@
+//! The controllers against a [`MemoryStore`], oi_cri's recording `FakeRuntime` per hypervisor
+//! and a simulated network in which etcd members and API servers answer once their pods run
+//! (the endpoints are learned from the Components and Hypervisors in the store).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use oi_api::common::{ConditionStatus, condition_types, find_condition};
+use oi_api::runtime::{ContainerSpec, PodSpec};
+use oi_api::{
+    Cluster, ClusterSpec, Component, Hypervisor, HypervisorSpec, LocalCriEndpoint, ObjectKey,
+    ObjectMeta, OwnerReference, PortRange, Resource as _, World,
+};
+use oi_cri::HypervisorRuntime as _;
+use oi_cri::fake::FakeRuntime;
+use oi_engine::{
+    Connector, EngineOptions, Error, HttpsError, HttpsRequest, HttpsResponse, Member, Network,
+};
+use oi_reconcile::ports::names;
+use pretty_assertions::assert_eq;
+
+use super::*;
+use crate::memory::{MemoryStore, Op, Write};
+use crate::store::EventType;
+
+const HYPERVISORS: [(&str, bool, &str); 4] = [
+    ("private-1", false, "10.0.0.1"),
+    ("private-2", false, "10.0.0.2"),
+    ("private-3", false, "10.0.0.3"),
+    ("public-1", true, "10.0.1.1"),
+];
+
+fn hypervisor(name: &str, public: bool, ip: &str) -> Hypervisor {
+    Hypervisor::new(
+        ObjectMeta::named(name),
+        HypervisorSpec {
+            local_cri_endpoint: Some(LocalCriEndpoint {
+                cri_endpoint_path: format!("/run/{name}/containerd.sock"),
+            }),
+            remote_cri_endpoint: None,
+            public,
+            ip_address: ip.into(),
+            port_range: PortRange {
+                low: 30000,
+                high: 30099,
+            },
+        },
+    )
+}
+
+fn cluster(name: &str, replicas: u32) -> Cluster {
+    Cluster::new(
+        ObjectMeta::namespaced("default", name),
+        ClusterSpec {
+            control_plane_replicas: Some(replicas),
+            ..ClusterSpec::default()
+        },
+    )
+}
+
+fn key(name: &str) -> ObjectKey {
+    ObjectKey::new("default", name)
+}
+
+struct FakeConnector {
+    runtimes: BTreeMap<String, Arc<FakeRuntime>>,
+    down: Mutex<BTreeSet<String>>,
+}
+
+impl Connector for FakeConnector {
+    type Runtime = FakeRuntime;
+
+    async fn connect(&self, h: &Hypervisor) -> oi_engine::Result<Arc<FakeRuntime>> {
+        let name = h.metadata.name.clone();
+        if self.down.lock().unwrap().contains(&name) {
+            return Err(Error::Unreachable {
+                hypervisor: name,
+                reason: "connection refused".into(),
+            });
+        }
+        self.runtimes
+            .get(&name)
+            .cloned()
+            .ok_or(Error::NoEndpoint { hypervisor: name })
+    }
+}
+
+#[derive(Default)]
+struct EtcdState {
+    members: Vec<Member>,
+    next_id: u64,
+}
+
+/// Simulated etcd clusters (one per etcd server CA) and API servers. An endpoint answers when
+/// the pod behind it runs on its fake hypervisor.
+struct SimNetwork {
+    store: Arc<MemoryStore>,
+    runtimes: BTreeMap<String, Arc<FakeRuntime>>,
+    etcd: Mutex<BTreeMap<String, EtcdState>>,
+}
+
+impl SimNetwork {
+    /// (hypervisor, pod, member name) behind a URL, from the store's components.
+    fn endpoint(&self, url: &str) -> Option<(String, String, String)> {
+        let hypervisors: BTreeMap<String, String> = self
+            .store
+            .objects::<Hypervisor>()
+            .into_iter()
+            .map(|h| (h.metadata.name.clone(), h.spec.ip_address.clone()))
+            .collect();
+        self.store.objects::<Component>().into_iter().find_map(|c| {
+            let h = c.spec.hypervisor.clone()?;
+            let ip = hypervisors.get(&h)?;
+            let name = c.metadata.name.clone();
+            [
+                (names::ETCD_CLIENT, format!("{name}-etcd")),
+                (names::ETCD_PEER, format!("{name}-etcd")),
+                (names::APISERVER, name.clone()),
+            ]
+            .into_iter()
+            .find(|(port, _)| {
+                c.status
+                    .host_port(port)
+                    .is_some_and(|p| format!("https://{ip}:{p}") == url)
+            })
+            .map(|(_, pod)| (h.clone(), pod, name.clone()))
+        })
+    }
+
+    fn runs(&self, url: &str) -> bool {
+        let Some((h, pod, _)) = self.endpoint(url) else {
+            return false;
+        };
+        let pods = futures::executor::block_on(self.runtimes[&h].list_pods(&BTreeMap::new()))
+            .unwrap_or_default();
+        pods.iter().any(|p| {
+            p.name == pod
+                && p.containers
+                    .iter()
+                    .all(|c| c.state == oi_cri::ContainerState::Running)
+        })
+    }
+
+    fn member_name(&self, url: &str) -> String {
+        self.endpoint(url).map(|e| e.2).unwrap_or_default()
+    }
+
+    fn etcd(&self, r: &HttpsRequest<'_>) -> HttpsResponse {
+        let mut all = self.etcd.lock().unwrap();
+        let state = all.entry(r.tls.ca_pem.clone()).or_default();
+        for m in state.members.iter_mut() {
+            if m.name.is_empty() && self.runs(&m.peer_urls[0]) {
+                m.name = self.member_name(&m.peer_urls[0]);
+            }
+        }
+        let body: serde_json::Value = serde_json::from_str(r.body.unwrap_or("{}")).unwrap();
+        let id = || body["ID"].as_str().unwrap().parse::<u64>().unwrap();
+        match r.path {
+            "/v3/cluster/member/list" => {
+                if state.members.is_empty() {
+                    // Bootstrap: the first member to answer forms the cluster.
+                    let me = self.member_name(r.base);
+                    let peer = self
+                        .store
+                        .objects::<Component>()
+                        .into_iter()
+                        .find(|c| c.metadata.name == me)
+                        .and_then(|c| {
+                            let ip = self
+                                .store
+                                .object::<Hypervisor>(&ObjectKey::cluster_scoped(
+                                    c.spec.hypervisor.clone()?,
+                                ))?
+                                .spec
+                                .ip_address;
+                            Some(format!(
+                                "https://{ip}:{}",
+                                c.status.host_port(names::ETCD_PEER)?
+                            ))
+                        })
+                        .unwrap();
+                    state.next_id += 1;
+                    state.members.push(Member {
+                        id: state.next_id,
+                        name: me,
+                        peer_urls: vec![peer],
+                        client_urls: vec![r.base.to_string()],
+                        is_learner: false,
+                    });
+                }
+            }
+            "/v3/cluster/member/add" => {
+                let peer = body["peerURLs"][0].as_str().unwrap().to_string();
+                state.next_id += 1;
+                state.members.push(Member {
+                    id: state.next_id,
+                    name: String::new(),
+                    peer_urls: vec![peer],
+                    client_urls: vec![],
+                    is_learner: true,
+                });
+            }
+            "/v3/cluster/member/promote" => {
+                let id = id();
+                let m = state.members.iter_mut().find(|m| m.id == id).unwrap();
+                if m.name.is_empty() {
+                    return HttpsResponse {
+                        status: 500,
+                        body: br#"{"error":"etcdserver: can only promote a learner member which is in sync with leader","code":9}"#.to_vec(),
+                    };
+                }
+                m.is_learner = false;
+            }
+            "/v3/cluster/member/remove" => {
+                let id = id();
+                state.members.retain(|m| m.id != id);
+            }
+            other => panic!("unexpected etcd path {other}"),
+        }
+        let members: Vec<serde_json::Value> = state
+            .members
+            .iter()
+            .map(|m| {
+                serde_json::json!({"ID": m.id.to_string(), "name": m.name,
+                    "peerURLs": m.peer_urls, "clientURLs": m.client_urls,
+                    "isLearner": m.is_learner})
+            })
+            .collect();
+        HttpsResponse {
+            status: 200,
+            body: serde_json::json!({ "members": members })
+                .to_string()
+                .into_bytes(),
+        }
+    }
+
+    /// The members of every simulated etcd cluster, by name.
+    fn members(&self) -> Vec<Vec<String>> {
+        self.etcd
+            .lock()
+            .unwrap()
+            .values()
+            .map(|s| s.members.iter().map(|m| m.name.clone()).collect())
+            .collect()
+    }
+}
+
+impl Network for SimNetwork {
+    async fn request(&self, r: HttpsRequest<'_>) -> Result<HttpsResponse, HttpsError> {
+        // A real request waits: other reconciles run meanwhile (phases interleave).
+        tokio::task::yield_now().await;
+        if !self.runs(r.base) {
+            return Err(HttpsError {
+                url: r.base.to_string(),
+                reason: "connection refused".into(),
+            });
+        }
+        if r.path.starts_with("/v3/") {
+            return Ok(self.etcd(&r));
+        }
+        assert_eq!(r.path, "/readyz");
+        Ok(HttpsResponse {
+            status: 200,
+            body: b"ok".to_vec(),
+        })
+    }
+}
+
+type Ctx = Context<MemoryStore, FakeConnector, SimNetwork>;
+
+struct Harness {
+    store: Arc<MemoryStore>,
+    ctx: Ctx,
+}
+
+fn options() -> ManagerOptions {
+    ManagerOptions {
+        engine: EngineOptions {
+            max_wait: Duration::from_secs(2),
+            poll_interval: Duration::from_millis(5),
+            ..ManagerOptions::default().engine
+        },
+        requeue_ready: Duration::from_secs(300),
+        requeue_not_ready: Duration::from_secs(2),
+        hypervisor_probe_interval: Duration::from_secs(30),
+        backoff_min: Duration::from_secs(1),
+        backoff_max: Duration::from_secs(10),
+    }
+}
+
+impl Harness {
+    fn new() -> Self {
+        let store = Arc::new(MemoryStore::default());
+        for (name, public, ip) in HYPERVISORS {
+            store.insert(hypervisor(name, public, ip));
+        }
+        let runtimes: BTreeMap<String, Arc<FakeRuntime>> = HYPERVISORS
+            .iter()
+            .map(|(h, _, _)| (h.to_string(), Arc::new(FakeRuntime::new(*h))))
+            .collect();
+        let connector = FakeConnector {
+            runtimes: runtimes.clone(),
+            down: Mutex::new(BTreeSet::new()),
+        };
+        let network = SimNetwork {
+            store: Arc::clone(&store),
+            runtimes,
+            etcd: Mutex::new(BTreeMap::new()),
+        };
+        let ctx = Context::new(
+            Arc::clone(&store),
+            connector,
+            network,
+            options(),
+            Arc::new(Metrics::new()),
+        );
+        Harness { store, ctx }
+    }
+
+    fn components(&self, cluster: &str) -> Vec<Component> {
+        self.store
+            .objects::<Component>()
+            .into_iter()
+            .filter(|c| c.spec.cluster == cluster)
+            .collect()
+    }
+
+    fn names(&self, cluster: &str) -> Vec<String> {
+        self.components(cluster)
+            .into_iter()
+            .map(|c| c.metadata.name)
+            .collect()
+    }
+
+    fn cluster(&self, name: &str) -> Option<Cluster> {
+        self.store.object(&key(name))
+    }
+
+    fn hypervisor(&self, name: &str) -> Hypervisor {
+        self.store.object(&ObjectKey::cluster_scoped(name)).unwrap()
+    }
+
+    /// (hypervisor, cluster, component, port) of every allocation in the store.
+    fn allocations(&self) -> BTreeSet<(String, String, String, u16)> {
+        self.store
+            .objects::<Hypervisor>()
+            .into_iter()
+            .flat_map(|h| {
+                h.status
+                    .allocated_ports
+                    .into_iter()
+                    .map(move |a| (h.metadata.name.clone(), a.cluster, a.component, a.port))
+            })
+            .collect()
+    }
+
+    /// Pods on every fake hypervisor, as `hypervisor/pod`.
+    fn pods(&self) -> Vec<String> {
+        self.ctx
+            .connector
+            .runtimes
+            .iter()
+            .flat_map(|(h, rt)| {
+                futures::executor::block_on(rt.list_pods(&BTreeMap::new()))
+                    .unwrap()
+                    .into_iter()
+                    .map(move |p| format!("{h}/{}", p.name))
+            })
+            .collect()
+    }
+
+    fn mutating_calls(&self) -> u64 {
+        self.ctx
+            .connector
+            .runtimes
+            .values()
+            .map(|r| r.mutating_calls())
+            .sum()
+    }
+
+    fn event_reasons(&self) -> Vec<String> {
+        self.store.events().into_iter().map(|e| e.reason).collect()
+    }
+
+    /// A ready cluster `name` of `replicas` replicas, events and journal cleared.
+    async fn ready(&self, name: &str, replicas: u32) {
+        self.store.insert(cluster(name, replicas));
+        let action = reconcile_cluster(&key(name), &self.ctx).await.unwrap();
+        assert_eq!(action, Action::Requeue(Duration::from_secs(300)));
+    }
+}
+
+fn succeeded(c: &Cluster) -> Option<(ConditionStatus, String)> {
+    find_condition(&c.status.conditions, condition_types::RECONCILE_SUCCEEDED)
+        .map(|c| (c.status, c.reason.clone()))
+}
+
+#[tokio::test]
+async fn a_new_cluster_is_prepared_written_back_and_comes_up() {
+    let h = Harness::new();
+    h.store.insert(cluster("c", 3));
+    let action = reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    assert_eq!(action, Action::Requeue(Duration::from_secs(300)));
+
+    let c = h.cluster("c").unwrap();
+    assert_eq!(c.metadata.finalizers, [FINALIZER]);
+    assert!(c.spec.api_server.ca.is_some(), "PKI persisted");
+    assert_eq!(
+        succeeded(&c),
+        Some((ConditionStatus::True, "ReconcileSucceeded".into()))
+    );
+    assert!(
+        c.status
+            .api_server_endpoint
+            .starts_with("https://10.0.1.1:")
+    );
+    assert_eq!(c.status.storage_client_endpoints.len(), 3);
+
+    assert_eq!(
+        h.names("c"),
+        [
+            "c-control-plane-0",
+            "c-control-plane-1",
+            "c-control-plane-2",
+            "c-ingress"
+        ]
+    );
+    let owner = OwnerReference {
+        api_version: "cluster.oneinfra.ereslibre.es/v1alpha1".into(),
+        kind: "Cluster".into(),
+        name: "c".into(),
+        uid: c.metadata.uid.clone().unwrap(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    };
+    let mut expected = BTreeSet::new();
+    for component in h.components("c") {
+        assert_eq!(component.metadata.finalizers, [FINALIZER]);
+        assert_eq!(component.metadata.owner_references, std::slice::from_ref(&owner));
+        if component.spec.role == oi_api::ComponentRole::ControlPlane {
+            assert!(
+                !component.status.server_certificates.is_empty(),
+                "{}: certificates persisted",
+                component.metadata.name
+            );
+        }
+        let hv = component.spec.hypervisor.clone().unwrap();
+        for p in &component.status.allocated_host_ports {
+            expected.insert((
+                hv.clone(),
+                "c".to_string(),
+                format!("{}-{}", component.metadata.name, p.name),
+                p.port,
+            ));
+        }
+    }
+    assert_eq!(expected.len(), 3 * 3 + 1);
+    assert_eq!(h.allocations(), expected);
+    for (name, _, _) in HYPERVISORS {
+        let files = &h.hypervisor(name).status.files;
+        assert_eq!(
+            files["default"]["c"].len(),
+            1,
+            "{name}: one component's files"
+        );
+    }
+    assert_eq!(h.pods().len(), 7, "{:?}", h.pods());
+    assert_eq!(
+        h.ctx.network.members(),
+        [[
+            "c-control-plane-0",
+            "c-control-plane-1",
+            "c-control-plane-2"
+        ]]
+    );
+
+    let writes = h.store.writes();
+    assert_eq!(
+        writes[0],
+        Write::new(Op::Update, oi_api::Kind::Cluster, key("c"))
+    );
+    let created: Vec<_> = writes
+        .iter()
+        .filter(|w| w.op == Op::Create)
+        .map(|w| w.key.name.clone())
+        .collect();
+    assert_eq!(created, h.names("c"));
+    assert_eq!(
+        h.event_reasons(),
+        [
+            "ComponentCreated",
+            "ComponentCreated",
+            "ComponentCreated",
+            "ComponentCreated",
+            "ClusterReady"
+        ]
+    );
+    assert!(
+        h.store
+            .events()
+            .iter()
+            .all(|e| e.type_ == EventType::Normal)
+    );
+}
+
+#[tokio::test]
+async fn a_converged_cluster_costs_no_write_and_no_mutating_call() {
+    let h = Harness::new();
+    h.ready("c", 3).await;
+    h.store.clear_writes();
+    let events = h.store.events().len();
+    let calls = h.mutating_calls();
+    let action = reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    assert_eq!(action, Action::Requeue(Duration::from_secs(300)));
+    assert_eq!(h.store.writes(), []);
+    assert_eq!(h.store.events().len(), events);
+    assert_eq!(h.mutating_calls(), calls);
+}
+
+#[tokio::test]
+async fn scale_down_deletes_the_surplus_after_its_teardown() {
+    let h = Harness::new();
+    h.ready("c", 3).await;
+    let before = h.allocations();
+    let mut c = h.cluster("c").unwrap();
+    c.spec.control_plane_replicas = Some(1);
+    h.store.update(&c).await.unwrap();
+
+    let action = reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    assert_eq!(action, Action::Requeue(Duration::from_secs(300)));
+    assert_eq!(h.names("c"), ["c-control-plane-0", "c-ingress"]);
+    assert_eq!(h.ctx.network.members(), [["c-control-plane-0"]]);
+    let pods = h.pods();
+    assert_eq!(pods.len(), 3, "{pods:?}");
+    assert!(
+        pods.iter()
+            .all(|p| !p.contains("control-plane-1") && !p.contains("control-plane-2"))
+    );
+    let after = h.allocations();
+    let released: BTreeSet<_> = before.difference(&after).cloned().collect();
+    assert_eq!(released.len(), 6, "{released:?}");
+    for (hv, _, component, port) in &released {
+        assert!(
+            component.starts_with("c-control-plane-1")
+                || component.starts_with("c-control-plane-2")
+        );
+        assert!(
+            h.hypervisor(hv).status.freed_ports.contains(port),
+            "{hv}: {port} freed"
+        );
+    }
+    for hv in ["private-1", "private-2", "private-3"] {
+        let files = &h.hypervisor(hv).status.files;
+        let names: Vec<_> = files
+            .get("default")
+            .and_then(|m| m.get("c"))
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        assert!(
+            names.iter().all(|n: &String| n == "c-control-plane-0"),
+            "{hv}: {names:?}"
+        );
+    }
+    let deleted: Vec<_> = h
+        .store
+        .events()
+        .into_iter()
+        .filter(|e| e.reason == "ComponentDeleted")
+        .map(|e| e.key.name)
+        .collect();
+    assert_eq!(deleted, ["c-control-plane-1", "c-control-plane-2"]);
+
+    // Converged again.
+    h.store.clear_writes();
+    reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    assert_eq!(h.store.writes(), []);
+}
+
+#[tokio::test]
+async fn a_deleted_cluster_leaves_nothing_behind() {
+    let h = Harness::new();
+    h.ready("c", 3).await;
+    let held: BTreeSet<u16> = h.allocations().into_iter().map(|a| a.3).collect();
+    h.store.delete::<Cluster>(&key("c")).await.unwrap();
+    assert!(h.cluster("c").unwrap().metadata.is_being_deleted());
+
+    let action = reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    assert_eq!(action, Action::AwaitChange);
+    assert!(h.cluster("c").is_none());
+    assert_eq!(h.components("c"), []);
+    assert_eq!(h.allocations(), BTreeSet::new());
+    assert_eq!(h.pods(), Vec::<String>::new());
+    let mut freed = BTreeSet::new();
+    for (name, _, _) in HYPERVISORS {
+        let status = h.hypervisor(name).status;
+        assert!(status.files.is_empty(), "{name}: {:?}", status.files);
+        freed.extend(status.freed_ports);
+    }
+    assert_eq!(freed, held);
+    assert_eq!(
+        h.event_reasons().last().map(String::as_str),
+        Some("ClusterDeleted")
+    );
+    assert!(!h.event_reasons().contains(&"ComponentDeleted".to_string()));
+
+    // Gone: nothing more to do.
+    h.store.clear_writes();
+    assert_eq!(
+        reconcile_cluster(&key("c"), &h.ctx).await.unwrap(),
+        Action::AwaitChange
+    );
+    assert_eq!(h.store.writes(), []);
+}
+
+#[tokio::test]
+async fn orphan_components_are_torn_down_through_the_engine() {
+    let h = Harness::new();
+    h.ready("c", 1).await;
+    h.ready("d", 1).await;
+    let d_allocations: BTreeSet<_> = h.allocations().into_iter().filter(|a| a.1 == "d").collect();
+    // The Cluster goes without the manager: finalizer removed by hand.
+    let mut c = h.cluster("c").unwrap();
+    c.metadata.finalizers.clear();
+    h.store.update(&c).await.unwrap();
+    h.store.delete::<Cluster>(&key("c")).await.unwrap();
+    assert!(h.cluster("c").is_none());
+    assert_eq!(h.components("c").len(), 2);
+
+    let action = reconcile_component(&key("c-ingress"), &h.ctx)
+        .await
+        .unwrap();
+    assert_eq!(action, Action::AwaitChange);
+    assert_eq!(h.components("c"), []);
+    assert_eq!(h.allocations(), d_allocations, "only d's ports are left");
+    let pods = h.pods();
+    assert!(pods.iter().all(|p| p.contains("/d-")), "{pods:?}");
+    assert_eq!(pods.len(), 3, "{pods:?}");
+    let deleted: BTreeSet<_> = h
+        .store
+        .events()
+        .into_iter()
+        .filter(|e| e.reason == "ComponentDeleted")
+        .map(|e| e.key.name)
+        .collect();
+    assert_eq!(
+        deleted,
+        BTreeSet::from(["c-control-plane-0".to_string(), "c-ingress".to_string()])
+    );
+    // The other orphan is gone already.
+    assert_eq!(
+        reconcile_component(&key("c-control-plane-0"), &h.ctx)
+            .await
+            .unwrap(),
+        Action::AwaitChange
+    );
+    // d is untouched and converged.
+    h.store.clear_writes();
+    reconcile_cluster(&key("d"), &h.ctx).await.unwrap();
+    assert_eq!(h.store.writes(), []);
+}
+
+#[tokio::test]
+async fn a_live_clusters_component_gets_the_finalizer_and_is_left_to_the_cluster() {
+    let h = Harness::new();
+    h.ready("c", 1).await;
+    let mut ingress: Component = h.store.object(&key("c-ingress")).unwrap();
+    ingress.metadata.finalizers.clear();
+    h.store.update(&ingress).await.unwrap();
+    h.store.clear_writes();
+    let action = reconcile_component(&key("c-ingress"), &h.ctx)
+        .await
+        .unwrap();
+    assert_eq!(action, Action::AwaitChange);
+    let ingress: Component = h.store.object(&key("c-ingress")).unwrap();
+    assert_eq!(ingress.metadata.finalizers, [FINALIZER]);
+    assert_eq!(
+        h.store.writes(),
+        [Write::new(
+            Op::Update,
+            oi_api::Kind::Component,
+            key("c-ingress")
+        )]
+    );
+    h.store.clear_writes();
+    reconcile_component(&key("c-ingress"), &h.ctx)
+        .await
+        .unwrap();
+    assert_eq!(h.store.writes(), []);
+    assert_eq!(
+        reconcile_component(&key("missing"), &h.ctx).await.unwrap(),
+        Action::AwaitChange
+    );
+}
+
+#[tokio::test]
+async fn hypervisor_probes_publish_transitions_and_keep_the_metric() {
+    let h = Harness::new();
+    let k = ObjectKey::cluster_scoped("private-1");
+    let every = Action::Requeue(Duration::from_secs(30));
+    // A throwaway pod a killed run left behind is removed by the first probe.
+    let rt = &h.ctx.connector.runtimes["private-1"];
+    let leftover = |name: &str| PodSpec {
+        namespace: oi_cri::requests::RUN_NAMESPACE.into(),
+        name: name.into(),
+        labels: BTreeMap::from([(oi_cri::requests::RUN_LABEL.into(), "true".into())]),
+        containers: vec![ContainerSpec {
+            name: "writer".into(),
+            image: "busybox".into(),
+            command: vec![],
+            args: vec![],
+            env: BTreeMap::new(),
+            mounts: vec![],
+            privileged: false,
+        }],
+    };
+    rt.ensure_pod(&leftover("oi-run-left")).await.unwrap();
+
+    assert_eq!(reconcile_hypervisor(&k, &h.ctx).await.unwrap(), every);
+    assert_eq!(h.pods().iter().filter(|p| p.contains("oi-run")).count(), 0);
+    let metric = |v: u8| format!("oi_manager_hypervisor_reachable{{hypervisor=\"private-1\"}} {v}");
+    assert!(h.ctx.metrics.encode().contains(&metric(1)));
+    assert_eq!(h.store.events(), []);
+
+    // Swept once per process: a later throwaway pod may be a live run's.
+    rt.ensure_pod(&leftover("oi-run-live")).await.unwrap();
+    h.ctx
+        .connector
+        .down
+        .lock()
+        .unwrap()
+        .insert("private-1".into());
+    assert_eq!(reconcile_hypervisor(&k, &h.ctx).await.unwrap(), every);
+    assert!(h.ctx.metrics.encode().contains(&metric(0)));
+    let events = h.store.events();
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        (
+            events[0].type_,
+            events[0].reason.as_str(),
+            events[0].key.clone()
+        ),
+        (EventType::Warning, "HypervisorUnreachable", k.clone())
+    );
+    assert!(
+        events[0].note.contains("connection refused"),
+        "{}",
+        events[0].note
+    );
+    // Still down: no new event.
+    reconcile_hypervisor(&k, &h.ctx).await.unwrap();
+    assert_eq!(h.store.events().len(), 1);
+
+    h.ctx.connector.down.lock().unwrap().clear();
+    reconcile_hypervisor(&k, &h.ctx).await.unwrap();
+    assert!(h.ctx.metrics.encode().contains(&metric(1)));
+    assert_eq!(
+        h.event_reasons(),
+        ["HypervisorUnreachable", "HypervisorReachable"]
+    );
+    assert_eq!(h.pods().iter().filter(|p| p.contains("oi-run")).count(), 1);
+
+    h.store.delete::<Hypervisor>(&k).await.unwrap();
+    assert_eq!(
+        reconcile_hypervisor(&k, &h.ctx).await.unwrap(),
+        Action::AwaitChange
+    );
+    assert!(!h.ctx.metrics.encode().contains("private-1"));
+}
+
+#[tokio::test]
+async fn a_conflict_fails_the_reconcile_and_a_rerun_converges() {
+    let h = Harness::new();
+    h.store.insert(cluster("c", 1));
+    h.store.fail_next(
+        Op::Update,
+        StoreError::Conflict {
+            kind: oi_api::Kind::Cluster,
+            key: key("c"),
+            message: "the object has been modified".into(),
+        },
+    );
+    let error = reconcile_cluster(&key("c"), &h.ctx).await.unwrap_err();
+    assert_eq!(error.reason(), "Conflict");
+    assert_eq!(h.store.writes(), []);
+    assert_eq!(
+        h.ctx.error_backoff(ControllerKind::Cluster, &key("c")),
+        Duration::from_secs(1)
+    );
+    // A failure in the middle of phase 1 (the first component's creation), after the
+    // cluster's spec and ports were written.
+    h.store.fail_next(
+        Op::Create,
+        StoreError::AlreadyExists {
+            kind: oi_api::Kind::Component,
+            key: key("c-ingress"),
+        },
+    );
+    let error = reconcile_cluster(&key("c"), &h.ctx).await.unwrap_err();
+    assert_eq!(error.reason(), "AlreadyExists");
+    assert_eq!(h.components("c").len(), 0);
+    assert_eq!(
+        h.ctx.error_backoff(ControllerKind::Cluster, &key("c")),
+        Duration::from_secs(2)
+    );
+    let action = reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    assert_eq!(action, Action::Requeue(Duration::from_secs(300)));
+    assert_eq!(
+        h.ctx
+            .consecutive_failures(ControllerKind::Cluster, &key("c")),
+        0
+    );
+    assert_eq!(h.names("c"), ["c-control-plane-0", "c-ingress"]);
+    h.store.clear_writes();
+    reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    assert_eq!(h.store.writes(), []);
+}
+
+#[tokio::test]
+async fn a_cluster_that_cannot_be_prepared_reports_it_once_and_backs_off() {
+    let h = Harness::new();
+    h.store
+        .delete::<Hypervisor>(&ObjectKey::cluster_scoped("public-1"))
+        .await
+        .unwrap();
+    h.store.insert(cluster("c", 1));
+    let action = reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    assert_eq!(action, Action::Requeue(Duration::from_secs(1)));
+    let c = h.cluster("c").unwrap();
+    assert_eq!(
+        succeeded(&c),
+        Some((ConditionStatus::False, "PrepareFailed".into()))
+    );
+    assert_eq!(h.components("c"), []);
+    let events = h.store.events();
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        (events[0].type_, events[0].reason.as_str()),
+        (EventType::Warning, "PrepareFailed")
+    );
+    assert!(
+        events[0].note.contains("no public hypervisor"),
+        "{}",
+        events[0].note
+    );
+    h.store.clear_writes();
+    let action = reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    assert_eq!(action, Action::Requeue(Duration::from_secs(2)));
+    assert_eq!(h.store.writes(), []);
+    assert_eq!(h.store.events().len(), 1);
+
+    // A public hypervisor arrives: the cluster comes up.
+    h.store.insert(hypervisor("public-1", true, "10.0.1.1"));
+    let action = reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    assert_eq!(action, Action::Requeue(Duration::from_secs(300)));
+    assert_eq!(
+        h.event_reasons().last().map(String::as_str),
+        Some("ClusterReady")
+    );
+}
+
+#[tokio::test]
+async fn concurrent_clusters_never_share_a_port() {
+    let h = Harness::new();
+    for name in ["a", "b", "c"] {
+        h.store.insert(cluster(name, 3));
+    }
+    let (ka, kb, kc) = (key("a"), key("b"), key("c"));
+    let (a, b, c) = tokio::join!(
+        reconcile_cluster(&ka, &h.ctx),
+        reconcile_cluster(&kb, &h.ctx),
+        reconcile_cluster(&kc, &h.ctx),
+    );
+    for r in [a, b, c] {
+        assert_eq!(r.unwrap(), Action::Requeue(Duration::from_secs(300)));
+    }
+    let allocations = h.allocations();
+    assert_eq!(allocations.len(), 3 * 10);
+    let ports: BTreeSet<(String, u16)> = allocations
+        .iter()
+        .map(|(hv, _, _, p)| (hv.clone(), *p))
+        .collect();
+    assert_eq!(ports.len(), allocations.len(), "a port held twice");
+    // Every component's status agrees with its hypervisor.
+    for component in h.store.objects::<Component>() {
+        let hv = component.spec.hypervisor.clone().unwrap();
+        for p in &component.status.allocated_host_ports {
+            assert!(allocations.contains(&(
+                hv.clone(),
+                component.spec.cluster.clone(),
+                format!("{}-{}", component.metadata.name, p.name),
+                p.port
+            )));
+        }
+    }
+    // Each hypervisor holds the files of every cluster placed on it.
+    for (name, _, _) in HYPERVISORS {
+        let files = &h.hypervisor(name).status.files["default"];
+        assert_eq!(files.keys().collect::<Vec<_>>(), ["a", "b", "c"], "{name}");
+    }
+    h.store.clear_writes();
+    for name in ["a", "b", "c"] {
+        reconcile_cluster(&key(name), &h.ctx).await.unwrap();
+    }
+    assert_eq!(h.store.writes(), []);
+}
+
+#[test]
+fn backoff_doubles_per_consecutive_failure_up_to_the_max_and_resets() {
+    let h = Harness::new();
+    let k = key("c");
+    let kind = ControllerKind::Cluster;
+    let delays: Vec<u64> = (0..6)
+        .map(|_| h.ctx.error_backoff(kind, &k).as_secs())
+        .collect();
+    assert_eq!(delays, [1, 2, 4, 8, 10, 10]);
+    // Per controller and key.
+    assert_eq!(
+        h.ctx.error_backoff(ControllerKind::Component, &k),
+        Duration::from_secs(1)
+    );
+    assert_eq!(h.ctx.error_backoff(kind, &key("d")), Duration::from_secs(1));
+    h.ctx.record_success(kind, &k);
+    assert_eq!(h.ctx.error_backoff(kind, &k), Duration::from_secs(1));
+    // Many failures do not overflow.
+    for _ in 0..100 {
+        h.ctx.error_backoff(kind, &k);
+    }
+    assert_eq!(h.ctx.error_backoff(kind, &k), Duration::from_secs(10));
+}
+
+#[test]
+fn preparing_a_prepared_sub_world_allocates_and_issues_nothing() {
+    let mut world = World::default();
+    for (name, public, ip) in HYPERVISORS {
+        let h = hypervisor(name, public, ip);
+        world.hypervisors.insert(h.key(), h);
+    }
+    let c = cluster("c", 3);
+    world.clusters.insert(c.key(), c);
+    let now = time::macros::datetime!(2026-11-22 08:00 UTC);
+    let options = oi_reconcile::Options::default();
+    let once = oi_reconcile::prepare_with(world, now, &options);
+    assert!(once.failures.is_empty());
+    let twice = oi_reconcile::prepare_with(once.world.clone(), now, &options);
+    assert!(twice.failures.is_empty());
+    assert_eq!(twice.world, once.world);
+    // A day later too: certificates are far from their renewal window.
+    let later =
+        oi_reconcile::prepare_with(once.world.clone(), now + time::Duration::days(1), &options);
+    assert_eq!(later.world, once.world);
+}
+
+#[test]
+fn reconcile_futures_are_send() {
+    fn send<T: Send>(_: &T) {}
+    let h = Harness::new();
+    let k = key("c");
+    let cluster = reconcile_cluster(&k, &h.ctx);
+    send(&cluster);
+    let component = reconcile_component(&k, &h.ctx);
+    send(&component);
+    let hypervisor = reconcile_hypervisor(&k, &h.ctx);
+    send(&hypervisor);
+}

@@ -1,0 +1,553 @@
+//! The work queue's rules without a clock, then the loop with a recording fake of the
+//! controllers over a real [`MemoryStore`].
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use oi_api::{
+    ClusterSpec, ComponentRole, ComponentSpec, HypervisorSpec, LocalCriEndpoint, ObjectMeta,
+    PortRange,
+};
+use pretty_assertions::assert_eq;
+
+use super::*;
+use crate::store::{Store, StoreError};
+
+fn at(base: Instant, ms: u64) -> Instant {
+    base + Duration::from_millis(ms)
+}
+
+#[test]
+fn queue_runs_a_key_queued_many_times_once() {
+    let t = Instant::now();
+    let mut q = WorkQueue::<&str, &str>::new();
+    q.add("a", "g", t);
+    q.add("a", "g", t);
+    q.add("a", "g", at(t, 5));
+    assert_eq!(q.waiting(), 1);
+    assert_eq!(q.pop_ready(at(t, 10)), Some(("a", "g")));
+    assert_eq!(q.pop_ready(at(t, 10)), None);
+    q.finish(&"a", &"g");
+    assert_eq!(q.pop_ready(at(t, 10)), None);
+    assert_eq!(q.next_due(), None);
+}
+
+#[test]
+fn queue_waits_for_the_due_time_and_an_earlier_add_wins() {
+    let t = Instant::now();
+    let mut q = WorkQueue::<&str, &str>::new();
+    q.add("a", "g", at(t, 100));
+    assert_eq!(q.pop_ready(t), None);
+    assert_eq!(q.next_due(), Some(at(t, 100)));
+    // A later time does not delay it.
+    q.add("a", "g", at(t, 500));
+    assert_eq!(q.due(&"a"), Some(at(t, 100)));
+    // A change (now) preempts the delay.
+    q.add("a", "g", at(t, 1));
+    assert_eq!(q.due(&"a"), Some(at(t, 1)));
+    assert_eq!(q.pop_ready(at(t, 1)), Some(("a", "g")));
+    assert!(!q.is_pending(&"a"));
+}
+
+#[test]
+fn queue_never_runs_a_key_or_a_group_twice_at_once() {
+    let t = Instant::now();
+    let mut q = WorkQueue::<&str, &str>::new();
+    q.add("c1", "cluster-1", t);
+    q.add("k1", "cluster-1", t);
+    q.add("c2", "cluster-2", t);
+    assert_eq!(q.pop_ready(t), Some(("c1", "cluster-1")));
+    // Queued again while running: waits for the run to finish.
+    q.add("c1", "cluster-1", t);
+    // k1 shares c1's group; c2 does not.
+    assert_eq!(q.pop_ready(t), Some(("c2", "cluster-2")));
+    assert_eq!(q.pop_ready(t), None);
+    assert_eq!(q.next_due(), None);
+    assert_eq!(q.running(), 2);
+    q.finish(&"c1", &"cluster-1");
+    assert_eq!(q.next_due(), Some(t));
+    // Earliest first; ties in key order.
+    assert_eq!(q.pop_ready(t), Some(("c1", "cluster-1")));
+    q.finish(&"c1", &"cluster-1");
+    assert_eq!(q.pop_ready(t), Some(("k1", "cluster-1")));
+    assert_eq!(q.pop_ready(t), None);
+    assert_eq!(q.waiting(), 0);
+}
+
+#[test]
+fn queue_pops_the_earliest_due_first() {
+    let t = Instant::now();
+    let mut q = WorkQueue::<&str, &str>::new();
+    q.add("a", "ga", at(t, 30));
+    q.add("b", "gb", at(t, 10));
+    q.add("c", "gc", at(t, 20));
+    let order: Vec<_> = std::iter::from_fn(|| q.pop_ready(at(t, 30)).map(|(k, _)| k)).collect();
+    assert_eq!(order, vec!["b", "c", "a"]);
+}
+
+// ---- the loop, with a fake of the three controllers ----
+
+/// What the fake answers for a key, in order; `Await` once the script is used up.
+#[derive(Debug, Clone, Copy)]
+enum Answer {
+    Requeue(u64),
+    Await,
+    Fail,
+    Panic,
+}
+
+#[derive(Default)]
+struct Shared {
+    script: BTreeMap<Job, VecDeque<Answer>>,
+    /// Every reconcile started, in order, with when.
+    calls: Vec<(Job, Instant)>,
+    finished: Vec<Job>,
+    running: Vec<(Job, ObjectKey)>,
+    max_running: usize,
+    overlaps: Vec<String>,
+    backoffs: Vec<Job>,
+}
+
+struct Fake {
+    store: Arc<MemoryStore>,
+    metrics: Metrics,
+    shared: Arc<Mutex<Shared>>,
+    /// How long each reconcile takes.
+    work: Duration,
+    backoff: Duration,
+}
+
+impl Fake {
+    fn new(store: &Arc<MemoryStore>) -> Arc<Self> {
+        Self::with(store, Duration::ZERO, BTreeMap::new())
+    }
+
+    fn with(
+        store: &Arc<MemoryStore>,
+        work: Duration,
+        script: BTreeMap<Job, VecDeque<Answer>>,
+    ) -> Arc<Self> {
+        Arc::new(Fake {
+            store: Arc::clone(store),
+            metrics: Metrics::new(),
+            shared: Arc::new(Mutex::new(Shared {
+                script,
+                ..Shared::default()
+            })),
+            work,
+            backoff: Duration::from_millis(30),
+        })
+    }
+
+    fn calls(&self) -> Vec<Job> {
+        self.shared
+            .lock()
+            .unwrap()
+            .calls
+            .iter()
+            .map(|(j, _)| j.clone())
+            .collect()
+    }
+
+    fn call_times(&self, job: &Job) -> Vec<Instant> {
+        self.shared
+            .lock()
+            .unwrap()
+            .calls
+            .iter()
+            .filter(|(j, _)| j == job)
+            .map(|(_, t)| *t)
+            .collect()
+    }
+}
+
+/// The group the driver should use: the cluster of a component, from the store.
+fn group_of(store: &MemoryStore, job: &Job) -> ObjectKey {
+    match job.0 {
+        ControllerKind::Component => store
+            .object::<Component>(&job.1)
+            .map(|c| controller::cluster_of_component(&c))
+            .unwrap_or_else(|| job.1.clone()),
+        _ => job.1.clone(),
+    }
+}
+
+impl Reconcilers for Fake {
+    fn reconcile(
+        &self,
+        controller: ControllerKind,
+        key: ObjectKey,
+    ) -> impl Future<Output = Result<Action, ReconcileError>> + Send + 'static {
+        let shared = Arc::clone(&self.shared);
+        let store = Arc::clone(&self.store);
+        let work = self.work;
+        async move {
+            let job = (controller, key.clone());
+            let group = group_of(&store, &job);
+            let answer = {
+                let mut s = shared.lock().unwrap();
+                s.calls.push((job.clone(), Instant::now()));
+                if let Some((other, _)) = s.running.iter().find(|(j, g)| *j == job || *g == group) {
+                    let overlap = format!("{job:?} ran with {other:?}");
+                    s.overlaps.push(overlap);
+                }
+                s.running.push((job.clone(), group.clone()));
+                s.max_running = s.max_running.max(s.running.len());
+                s.script
+                    .get_mut(&job)
+                    .and_then(VecDeque::pop_front)
+                    .unwrap_or(Answer::Await)
+            };
+            tokio::time::sleep(work).await;
+            let mut s = shared.lock().unwrap();
+            s.running.retain(|(j, _)| *j != job);
+            s.finished.push(job.clone());
+            drop(s);
+            match answer {
+                Answer::Requeue(ms) => Ok(Action::Requeue(Duration::from_millis(ms))),
+                Answer::Await => Ok(Action::AwaitChange),
+                Answer::Fail => Err(ReconcileError::Store(StoreError::Unavailable(
+                    "injected".into(),
+                ))),
+                Answer::Panic => panic!("injected panic"),
+            }
+        }
+    }
+
+    fn error_backoff(&self, controller: ControllerKind, key: &ObjectKey) -> Duration {
+        self.shared
+            .lock()
+            .unwrap()
+            .backoffs
+            .push((controller, key.clone()));
+        self.backoff
+    }
+
+    fn store(&self) -> &MemoryStore {
+        &self.store
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+}
+
+fn cluster(name: &str) -> Cluster {
+    Cluster::new(ObjectMeta::namespaced("ns", name), ClusterSpec::default())
+}
+
+fn component(name: &str, cluster: &str, hypervisor: Option<&str>) -> Component {
+    Component::new(
+        ObjectMeta::namespaced("ns", name),
+        ComponentSpec {
+            cluster: cluster.into(),
+            role: ComponentRole::ControlPlane,
+            hypervisor: hypervisor.map(str::to_string),
+        },
+    )
+}
+
+fn hypervisor(name: &str) -> Hypervisor {
+    Hypervisor::new(
+        ObjectMeta::named(name),
+        HypervisorSpec {
+            local_cri_endpoint: Some(LocalCriEndpoint {
+                cri_endpoint_path: format!("/run/{name}.sock"),
+            }),
+            remote_cri_endpoint: None,
+            public: false,
+            ip_address: "10.0.0.1".into(),
+            port_range: PortRange {
+                low: 30000,
+                high: 30010,
+            },
+        },
+    )
+}
+
+fn job(kind: ControllerKind, name: &str) -> Job {
+    let key = match kind {
+        ControllerKind::Hypervisor => ObjectKey::cluster_scoped(name),
+        _ => ObjectKey::new("ns", name),
+    };
+    (kind, key)
+}
+
+use ControllerKind::{Cluster as C, Component as K, Hypervisor as H};
+
+fn seeded() -> Arc<MemoryStore> {
+    let store = Arc::new(MemoryStore::new());
+    store.insert(cluster("c1"));
+    store.insert(cluster("c2"));
+    store.insert(component("k1", "c1", Some("h1")));
+    store.insert(component("k2", "c2", None));
+    store.insert(hypervisor("h1"));
+    store.insert(hypervisor("h2"));
+    store
+}
+
+/// Polls until `cond` holds, for at most 5 seconds.
+async fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < Duration::from_secs(5), "never: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn sorted(mut jobs: Vec<Job>) -> Vec<Job> {
+    jobs.sort();
+    jobs
+}
+
+#[tokio::test]
+async fn every_object_is_reconciled_once_at_start() {
+    let store = seeded();
+    let fake = Fake::new(&store);
+    // Nothing asks for more: the loop idles until the timeout, which reports what it saw.
+    let error = run_until(&fake, |_| false, Duration::from_millis(300))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        sorted(fake.calls()),
+        vec![
+            job(C, "c1"),
+            job(C, "c2"),
+            job(K, "k1"),
+            job(K, "k2"),
+            job(H, "h1"),
+            job(H, "h2"),
+        ]
+    );
+    assert!(error.contains("within 300ms"), "{error}");
+    assert!(error.contains("\n  cluster ns/c1: await change"), "{error}");
+    assert!(error.contains("\n  hypervisor h2: await change"), "{error}");
+    let metrics = fake.metrics.encode();
+    assert!(
+        metrics.contains("oi_manager_reconciles_total{controller=\"component\"} 2"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn changes_are_mapped_to_the_controllers_that_care() {
+    let store = seeded();
+    let fake = Fake::new(&store);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let script = async {
+        eventually("the first round", || fake.calls().len() == 6).await;
+        let mut seen = 6;
+        let mut next = |expected: usize| {
+            let calls = fake.calls();
+            let new = sorted(calls[seen..].to_vec());
+            assert_eq!(new.len(), expected, "{new:?}");
+            seen = calls.len();
+            new
+        };
+
+        // A Cluster: that cluster.
+        let mut c2: Cluster = store.object(&ObjectKey::new("ns", "c2")).unwrap();
+        c2.metadata.labels.insert("x".into(), "y".into());
+        store.update(&c2).await.unwrap();
+        eventually("c2", || fake.calls().len() == 7).await;
+        assert_eq!(next(1), vec![job(C, "c2")]);
+
+        // A Component: it and its cluster.
+        let mut k2: Component = store.object(&ObjectKey::new("ns", "k2")).unwrap();
+        k2.spec.hypervisor = Some("h2".into());
+        store.update(&k2).await.unwrap();
+        eventually("k2", || fake.calls().len() == 9).await;
+        assert_eq!(next(2), vec![job(C, "c2"), job(K, "k2")]);
+
+        // A Hypervisor: it and the clusters with a component on it.
+        let mut h2: Hypervisor = store.object(&ObjectKey::cluster_scoped("h2")).unwrap();
+        h2.status.freed_ports = vec![30001];
+        store.update_status(&h2).await.unwrap();
+        eventually("h2", || fake.calls().len() == 11).await;
+        assert_eq!(next(2), vec![job(C, "c2"), job(H, "h2")]);
+
+        // A removed Component still names its cluster.
+        store
+            .delete::<Component>(&ObjectKey::new("ns", "k1"))
+            .await
+            .unwrap();
+        eventually("k1", || fake.calls().len() == 13).await;
+        assert_eq!(next(2), vec![job(C, "c1"), job(K, "k1")]);
+
+        // h1 now has no component: only itself.
+        store
+            .delete::<Hypervisor>(&ObjectKey::cluster_scoped("h1"))
+            .await
+            .unwrap();
+        eventually("h1", || fake.calls().len() == 14).await;
+        assert_eq!(next(1), vec![job(H, "h1")]);
+
+        // Nothing else comes.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(next(0), vec![]);
+        stop.send(()).unwrap();
+    };
+    let never = |_: &MemoryStore| false;
+    let driver = drive(
+        &fake,
+        async {
+            let _ = stopped.await;
+        },
+        &never,
+        true,
+    );
+    let (end, ()) = tokio::join!(driver, script);
+    assert!(!end.done);
+    assert_eq!(fake.shared.lock().unwrap().overlaps, Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn requeues_after_the_delay_and_backs_off_on_errors() {
+    let store = Arc::new(MemoryStore::new());
+    store.insert(cluster("c1"));
+    let c1 = job(C, "c1");
+    let script = BTreeMap::from([(
+        c1.clone(),
+        VecDeque::from([
+            Answer::Requeue(80),
+            Answer::Fail,
+            Answer::Panic,
+            Answer::Await,
+        ]),
+    )]);
+    let fake = Fake::with(&store, Duration::ZERO, script);
+    let done_fake = Arc::clone(&fake);
+    run_until(
+        &fake,
+        move |_| done_fake.shared.lock().unwrap().finished.len() == 4,
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    let times = fake.call_times(&c1);
+    assert_eq!(times.len(), 4);
+    assert!(times[1] - times[0] >= Duration::from_millis(80));
+    // The error and the panic waited for the backoff (30 ms).
+    assert!(times[2] - times[1] >= Duration::from_millis(30));
+    assert!(times[3] - times[2] >= Duration::from_millis(30));
+    assert_eq!(fake.shared.lock().unwrap().backoffs, vec![c1.clone(), c1]);
+    let metrics = fake.metrics.encode();
+    for line in [
+        "oi_manager_reconciles_total{controller=\"cluster\"} 4",
+        "oi_manager_reconcile_errors_total{controller=\"cluster\",reason=\"StoreUnavailable\"} 1",
+        "oi_manager_reconcile_errors_total{controller=\"cluster\",reason=\"Panic\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
+    // AwaitChange: nothing more.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(fake.calls().len(), 4);
+}
+
+#[tokio::test]
+async fn a_change_preempts_a_later_requeue() {
+    let store = Arc::new(MemoryStore::new());
+    store.insert(cluster("c1"));
+    let c1 = job(C, "c1");
+    let script = BTreeMap::from([(c1.clone(), VecDeque::from([Answer::Requeue(60_000)]))]);
+    let fake = Fake::with(&store, Duration::ZERO, script);
+    let edit = async {
+        eventually("the first run", || fake.calls().len() == 1).await;
+        let mut c: Cluster = store.object(&c1.1).unwrap();
+        c.spec.control_plane_replicas = Some(3);
+        store.update(&c).await.unwrap();
+    };
+    let done_fake = Arc::clone(&fake);
+    let (result, ()) = tokio::join!(
+        run_until(
+            &fake,
+            move |_| done_fake.calls().len() == 2,
+            Duration::from_secs(5)
+        ),
+        edit
+    );
+    result.unwrap();
+    let times = fake.call_times(&c1);
+    assert!(times[1] - times[0] < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn runs_four_at_once_never_a_key_or_cluster_twice() {
+    let store = Arc::new(MemoryStore::new());
+    for i in 0..8 {
+        store.insert(cluster(&format!("c{i}")));
+    }
+    // Three components of c0: they and c0 run one at a time.
+    for i in 0..3 {
+        store.insert(component(&format!("k{i}"), "c0", None));
+    }
+    let fake = Fake::with(&store, Duration::from_millis(60), BTreeMap::new());
+    let done_fake = Arc::clone(&fake);
+    run_until(
+        &fake,
+        move |_| done_fake.shared.lock().unwrap().finished.len() == 11,
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    let shared = fake.shared.lock().unwrap();
+    assert_eq!(shared.max_running, CONCURRENCY);
+    assert_eq!(shared.overlaps, Vec::<String>::new());
+    assert_eq!(shared.calls.len(), 11);
+}
+
+#[tokio::test]
+async fn run_until_returns_when_the_store_is_as_expected() {
+    let store = Arc::new(MemoryStore::new());
+    store.insert(cluster("c1"));
+    store.insert(cluster("c2"));
+    let fake = Fake::new(&store);
+    // Someone else (a test, a user) writes meanwhile; the driver notices after a reconcile.
+    let labelled = |s: &MemoryStore| {
+        s.object::<Cluster>(&ObjectKey::new("ns", "c2"))
+            .is_some_and(|c| c.metadata.labels.contains_key("seen"))
+    };
+    let writer = async {
+        eventually("the first round", || fake.calls().len() == 2).await;
+        let mut c: Cluster = store.object(&ObjectKey::new("ns", "c2")).unwrap();
+        c.metadata.labels.insert("seen".into(), "yes".into());
+        store.update(&c).await.unwrap();
+    };
+    let (result, ()) = tokio::join!(run_until(&fake, labelled, Duration::from_secs(5)), writer);
+    result.unwrap();
+    assert_eq!(fake.calls(), vec![job(C, "c1"), job(C, "c2"), job(C, "c2")]);
+}
+
+#[tokio::test]
+async fn shutdown_waits_for_the_reconciles_under_way() {
+    let store = Arc::new(MemoryStore::new());
+    store.insert(cluster("c1"));
+    let fake = Fake::with(&store, Duration::from_millis(150), BTreeMap::new());
+    let never = |_: &MemoryStore| false;
+    let end = drive(
+        &fake,
+        tokio::time::sleep(Duration::from_millis(20)),
+        &never,
+        true,
+    )
+    .await;
+    assert!(!end.done);
+    assert_eq!(fake.shared.lock().unwrap().finished, vec![job(C, "c1")]);
+    assert_eq!(
+        end.last,
+        BTreeMap::from([(job(C, "c1"), Outcome::Ok(Action::AwaitChange))])
+    );
+
+    // Without grace (run_until's timeout) they are aborted.
+    let fake = Fake::with(&store, Duration::from_millis(150), BTreeMap::new());
+    let end = drive(
+        &fake,
+        tokio::time::sleep(Duration::from_millis(20)),
+        &never,
+        false,
+    )
+    .await;
+    assert_eq!(fake.shared.lock().unwrap().finished, Vec::<Job>::new());
+    assert_eq!(end.last, BTreeMap::new());
+}

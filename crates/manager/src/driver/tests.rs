@@ -551,3 +551,208 @@ async fn shutdown_waits_for_the_reconciles_under_way() {
     assert_eq!(fake.shared.lock().unwrap().finished, Vec::<Job>::new());
     assert_eq!(end.last, BTreeMap::new());
 }
+
+// ---- the driver with the real controllers, fake hypervisors and a simulated network ----
+
+mod real {
+    use oi_api::common::{ConditionStatus, condition_types, find_condition};
+    use oi_cri::HypervisorRuntime as _;
+    use oi_cri::fake::FakeRuntime;
+    use oi_engine::{HttpsError, HttpsRequest, HttpsResponse};
+    use oi_reconcile::ports::names;
+    use pretty_assertions::assert_eq;
+
+    use super::*;
+    use crate::controller::{FINALIZER, ManagerOptions};
+    use crate::memory::Write;
+
+    struct Runtimes(BTreeMap<String, Arc<FakeRuntime>>);
+
+    impl Connector for Runtimes {
+        type Runtime = FakeRuntime;
+
+        async fn connect(&self, h: &Hypervisor) -> oi_engine::Result<Arc<FakeRuntime>> {
+            self.0
+                .get(&h.metadata.name)
+                .cloned()
+                .ok_or_else(|| oi_engine::Error::NoEndpoint {
+                    hypervisor: h.metadata.name.clone(),
+                })
+        }
+    }
+
+    /// A one-member etcd per cluster and API servers that answer, at the endpoints the
+    /// store's Components and Hypervisors name.
+    struct OneMemberEtcd {
+        store: Arc<MemoryStore>,
+    }
+
+    impl OneMemberEtcd {
+        /// (member name, peer URL) of the etcd whose client URL is `base`.
+        fn member(&self, base: &str) -> Option<(String, String)> {
+            self.store.objects::<Component>().into_iter().find_map(|c| {
+                let h: Hypervisor = self
+                    .store
+                    .object(&ObjectKey::cluster_scoped(c.spec.hypervisor.clone()?))?;
+                let url = |port: &str| {
+                    c.status
+                        .host_port(port)
+                        .map(|p| format!("https://{}:{p}", h.spec.ip_address))
+                };
+                (url(names::ETCD_CLIENT)? == base)
+                    .then(|| Some((c.metadata.name.clone(), url(names::ETCD_PEER)?)))?
+            })
+        }
+    }
+
+    impl Network for OneMemberEtcd {
+        async fn request(&self, r: HttpsRequest<'_>) -> Result<HttpsResponse, HttpsError> {
+            tokio::task::yield_now().await;
+            let refused = || HttpsError {
+                url: r.base.to_string(),
+                reason: "connection refused".into(),
+            };
+            if r.path == "/readyz" {
+                return Ok(HttpsResponse {
+                    status: 200,
+                    body: b"ok".to_vec(),
+                });
+            }
+            assert_eq!(r.path, "/v3/cluster/member/list", "one member only");
+            let (name, peer) = self.member(r.base).ok_or_else(refused)?;
+            let body = serde_json::json!({"members": [{"ID": "1", "name": name,
+                "peerURLs": [peer], "clientURLs": [r.base], "isLearner": false}]});
+            Ok(HttpsResponse {
+                status: 200,
+                body: body.to_string().into_bytes(),
+            })
+        }
+    }
+
+    fn hypervisor(name: &str, public: bool, ip: &str) -> Hypervisor {
+        let mut h = super::hypervisor(name);
+        h.spec.public = public;
+        h.spec.ip_address = ip.into();
+        h.spec.port_range = PortRange {
+            low: 30000,
+            high: 30099,
+        };
+        h
+    }
+
+    fn ready(store: &MemoryStore) -> bool {
+        store
+            .object::<Cluster>(&ObjectKey::new("ns", "c"))
+            .and_then(|c| {
+                find_condition(&c.status.conditions, condition_types::RECONCILE_SUCCEEDED)
+                    .map(|s| s.status == ConditionStatus::True)
+            })
+            .unwrap_or(false)
+    }
+
+    fn pods(runtimes: &BTreeMap<String, Arc<FakeRuntime>>) -> Vec<String> {
+        runtimes
+            .iter()
+            .flat_map(|(h, rt)| {
+                futures::executor::block_on(rt.list_pods(&BTreeMap::new()))
+                    .unwrap()
+                    .into_iter()
+                    .map(move |p| format!("{h}/{}", p.name))
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_cluster_comes_up_stays_quiet_and_goes_away() {
+        let store = Arc::new(MemoryStore::new());
+        store.insert(hypervisor("private-1", false, "10.0.0.1"));
+        store.insert(hypervisor("public-1", true, "10.0.1.1"));
+        let mut c = cluster("c");
+        c.spec.control_plane_replicas = Some(1);
+        store.insert(c);
+        let runtimes: BTreeMap<String, Arc<FakeRuntime>> = ["private-1", "public-1"]
+            .into_iter()
+            .map(|h| (h.to_string(), Arc::new(FakeRuntime::new(h))))
+            .collect();
+        let mut options = ManagerOptions::default();
+        options.engine.max_wait = Duration::from_secs(2);
+        options.engine.poll_interval = Duration::from_millis(5);
+        let metrics = Arc::new(Metrics::new());
+        let ctx = Arc::new(Context::new(
+            Arc::clone(&store),
+            Runtimes(runtimes.clone()),
+            OneMemberEtcd {
+                store: Arc::clone(&store),
+            },
+            options,
+            Arc::clone(&metrics),
+        ));
+        let driver = Driver::new(Arc::clone(&ctx));
+
+        driver
+            .run_until(ready, Duration::from_secs(20))
+            .await
+            .unwrap();
+        let components = store.objects::<Component>();
+        assert_eq!(
+            components
+                .iter()
+                .map(|c| (c.metadata.name.as_str(), c.metadata.finalizers.clone()))
+                .collect::<Vec<_>>(),
+            vec![
+                ("c-control-plane-0", vec![FINALIZER.to_string()]),
+                ("c-ingress", vec![FINALIZER.to_string()]),
+            ]
+        );
+        let running = pods(&runtimes);
+        assert!(
+            running
+                .iter()
+                .any(|p| p.starts_with("private-1/c-control-plane-0"))
+                && running.iter().any(|p| p.starts_with("public-1/c-ingress")),
+            "{running:?}"
+        );
+        let text = metrics.encode();
+        for line in [
+            "oi_manager_hypervisor_reachable{hypervisor=\"private-1\"} 1",
+            "oi_manager_hypervisor_reachable{hypervisor=\"public-1\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        assert!(
+            !text.contains("oi_manager_reconcile_errors_total{"),
+            "no reconcile failed: {text}"
+        );
+
+        // Converged: another run reconciles everything once more and writes nothing.
+        store.clear_writes();
+        let quiet = driver
+            .run_until(|_| false, Duration::from_millis(500))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(quiet.contains("cluster ns/c: requeue in 300s"), "{quiet}");
+        assert_eq!(store.writes(), Vec::<Write>::new());
+
+        // Deleted: torn down, released, gone.
+        store
+            .delete::<Cluster>(&ObjectKey::new("ns", "c"))
+            .await
+            .unwrap();
+        let rt = runtimes.clone();
+        driver
+            .run_until(
+                move |s| {
+                    s.objects::<Cluster>().is_empty()
+                        && s.objects::<Component>().is_empty()
+                        && pods(&rt).is_empty()
+                },
+                Duration::from_secs(20),
+            )
+            .await
+            .unwrap();
+        for h in store.objects::<Hypervisor>() {
+            assert_eq!(h.status.allocated_ports, vec![], "{}", h.metadata.name);
+        }
+    }
+}

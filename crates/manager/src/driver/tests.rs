@@ -552,6 +552,39 @@ async fn shutdown_waits_for_the_reconciles_under_way() {
     assert_eq!(end.last, BTreeMap::new());
 }
 
+#[tokio::test]
+async fn falling_behind_the_changes_lists_everything_again() {
+    let store = Arc::new(MemoryStore::new());
+    store.insert(cluster("c1"));
+    store.insert(cluster("c2"));
+    let fake = Fake::new(&store);
+    let flood = async {
+        eventually("the first round", || fake.calls().len() == 2).await;
+        // More changes than the channel holds, without yielding to the driver.
+        let mut c: Cluster = store.object(&ObjectKey::new("ns", "c1")).unwrap();
+        for i in 0..crate::memory::CHANGE_CAPACITY + 10 {
+            c.metadata.labels.insert("i".into(), i.to_string());
+            c.metadata.resource_version = None;
+            store.update(&c).await.unwrap();
+        }
+    };
+    let done_fake = Arc::clone(&fake);
+    let (result, ()) = tokio::join!(
+        run_until(
+            &fake,
+            move |_| done_fake.calls().len() == 4,
+            Duration::from_secs(5)
+        ),
+        flood
+    );
+    result.unwrap();
+    // c2 did not change, yet it is reconciled again: the driver listed everything.
+    assert_eq!(
+        sorted(fake.calls()),
+        vec![job(C, "c1"), job(C, "c1"), job(C, "c2"), job(C, "c2")]
+    );
+}
+
 // ---- the driver with the real controllers, fake hypervisors and a simulated network ----
 
 mod real {

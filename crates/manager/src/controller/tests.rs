@@ -437,7 +437,10 @@ async fn a_new_cluster_is_prepared_written_back_and_comes_up() {
     let mut expected = BTreeSet::new();
     for component in h.components("c") {
         assert_eq!(component.metadata.finalizers, [FINALIZER]);
-        assert_eq!(component.metadata.owner_references, std::slice::from_ref(&owner));
+        assert_eq!(
+            component.metadata.owner_references,
+            std::slice::from_ref(&owner)
+        );
         if component.spec.role == oi_api::ComponentRole::ControlPlane {
             assert!(
                 !component.status.server_certificates.is_empty(),
@@ -962,4 +965,94 @@ fn reconcile_futures_are_send() {
     send(&component);
     let hypervisor = reconcile_hypervisor(&k, &h.ctx);
     send(&hypervisor);
+}
+
+#[tokio::test]
+async fn readiness_transitions_are_published_once_each() {
+    let h = Harness::new();
+    h.ready("c", 3).await;
+    h.ctx
+        .connector
+        .down
+        .lock()
+        .unwrap()
+        .insert("private-2".into());
+    let not_ready = Action::Requeue(Duration::from_secs(2));
+    assert_eq!(
+        reconcile_cluster(&key("c"), &h.ctx).await.unwrap(),
+        not_ready
+    );
+    let c = h.cluster("c").unwrap();
+    assert_eq!(
+        succeeded(&c),
+        Some((ConditionStatus::False, "HypervisorUnreachable".into()))
+    );
+    let warnings: Vec<_> = h
+        .store
+        .events()
+        .into_iter()
+        .filter(|e| e.type_ == EventType::Warning)
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].reason, "ClusterNotReady");
+    assert!(
+        warnings[0].note.contains("HypervisorUnreachable")
+            && warnings[0].note.contains("private-2"),
+        "{}",
+        warnings[0].note
+    );
+    // Still down: the same status, no write, no second event.
+    h.store.clear_writes();
+    let events = h.store.events().len();
+    assert_eq!(
+        reconcile_cluster(&key("c"), &h.ctx).await.unwrap(),
+        not_ready
+    );
+    assert_eq!(h.store.writes(), []);
+    assert_eq!(h.store.events().len(), events);
+
+    h.ctx.connector.down.lock().unwrap().clear();
+    assert_eq!(
+        reconcile_cluster(&key("c"), &h.ctx).await.unwrap(),
+        Action::Requeue(Duration::from_secs(300))
+    );
+    assert_eq!(h.event_reasons()[events..], ["ClusterReady".to_string()]);
+}
+
+#[tokio::test]
+async fn a_component_deleted_by_hand_is_replaced_then_released() {
+    let h = Harness::new();
+    h.ready("c", 3).await;
+    h.store
+        .delete::<Component>(&key("c-control-plane-1"))
+        .await
+        .unwrap();
+    assert_eq!(
+        reconcile_cluster(&key("c"), &h.ctx).await.unwrap(),
+        Action::Requeue(Duration::from_secs(300))
+    );
+    // The lowest free index replaces it; the old one is torn down and gone.
+    assert_eq!(
+        h.names("c"),
+        [
+            "c-control-plane-0",
+            "c-control-plane-2",
+            "c-control-plane-3",
+            "c-ingress"
+        ]
+    );
+    assert_eq!(
+        h.ctx.network.members(),
+        [[
+            "c-control-plane-0",
+            "c-control-plane-2",
+            "c-control-plane-3"
+        ]]
+    );
+    assert!(h.pods().iter().all(|p| !p.contains("c-control-plane-1")));
+    assert!(
+        h.allocations()
+            .iter()
+            .all(|a| !a.2.starts_with("c-control-plane-1-"))
+    );
 }

@@ -814,6 +814,8 @@ async fn a_conflict_fails_the_reconcile_and_a_rerun_converges() {
         0
     );
     assert_eq!(h.names("c"), ["c-control-plane-0", "c-ingress"]);
+    // The ports written before the failed creation went to the same components: none leaked.
+    assert_eq!(h.allocations().len(), 3 + 1, "{:?}", h.allocations());
     h.store.clear_writes();
     reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
     assert_eq!(h.store.writes(), []);
@@ -1054,5 +1056,57 @@ async fn a_component_deleted_by_hand_is_replaced_then_released() {
         h.allocations()
             .iter()
             .all(|a| !a.2.starts_with("c-control-plane-1-"))
+    );
+}
+
+#[tokio::test]
+async fn engine_runs_never_remove_another_runs_throwaway_pods() {
+    let h = Harness::new();
+    let mut ctx_options = options();
+    // Even when asked to: the manager's runs are many at once.
+    ctx_options.engine.remove_leftover_throwaway_pods = true;
+    let ctx = Context::new(
+        Arc::clone(&h.store),
+        FakeConnector {
+            runtimes: h.ctx.connector.runtimes.clone(),
+            down: Mutex::new(BTreeSet::new()),
+        },
+        SimNetwork {
+            store: Arc::clone(&h.store),
+            runtimes: h.ctx.connector.runtimes.clone(),
+            etcd: Mutex::new(BTreeMap::new()),
+        },
+        ctx_options,
+        Arc::new(Metrics::new()),
+    );
+    // Another cluster's file writer, running on a hypervisor c uses.
+    let writer = PodSpec {
+        namespace: oi_cri::requests::RUN_NAMESPACE.into(),
+        name: "oi-run-writer-of-another-cluster".into(),
+        labels: BTreeMap::from([(oi_cri::requests::RUN_LABEL.into(), "true".into())]),
+        containers: vec![ContainerSpec {
+            name: "writer".into(),
+            image: "busybox".into(),
+            command: vec![],
+            args: vec![],
+            env: BTreeMap::new(),
+            mounts: vec![],
+            privileged: false,
+        }],
+    };
+    h.ctx.connector.runtimes["public-1"]
+        .ensure_pod(&writer)
+        .await
+        .unwrap();
+    h.store.insert(cluster("c", 1));
+    assert_eq!(
+        reconcile_cluster(&key("c"), &ctx).await.unwrap(),
+        Action::Requeue(Duration::from_secs(300))
+    );
+    assert!(
+        h.pods()
+            .contains(&"public-1/oi-run-writer-of-another-cluster".to_string()),
+        "{:?}",
+        h.pods()
     );
 }

@@ -13,3 +13,4 @@ pub mod leader;
 pub mod memory;
 pub mod metrics;
 pub mod store;
+pub mod http;

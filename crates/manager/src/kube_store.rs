@@ -1,1 +1,687 @@
-//! (being written)
+//! [`KubeStore`]: the [`Store`] over custom resources on a management Kubernetes cluster,
+//! through kube-rs.
+//!
+//! ```text
+//!   controller ──Store──▶ KubeStore ──Api<DynamicObject>──▶ API server
+//!        our types ◀─serde_json─▶ DynamicObject (ApiResource from [`api_resource`])
+//! ```
+//!
+//! Objects travel as [`DynamicObject`]s described by [`api_resource`] and are converted to and
+//! from our types with serde_json, so the wire shape is exactly what our types write (the CRDs
+//! of `oi_api::crd` accept it). Requests:
+//!
+//! | call            | request                                                    |
+//! |-----------------|------------------------------------------------------------|
+//! | `get`           | `GET .../<plural>/<name>` (404: `Ok(None)`)                |
+//! | `list`          | `GET .../<plural>` (one namespace, or every one)           |
+//! | `create`        | `POST .../<plural>`                                        |
+//! | `update`        | `PUT .../<plural>/<name>` with `metadata.resourceVersion`  |
+//! | `update_status` | `PUT .../<plural>/<name>/status`                           |
+//! | `delete`        | `DELETE .../<plural>/<name>` (404: `Ok(())`)               |
+//! | `publish`       | `POST /apis/events.k8s.io/v1/namespaces/<ns>/events`       |
+//!
+//! API errors map to [`StoreError`] by HTTP code and `reason`: 404 NotFound, 409 AlreadyExists
+//! or Conflict, 400/422 Invalid, anything else (and transport failures) Unavailable. Messages
+//! that could echo field values (the API server's validation messages, serde's decode errors)
+//! have their quoted values redacted: a rejected Cluster must not put its CA key in a log.
+
+use std::fmt;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta as KubeObjectMeta};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use oi_api::{DEFAULT_NAMESPACE, Kind, ObjectKey};
+use serde_json::Value;
+
+use crate::store::{ObjectEvent, Result, Store, StoreError, Stored};
+
+/// The longest event `note` the API server accepts (events.k8s.io/v1 validation: 1 KiB).
+pub const MAX_EVENT_NOTE_BYTES: usize = 1024;
+
+/// The [`Store`] on a management cluster: the CRDs of `oi_api::crd` must be installed.
+#[derive(Clone)]
+pub struct KubeStore {
+    client: kube::Client,
+    reporter: String,
+    instance: String,
+}
+
+impl fmt::Debug for KubeStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KubeStore")
+            .field("reporter", &self.reporter)
+            .field("instance", &self.instance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubeStore {
+    /// A store on `client`'s cluster. `reporter` is the events' `reportingController` (e.g.
+    /// `oneinfra.ereslibre.es/oi-manager`), `instance` their `reportingInstance` (the pod
+    /// name).
+    pub fn new(
+        client: kube::Client,
+        reporter: impl Into<String>,
+        instance: impl Into<String>,
+    ) -> Self {
+        KubeStore {
+            client,
+            reporter: reporter.into(),
+            instance: instance.into(),
+        }
+    }
+
+    /// The client, for watches and leader election on the same connection.
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// The API of `kind` for objects of `namespace` (ignored for cluster-scoped kinds; `None`:
+    /// every namespace).
+    fn api(&self, kind: Kind, namespace: Option<&str>) -> Api<DynamicObject> {
+        let resource = api_resource(kind);
+        match namespace {
+            Some(ns) if kind.namespaced() => {
+                let ns = if ns.is_empty() { DEFAULT_NAMESPACE } else { ns };
+                Api::namespaced_with(self.client.clone(), ns, &resource)
+            }
+            _ => Api::all_with(self.client.clone(), &resource),
+        }
+    }
+
+    /// The API for the object at `key`.
+    fn api_for(&self, kind: Kind, key: &ObjectKey) -> Api<DynamicObject> {
+        self.api(kind, Some(&key.namespace))
+    }
+}
+
+/// The API resource of `kind`: group, version `v1alpha1`, kind and plural, as `oi_api::crd`
+/// declares them.
+pub fn api_resource(kind: Kind) -> ApiResource {
+    let (group, version) = kind
+        .api_version()
+        .split_once('/')
+        .unwrap_or(("", kind.api_version()));
+    let gvk = GroupVersionKind::gvk(group, version, kind.as_str());
+    ApiResource::from_gvk_with_plural(&gvk, plural(kind))
+}
+
+/// The plural resource name of `kind`.
+pub fn plural(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Hypervisor => "hypervisors",
+        Kind::Cluster => "clusters",
+        Kind::Component => "components",
+        Kind::NodeJoinRequest => "nodejoinrequests",
+    }
+}
+
+/// One RBAC rule the manager needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Permission {
+    pub api_group: &'static str,
+    /// A resource or `resource/subresource`.
+    pub resource: &'static str,
+    pub verbs: &'static [&'static str],
+}
+
+const CLUSTER_GROUP: &str = "cluster.oneinfra.ereslibre.es";
+const INFRA_GROUP: &str = "infra.oneinfra.ereslibre.es";
+
+/// Every permission the manager needs, and no more (a test compares the RBAC manifest with
+/// this list):
+/// - the controllers watch Clusters, Components and Hypervisors (get, list, watch);
+/// - the Cluster controller adds and removes its finalizer on Clusters (update), writes their
+///   status, and creates, updates (finalizers) and deletes their Components;
+/// - the Component controller writes Component status; the Hypervisor controller Hypervisor
+///   status (reachability, port allocations);
+/// - Components carry an ownerReference with `blockOwnerDeletion` to their Cluster, which the
+///   OwnerReferencesPermissionEnforcement admission plugin only allows with update on
+///   `clusters/finalizers`;
+/// - events are only created ([`KubeStore`] never patches a series);
+/// - leader election reads, creates and updates its Lease.
+pub const PERMISSIONS: &[Permission] = &[
+    Permission {
+        api_group: CLUSTER_GROUP,
+        resource: "clusters",
+        verbs: &["get", "list", "watch", "update"],
+    },
+    Permission {
+        api_group: CLUSTER_GROUP,
+        resource: "clusters/status",
+        verbs: &["update"],
+    },
+    Permission {
+        api_group: CLUSTER_GROUP,
+        resource: "clusters/finalizers",
+        verbs: &["update"],
+    },
+    Permission {
+        api_group: CLUSTER_GROUP,
+        resource: "components",
+        verbs: &["get", "list", "watch", "create", "update", "delete"],
+    },
+    Permission {
+        api_group: CLUSTER_GROUP,
+        resource: "components/status",
+        verbs: &["update"],
+    },
+    Permission {
+        api_group: INFRA_GROUP,
+        resource: "hypervisors",
+        verbs: &["get", "list", "watch"],
+    },
+    Permission {
+        api_group: INFRA_GROUP,
+        resource: "hypervisors/status",
+        verbs: &["update"],
+    },
+    Permission {
+        api_group: "events.k8s.io",
+        resource: "events",
+        verbs: &["create"],
+    },
+    Permission {
+        api_group: "coordination.k8s.io",
+        resource: "leases",
+        verbs: &["get", "create", "update"],
+    },
+];
+
+/// What a store call was doing, for error messages.
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Get,
+    List,
+    Create,
+    Update,
+    UpdateStatus,
+    Delete,
+    Publish,
+}
+
+impl Op {
+    fn as_str(self) -> &'static str {
+        match self {
+            Op::Get => "get",
+            Op::List => "list",
+            Op::Create => "create",
+            Op::Update => "update",
+            Op::UpdateStatus => "update status of",
+            Op::Delete => "delete",
+            Op::Publish => "publish an event about",
+        }
+    }
+}
+
+/// Maps a kube error of `op` on `kind` `key` to a [`StoreError`].
+fn store_error(op: Op, kind: Kind, key: &ObjectKey, error: kube::Error) -> StoreError {
+    match error {
+        kube::Error::Api(status) => {
+            let code = status.code;
+            let reason = status.reason.as_str();
+            match (code, reason) {
+                (404, _) | (_, "NotFound") => StoreError::NotFound {
+                    kind,
+                    key: key.clone(),
+                },
+                (409, "AlreadyExists") | (_, "AlreadyExists") => StoreError::AlreadyExists {
+                    kind,
+                    key: key.clone(),
+                },
+                (409, _) | (_, "Conflict") => StoreError::Conflict {
+                    kind,
+                    key: key.clone(),
+                    message: status.message.clone(),
+                },
+                (400 | 422, _) | (_, "Invalid" | "BadRequest") => StoreError::Invalid {
+                    kind,
+                    key: key.clone(),
+                    message: redact_quoted(&status.message),
+                },
+                _ => StoreError::Unavailable(format!(
+                    "{} {kind} {key}: the API server answered {code} {reason}: {}",
+                    op.as_str(),
+                    redact_quoted(&status.message)
+                )),
+            }
+        }
+        other => StoreError::Unavailable(format!(
+            "{} {kind} {key}: {}",
+            op.as_str(),
+            redact_quoted(&other.to_string())
+        )),
+    }
+}
+
+/// `message` with the content of every double-quoted string replaced by `<redacted>`:
+/// serde (`invalid type: string "..."`) and the API server (`Invalid value: "..."`) quote the
+/// values they reject, and those may be key material. Field names (serde quotes them with
+/// backticks, the API server writes paths bare) stay.
+pub fn redact_quoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut chars = message.chars();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c != '"' {
+            continue;
+        }
+        // Skip to the closing quote, honouring backslash escapes.
+        let mut closed = false;
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => {
+                    chars.next();
+                }
+                '"' => {
+                    closed = true;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        out.push_str("<redacted>");
+        if closed {
+            out.push('"');
+        }
+    }
+    out
+}
+
+/// Our object as the [`DynamicObject`] kube sends.
+fn to_dynamic<K: Stored>(object: &K) -> Result<DynamicObject> {
+    let encode = |e: serde_json::Error| {
+        StoreError::Unavailable(format!(
+            "cannot encode {} {}: {}",
+            K::KIND,
+            object.key(),
+            redact_quoted(&e.to_string())
+        ))
+    };
+    let value = serde_json::to_value(object).map_err(encode)?;
+    serde_json::from_value(value).map_err(encode)
+}
+
+/// A [`DynamicObject`] from the API server as our type. List items may come without
+/// `apiVersion` and `kind`; they are filled in from `kind`.
+fn from_dynamic<K: Stored>(object: DynamicObject) -> Result<K> {
+    let key = dynamic_key(K::KIND, &object);
+    let decode = |e: serde_json::Error| {
+        StoreError::Unavailable(format!(
+            "{} {key} from the API server does not decode: {}",
+            K::KIND,
+            redact_quoted(&e.to_string())
+        ))
+    };
+    let mut value = serde_json::to_value(&object).map_err(decode)?;
+    if let Value::Object(map) = &mut value {
+        map.entry("apiVersion")
+            .or_insert_with(|| Value::String(K::KIND.api_version().to_string()));
+        map.entry("kind")
+            .or_insert_with(|| Value::String(K::KIND.as_str().to_string()));
+    }
+    serde_json::from_value(value).map_err(decode)
+}
+
+fn dynamic_key(kind: Kind, object: &DynamicObject) -> ObjectKey {
+    let name = object.metadata.name.clone().unwrap_or_default();
+    if kind.namespaced() {
+        let ns = object
+            .metadata
+            .namespace
+            .clone()
+            .filter(|ns| !ns.is_empty())
+            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
+        ObjectKey::new(ns, name)
+    } else {
+        ObjectKey::cluster_scoped(name)
+    }
+}
+
+/// `note` cut to at most [`MAX_EVENT_NOTE_BYTES`] bytes, on a character boundary.
+fn truncate_note(note: &str) -> String {
+    if note.len() <= MAX_EVENT_NOTE_BYTES {
+        return note.to_string();
+    }
+    let mut end = MAX_EVENT_NOTE_BYTES;
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    note[..end].to_string()
+}
+
+/// The events.k8s.io/v1 Event [`KubeStore::publish`] creates for `event` at `now`.
+pub fn kube_event(
+    event: &ObjectEvent,
+    reporter: &str,
+    instance: &str,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Event {
+    let namespace = if event.kind.namespaced() && !event.key.namespace.is_empty() {
+        event.key.namespace.clone()
+    } else {
+        DEFAULT_NAMESPACE.to_string()
+    };
+    Event {
+        metadata: KubeObjectMeta {
+            generate_name: Some(format!("{}.", event.key.name)),
+            namespace: Some(namespace.clone()),
+            ..KubeObjectMeta::default()
+        },
+        event_time: Some(MicroTime(now)),
+        reporting_controller: Some(reporter.to_string()),
+        reporting_instance: Some(instance.to_string()),
+        action: Some(event.action.clone()),
+        reason: Some(event.reason.clone()),
+        note: Some(truncate_note(&event.note)),
+        type_: Some(event.type_.as_str().to_string()),
+        regarding: Some(ObjectReference {
+            api_version: Some(event.kind.api_version().to_string()),
+            kind: Some(event.kind.as_str().to_string()),
+            name: Some(event.key.name.clone()),
+            namespace: event.kind.namespaced().then_some(namespace),
+            uid: event.uid.clone(),
+            ..ObjectReference::default()
+        }),
+        ..Event::default()
+    }
+}
+
+impl Store for KubeStore {
+    async fn get<K: Stored>(&self, key: &ObjectKey) -> Result<Option<K>> {
+        match self.api_for(K::KIND, key).get(&key.name).await {
+            Ok(object) => from_dynamic(object).map(Some),
+            Err(e) => match store_error(Op::Get, K::KIND, key, e) {
+                StoreError::NotFound { .. } => Ok(None),
+                other => Err(other),
+            },
+        }
+    }
+
+    async fn list<K: Stored>(&self, namespace: Option<&str>) -> Result<Vec<K>> {
+        let list = self
+            .api(K::KIND, namespace)
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| {
+                let key = ObjectKey::new(namespace.unwrap_or_default(), "");
+                store_error(Op::List, K::KIND, &key, e)
+            })?;
+        list.items.into_iter().map(from_dynamic).collect()
+    }
+
+    async fn create<K: Stored>(&self, object: &K) -> Result<K> {
+        let key = object.key();
+        let mut object = object.clone();
+        // The API server refuses a create that carries a resourceVersion.
+        object.metadata_mut().resource_version = None;
+        let body = to_dynamic(&object)?;
+        let created = self
+            .api_for(K::KIND, &key)
+            .create(&PostParams::default(), &body)
+            .await
+            .map_err(|e| store_error(Op::Create, K::KIND, &key, e))?;
+        from_dynamic(created)
+    }
+
+    async fn update<K: Stored>(&self, object: &K) -> Result<K> {
+        let key = object.key();
+        let body = to_dynamic(object)?;
+        let updated = self
+            .api_for(K::KIND, &key)
+            .replace(&key.name, &PostParams::default(), &body)
+            .await
+            .map_err(|e| store_error(Op::Update, K::KIND, &key, e))?;
+        from_dynamic(updated)
+    }
+
+    async fn update_status<K: Stored>(&self, object: &K) -> Result<K> {
+        let key = object.key();
+        let body = to_dynamic(object)?;
+        let updated = self
+            .api_for(K::KIND, &key)
+            .replace_status(&key.name, &PostParams::default(), &body)
+            .await
+            .map_err(|e| store_error(Op::UpdateStatus, K::KIND, &key, e))?;
+        from_dynamic(updated)
+    }
+
+    async fn delete<K: Stored>(&self, key: &ObjectKey) -> Result<()> {
+        match self
+            .api_for(K::KIND, key)
+            .delete(&key.name, &DeleteParams::default())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => match store_error(Op::Delete, K::KIND, key, e) {
+                StoreError::NotFound { .. } => Ok(()),
+                other => Err(other),
+            },
+        }
+    }
+
+    async fn publish(&self, event: &ObjectEvent) -> Result<()> {
+        let body = kube_event(
+            event,
+            &self.reporter,
+            &self.instance,
+            k8s_openapi::jiff::Timestamp::now(),
+        );
+        let namespace = body
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        api.create(&PostParams::default(), &body)
+            .await
+            .map_err(|e| store_error(Op::Publish, event.kind, &event.key, e))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::EventType;
+
+    #[test]
+    fn api_resources_match_the_crds() {
+        for kind in Kind::ALL {
+            let crd = oi_api::crd::custom_resource_definition(kind);
+            let resource = api_resource(kind);
+            assert_eq!(resource.group, crd["spec"]["group"], "{kind}");
+            assert_eq!(resource.plural, crd["spec"]["names"]["plural"], "{kind}");
+            assert_eq!(resource.kind, crd["spec"]["names"]["kind"], "{kind}");
+            assert_eq!(
+                resource.version, crd["spec"]["versions"][0]["name"],
+                "{kind}"
+            );
+            assert_eq!(resource.version, "v1alpha1");
+            assert_eq!(resource.api_version, kind.api_version());
+        }
+    }
+
+    #[test]
+    fn permissions_cover_status_subresources_of_written_kinds() {
+        let find = |group: &str, resource: &str| {
+            PERMISSIONS
+                .iter()
+                .find(|p| p.api_group == group && p.resource == resource)
+                .map(|p| p.verbs.to_vec())
+        };
+        assert_eq!(find(CLUSTER_GROUP, "clusters/status"), Some(vec!["update"]));
+        assert_eq!(
+            find("coordination.k8s.io", "leases"),
+            Some(vec!["get", "create", "update"])
+        );
+        // No rule twice.
+        for (i, p) in PERMISSIONS.iter().enumerate() {
+            assert!(
+                PERMISSIONS[i + 1..]
+                    .iter()
+                    .all(|q| (q.api_group, q.resource) != (p.api_group, p.resource)),
+                "{p:?} twice"
+            );
+        }
+    }
+
+    #[test]
+    fn redaction_hides_quoted_values_and_keeps_the_rest() {
+        assert_eq!(
+            redact_quoted(r#"invalid type: string "-----BEGIN \"EC\" KEY-----", expected u16"#),
+            r#"invalid type: string "<redacted>", expected u16"#
+        );
+        assert_eq!(
+            redact_quoted("unknown field `foo`, expected `bar`"),
+            "unknown field `foo`, expected `bar`"
+        );
+        assert_eq!(redact_quoted(r#"open "abc"#), r#"open "<redacted>"#);
+    }
+
+    #[test]
+    fn store_errors_by_code_and_reason() {
+        let key = ObjectKey::new("ns", "c");
+        let api = |code: u16, reason: &str, message: &str| {
+            kube::Error::Api(
+                kube::core::Status::failure(message, reason)
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        assert_eq!(
+            store_error(Op::Get, Kind::Cluster, &key, api(404, "NotFound", "x")),
+            StoreError::NotFound {
+                kind: Kind::Cluster,
+                key: key.clone()
+            }
+        );
+        assert_eq!(
+            store_error(
+                Op::Create,
+                Kind::Cluster,
+                &key,
+                api(409, "AlreadyExists", "x")
+            ),
+            StoreError::AlreadyExists {
+                kind: Kind::Cluster,
+                key: key.clone()
+            }
+        );
+        assert_eq!(
+            store_error(
+                Op::Update,
+                Kind::Cluster,
+                &key,
+                api(409, "Conflict", "modified")
+            ),
+            StoreError::Conflict {
+                kind: Kind::Cluster,
+                key: key.clone(),
+                message: "modified".to_string()
+            }
+        );
+        assert_eq!(
+            store_error(
+                Op::Update,
+                Kind::Cluster,
+                &key,
+                api(422, "Invalid", r#"spec.x: Invalid value: "secret": bad"#)
+            ),
+            StoreError::Invalid {
+                kind: Kind::Cluster,
+                key: key.clone(),
+                message: r#"spec.x: Invalid value: "<redacted>": bad"#.to_string()
+            }
+        );
+        assert_eq!(
+            store_error(
+                Op::Delete,
+                Kind::Cluster,
+                &key,
+                api(500, "InternalError", "boom")
+            ),
+            StoreError::Unavailable(
+                "delete Cluster ns/c: the API server answered 500 InternalError: boom".to_string()
+            )
+        );
+    }
+
+    #[test]
+    fn decode_errors_name_kind_and_key_and_hide_values() {
+        let object: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "cluster.oneinfra.ereslibre.es/v1alpha1",
+            "kind": "Cluster",
+            "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {"certificateAuthorities": {"apiServerClient": "PRIVATE KEY"}},
+        }))
+        .unwrap();
+        let err = from_dynamic::<oi_api::Cluster>(object).unwrap_err();
+        let StoreError::Unavailable(message) = &err else {
+            panic!("{err:?}");
+        };
+        assert!(
+            message.starts_with("Cluster ns/c from the API server does not decode: "),
+            "{message}"
+        );
+        assert!(!message.contains("PRIVATE KEY"), "{message}");
+    }
+
+    #[test]
+    fn list_items_without_type_fields_decode() {
+        let object: DynamicObject = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "h1", "resourceVersion": "7"},
+            "spec": {
+                "localCRIEndpoint": {"criEndpointPath": "/run/containerd.sock"},
+                "public": false,
+                "portRange": {"low": 30000, "high": 30100},
+            },
+        }))
+        .unwrap();
+        let h: oi_api::Hypervisor = from_dynamic(object).unwrap();
+        assert_eq!(h.kind, "Hypervisor");
+        assert_eq!(h.api_version, "infra.oneinfra.ereslibre.es/v1alpha1");
+        assert_eq!(h.metadata.resource_version.as_deref(), Some("7"));
+    }
+
+    #[test]
+    fn events_carry_every_field_and_a_short_note() {
+        let event = ObjectEvent {
+            kind: Kind::Hypervisor,
+            key: ObjectKey::cluster_scoped("h1"),
+            uid: Some("u1".to_string()),
+            type_: EventType::Warning,
+            reason: "Unreachable".to_string(),
+            action: "Probe".to_string(),
+            note: "é".repeat(600),
+        };
+        let now: k8s_openapi::jiff::Timestamp = "2026-01-02T03:04:05.123456Z".parse().unwrap();
+        let ev = kube_event(&event, "rep", "pod-1", now);
+        let value = serde_json::to_value(&ev).unwrap();
+        let note = ev.note.clone().unwrap();
+        assert_eq!(note.len(), 1024);
+        assert_eq!(
+            value,
+            serde_json::json!({
+                "apiVersion": "events.k8s.io/v1",
+                "kind": "Event",
+                "metadata": {"generateName": "h1.", "namespace": "default"},
+                "eventTime": "2026-01-02T03:04:05.123456Z",
+                "reportingController": "rep",
+                "reportingInstance": "pod-1",
+                "action": "Probe",
+                "reason": "Unreachable",
+                "note": note,
+                "type": "Warning",
+                "regarding": {
+                    "apiVersion": "infra.oneinfra.ereslibre.es/v1alpha1",
+                    "kind": "Hypervisor",
+                    "name": "h1",
+                    "uid": "u1",
+                },
+            })
+        );
+    }
+}

@@ -8,10 +8,14 @@ mod mock;
 use http::Method;
 use mock::Script;
 use oi_api::{
-    Cluster, ClusterSpec, Component, ComponentRole, ComponentSpec, Hypervisor, HypervisorSpec,
-    Kind, LocalCriEndpoint, ObjectKey, ObjectMeta, PortRange,
+    Cluster, Component, ComponentRole, ComponentSpec, Hypervisor, HypervisorSpec, Kind,
+    LocalCriEndpoint, ObjectKey, ObjectMeta, PortRange,
 };
+use std::sync::Arc;
+
 use oi_manager::kube_store::KubeStore;
+use oi_manager::leader::{LeaderElector, LeaseConfig};
+use oi_manager::metrics::Metrics;
 use oi_manager::store::{EventType, ObjectEvent, Store, StoreError};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -438,4 +442,366 @@ async fn publish_creates_an_events_k8s_io_event() {
         )
     );
     api.assert_idle().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Leader election
+
+const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/oi-system/leases/oi-manager";
+const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/oi-system/leases";
+
+fn elector(identity: &str) -> (LeaderElector, Script) {
+    let (client, handle) = mock::client();
+    let config = LeaseConfig::new("oi-system", "oi-manager", identity);
+    (LeaderElector::new(client, config), Script::new(handle))
+}
+
+fn micro(t: k8s_openapi::jiff::Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+fn ago(seconds: i64) -> String {
+    micro(
+        k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(seconds),
+    )
+}
+
+fn lease(holder: &str, renewed: &str, transitions: i32) -> Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "oi-manager", "namespace": "oi-system", "resourceVersion": "41"},
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": 15,
+            "acquireTime": "2026-01-01T00:00:00.000000Z",
+            "renewTime": renewed,
+            "leaseTransitions": transitions,
+        },
+    })
+}
+
+fn time_of(v: &Value) -> k8s_openapi::jiff::Timestamp {
+    v.as_str().unwrap().parse().unwrap()
+}
+
+/// Asserts that `t` is a MicroTime within the last minute.
+fn assert_recent(t: &Value) {
+    let t = time_of(t);
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let age = now.duration_since(t);
+    assert!(
+        age >= k8s_openapi::jiff::SignedDuration::ZERO
+            && age < k8s_openapi::jiff::SignedDuration::from_secs(60),
+        "{t}"
+    );
+}
+
+#[tokio::test]
+async fn an_absent_lease_is_created() {
+    let (elector, mut api) = elector("pod-a");
+    let (held, ()) = tokio::join!(elector.try_acquire_or_renew(), async {
+        api.expect(Method::GET, LEASE).await.fail(
+            404,
+            "NotFound",
+            "leases \"oi-manager\" not found",
+        );
+        let exchange = api.expect(Method::POST, &format!("{LEASES}?")).await;
+        let body = exchange.body().clone();
+        assert_recent(&body["spec"]["acquireTime"]);
+        assert_eq!(body["spec"]["acquireTime"], body["spec"]["renewTime"]);
+        let mut rest = body.clone();
+        for t in ["acquireTime", "renewTime"] {
+            rest["spec"].as_object_mut().unwrap().remove(t);
+        }
+        assert_eq!(
+            rest,
+            json!({
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": "oi-manager", "namespace": "oi-system"},
+                "spec": {"holderIdentity": "pod-a", "leaseDurationSeconds": 15, "leaseTransitions": 0},
+            })
+        );
+        exchange.respond(201, body);
+    });
+    assert!(held.unwrap());
+    api.assert_idle().await;
+}
+
+#[tokio::test]
+async fn a_lease_created_by_another_candidate_first_is_not_ours() {
+    let (elector, mut api) = elector("pod-a");
+    let (held, ()) = tokio::join!(elector.try_acquire_or_renew(), async {
+        api.expect(Method::GET, LEASE)
+            .await
+            .fail(404, "NotFound", "not found");
+        api.expect(Method::POST, &format!("{LEASES}?")).await.fail(
+            409,
+            "AlreadyExists",
+            "leases \"oi-manager\" already exists",
+        );
+    });
+    assert!(!held.unwrap());
+    api.assert_idle().await;
+}
+
+#[tokio::test]
+async fn our_lease_is_renewed_with_its_resource_version() {
+    let (elector, mut api) = elector("pod-a");
+    let old = ago(5);
+    let (held, ()) = tokio::join!(elector.try_acquire_or_renew(), async {
+        api.expect(Method::GET, LEASE)
+            .await
+            .respond(200, lease("pod-a", &old, 2));
+        let exchange = api.expect(Method::PUT, &format!("{LEASE}?")).await;
+        let body = exchange.body().clone();
+        assert!(time_of(&body["spec"]["renewTime"]) > time_of(&json!(old)));
+        assert_recent(&body["spec"]["renewTime"]);
+        let mut expected = lease("pod-a", "", 2);
+        expected["spec"]["renewTime"] = body["spec"]["renewTime"].clone();
+        // Same holder: acquireTime and leaseTransitions stay; resourceVersion is the one read.
+        assert_eq!(body, expected);
+        exchange.respond(200, body);
+    });
+    assert!(held.unwrap());
+    api.assert_idle().await;
+}
+
+#[tokio::test]
+async fn a_fresh_lease_of_another_holder_is_left_alone() {
+    let (elector, mut api) = elector("pod-a");
+    let (held, ()) = tokio::join!(elector.try_acquire_or_renew(), async {
+        api.expect(Method::GET, LEASE)
+            .await
+            .respond(200, lease("pod-b", &ago(3), 2));
+    });
+    assert!(!held.unwrap());
+    // No write.
+    api.assert_idle().await;
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_taken_over() {
+    let (elector, mut api) = elector("pod-a");
+    let (held, ()) = tokio::join!(elector.try_acquire_or_renew(), async {
+        api.expect(Method::GET, LEASE)
+            .await
+            .respond(200, lease("pod-b", &ago(16), 2));
+        let exchange = api.expect(Method::PUT, &format!("{LEASE}?")).await;
+        let body = exchange.body().clone();
+        assert_recent(&body["spec"]["acquireTime"]);
+        assert_eq!(body["spec"]["acquireTime"], body["spec"]["renewTime"]);
+        let mut expected = lease("pod-a", "", 3);
+        expected["spec"]["renewTime"] = body["spec"]["renewTime"].clone();
+        expected["spec"]["acquireTime"] = body["spec"]["acquireTime"].clone();
+        assert_eq!(body, expected);
+        exchange.respond(200, body);
+    });
+    assert!(held.unwrap());
+    api.assert_idle().await;
+}
+
+#[tokio::test]
+async fn losing_the_race_to_an_expired_lease_is_not_leading() {
+    let (elector, mut api) = elector("pod-a");
+    let (held, ()) = tokio::join!(elector.try_acquire_or_renew(), async {
+        api.expect(Method::GET, LEASE)
+            .await
+            .respond(200, lease("pod-b", &ago(60), 2));
+        api.expect(Method::PUT, &format!("{LEASE}?")).await.fail(
+            409,
+            "Conflict",
+            "the object has been modified",
+        );
+    });
+    assert!(!held.unwrap());
+    api.assert_idle().await;
+}
+
+#[tokio::test]
+async fn other_errors_are_returned() {
+    let (elector, mut api) = elector("pod-a");
+    let (held, ()) = tokio::join!(elector.try_acquire_or_renew(), async {
+        api.expect(Method::GET, LEASE)
+            .await
+            .fail(403, "Forbidden", "leases is forbidden");
+    });
+    let error = held.unwrap_err();
+    assert!(
+        matches!(&error, kube::Error::Api(s) if s.code == 403),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn release_frees_only_our_lease() {
+    let (elector, mut api) = elector("pod-a");
+    let (released, ()) = tokio::join!(elector.release(), async {
+        api.expect(Method::GET, LEASE)
+            .await
+            .respond(200, lease("pod-a", &ago(1), 2));
+        let exchange = api.expect(Method::PUT, &format!("{LEASE}?")).await;
+        let body = exchange.body().clone();
+        assert_recent(&body["spec"]["renewTime"]);
+        let mut expected = lease("pod-a", "", 2);
+        expected["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("holderIdentity");
+        expected["spec"]["leaseDurationSeconds"] = json!(1);
+        expected["spec"]["renewTime"] = body["spec"]["renewTime"].clone();
+        assert_eq!(body, expected);
+        exchange.respond(200, body);
+    });
+    released.unwrap();
+
+    let (released, ()) = tokio::join!(elector.release(), async {
+        api.expect(Method::GET, LEASE)
+            .await
+            .respond(200, lease("pod-b", &ago(1), 3));
+    });
+    released.unwrap();
+    api.assert_idle().await;
+}
+
+#[tokio::test]
+async fn a_released_lease_is_taken_at_once() {
+    let (elector, mut api) = elector("pod-b");
+    let mut released = lease("", &ago(0), 2);
+    released["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("holderIdentity");
+    released["spec"]["leaseDurationSeconds"] = json!(1);
+    let (held, ()) = tokio::join!(elector.try_acquire_or_renew(), async {
+        api.expect(Method::GET, LEASE).await.respond(200, released);
+        let exchange = api.expect(Method::PUT, &format!("{LEASE}?")).await;
+        assert_eq!(exchange.body()["spec"]["holderIdentity"], json!("pod-b"));
+        assert_eq!(exchange.body()["spec"]["leaseDurationSeconds"], json!(15));
+        assert_eq!(exchange.body()["spec"]["leaseTransitions"], json!(3));
+        let body = exchange.body().clone();
+        exchange.respond(200, body);
+    });
+    assert!(held.unwrap());
+}
+
+fn leader_metric(metrics: &Metrics) -> String {
+    metrics
+        .encode()
+        .lines()
+        .find(|l| l.starts_with("oi_manager_leader "))
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tokio::test(start_paused = true)]
+async fn spawn_leads_renews_and_releases_on_shutdown() {
+    let (elector, mut api) = elector("pod-a");
+    let metrics = Arc::new(Metrics::new());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (mut leader, task) = elector.spawn(Arc::clone(&metrics), async {
+        let _ = stopped.await;
+    });
+    assert!(!*leader.borrow());
+
+    api.expect(Method::GET, LEASE)
+        .await
+        .fail(404, "NotFound", "not found");
+    let exchange = api.expect(Method::POST, &format!("{LEASES}?")).await;
+    let body = exchange.body().clone();
+    exchange.respond(201, body.clone());
+    leader.changed().await.unwrap();
+    assert!(*leader.borrow());
+    assert_eq!(leader_metric(&metrics), "oi_manager_leader 1");
+
+    // A renewal after the retry period (2 s of paused time).
+    let mut stored = body;
+    stored["metadata"]["resourceVersion"] = json!("1");
+    api.expect(Method::GET, LEASE)
+        .await
+        .respond(200, stored.clone());
+    let exchange = api.expect(Method::PUT, &format!("{LEASE}?")).await;
+    assert_eq!(exchange.body()["metadata"]["resourceVersion"], json!("1"));
+    let renewed = exchange.body().clone();
+    exchange.respond(200, renewed.clone());
+    assert!(*leader.borrow());
+
+    stop.send(()).unwrap();
+    api.expect(Method::GET, LEASE).await.respond(200, renewed);
+    let exchange = api.expect(Method::PUT, &format!("{LEASE}?")).await;
+    assert_eq!(exchange.body()["spec"].get("holderIdentity"), None);
+    assert_eq!(exchange.body()["spec"]["leaseDurationSeconds"], json!(1));
+    let body = exchange.body().clone();
+    exchange.respond(200, body);
+    task.await.unwrap();
+    assert!(!*leader.borrow());
+    assert_eq!(leader_metric(&metrics), "oi_manager_leader 0");
+}
+
+#[tokio::test(start_paused = true)]
+async fn spawn_steps_down_when_another_replica_holds_the_lease() {
+    let (elector, mut api) = elector("pod-a");
+    let metrics = Arc::new(Metrics::new());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (mut leader, task) = elector.spawn(Arc::clone(&metrics), async {
+        let _ = stopped.await;
+    });
+    api.expect(Method::GET, LEASE)
+        .await
+        .respond(200, lease("pod-a", &ago(1), 0));
+    let exchange = api.expect(Method::PUT, &format!("{LEASE}?")).await;
+    let body = exchange.body().clone();
+    exchange.respond(200, body);
+    leader.changed().await.unwrap();
+    assert!(*leader.borrow());
+
+    // Someone else holds it now (our renewals stopped for longer than the lease, say).
+    api.expect(Method::GET, LEASE)
+        .await
+        .respond(200, lease("pod-b", &ago(0), 1));
+    leader.changed().await.unwrap();
+    assert!(!*leader.borrow());
+    assert_eq!(leader_metric(&metrics), "oi_manager_leader 0");
+    // Back to a candidate: it tries again at once, and finds the Lease still taken.
+    api.expect(Method::GET, LEASE)
+        .await
+        .respond(200, lease("pod-b", &ago(0), 1));
+
+    // Shut down while not leading: nothing to release.
+    stop.send(()).unwrap();
+    task.await.unwrap();
+    api.assert_idle().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn spawn_steps_down_when_renewals_fail_past_the_deadline() {
+    let (elector, mut api) = elector("pod-a");
+    let metrics = Arc::new(Metrics::new());
+    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (mut leader, task) = elector.spawn(Arc::clone(&metrics), async {
+        let _ = stopped.await;
+    });
+    api.expect(Method::GET, LEASE)
+        .await
+        .respond(200, lease("pod-a", &ago(1), 0));
+    let exchange = api.expect(Method::PUT, &format!("{LEASE}?")).await;
+    let body = exchange.body().clone();
+    exchange.respond(200, body);
+    leader.changed().await.unwrap();
+    let became = tokio::time::Instant::now();
+
+    // Renewals every 2 s fail; at the 5th (10 s, the renew deadline) leadership is lost.
+    for _ in 0..5 {
+        assert!(*leader.borrow());
+        api.expect(Method::GET, LEASE).await.fail(
+            500,
+            "InternalError",
+            "etcdserver: request timed out",
+        );
+    }
+    leader.changed().await.unwrap();
+    assert!(!*leader.borrow());
+    assert_eq!(became.elapsed(), std::time::Duration::from_secs(10));
+    task.abort();
 }

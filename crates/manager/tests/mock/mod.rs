@@ -366,17 +366,17 @@ impl State {
         let mut next = current.clone();
         if t.status {
             next["status"] = body.get("status").cloned().unwrap_or(Value::Null);
-            if next["status"].is_null() {
-                if let Value::Object(map) = &mut next {
-                    map.remove("status");
-                }
+            if next["status"].is_null()
+                && let Value::Object(map) = &mut next
+            {
+                map.remove("status");
             }
         } else {
             next["spec"] = body.get("spec").cloned().unwrap_or(Value::Null);
-            if next["spec"].is_null() {
-                if let Value::Object(map) = &mut next {
-                    map.remove("spec");
-                }
+            if next["spec"].is_null()
+                && let Value::Object(map) = &mut next
+            {
+                map.remove("spec");
             }
             for field in ["labels", "annotations", "finalizers", "ownerReferences"] {
                 match body["metadata"].get(field) {

@@ -14,3 +14,4 @@ pub mod memory;
 pub mod metrics;
 pub mod store;
 pub mod http;
+pub mod run;

@@ -218,6 +218,11 @@ struct Fake {
     leases: Mutex<BTreeMap<(String, String), Value>>,
     /// Every request: `METHOD path?query`.
     requests: Mutex<Vec<String>>,
+    /// Objects of the three kinds: `(plural, namespace, name) -> object` (namespace empty
+    /// for Hypervisors).
+    objects: Mutex<BTreeMap<(String, String, String), Value>>,
+    /// Events posted (events.k8s.io/v1).
+    events: Mutex<Vec<Value>>,
     /// The bodies of Lease writes, in order.
     lease_writes: Mutex<Vec<(String, Value)>>,
     revision: Mutex<u64>,
@@ -325,7 +330,36 @@ impl Fake {
         {
             return self.lease_request(&method, ns, rest.first().copied(), body);
         }
+        if let ["apis", "events.k8s.io", "v1", "namespaces", _, "events"] = segments.as_slice()
+            && method == Method::POST
+        {
+            self.events.lock().unwrap().push(body.clone());
+            return json_response(StatusCode::CREATED, &body);
+        }
         for (group, plural, kind) in KINDS {
+            let one = match segments.as_slice() {
+                ["apis", g, "v1alpha1", p, name] if *g == group && *p == plural => {
+                    Some((String::new(), (*name).to_string()))
+                }
+                ["apis", g, "v1alpha1", "namespaces", ns, p, name]
+                    if *g == group && *p == plural =>
+                {
+                    Some(((*ns).to_string(), (*name).to_string()))
+                }
+                _ => None,
+            };
+            if let Some((ns, name)) = one
+                && method == Method::GET
+            {
+                return match self.objects.lock().unwrap().get(&(
+                    plural.to_string(),
+                    ns,
+                    name.clone(),
+                )) {
+                    Some(object) => json_response(StatusCode::OK, object),
+                    None => status(404, "NotFound", &format!("{plural} \"{name}\" not found")),
+                };
+            }
             let listed = match segments.as_slice() {
                 ["apis", g, "v1alpha1", p] => *g == group && *p == plural,
                 ["apis", g, "v1alpha1", "namespaces", _, p] => *g == group && *p == plural,
@@ -360,7 +394,11 @@ impl Fake {
                 StatusCode::OK,
                 &json!({
                     "apiVersion": format!("{group}/v1alpha1"), "kind": format!("{kind}List"),
-                    "metadata": {"resourceVersion": "1"}, "items": [],
+                    "metadata": {"resourceVersion": "1"},
+                    "items": self.objects.lock().unwrap().iter()
+                        .filter(|((p, _, _), _)| p == plural)
+                        .map(|(_, o)| o.clone())
+                        .collect::<Vec<_>>(),
                 }),
             );
         }
@@ -706,4 +744,59 @@ async fn a_standby_replica_is_ready_and_stops_on_sigterm() {
         "pod-b"
     );
     assert!(fake.lease_writes.lock().unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_reconciles_what_it_watches() {
+    let (fake, api) = start_fake(true).await;
+    // A hypervisor whose CRI socket does not exist: the Hypervisor controller probes it,
+    // finds it unreachable, says so in the metrics and in an Event.
+    fake.objects.lock().unwrap().insert(
+        ("hypervisors".to_string(), String::new(), "h1".to_string()),
+        json!({
+            "apiVersion": "infra.oneinfra.ereslibre.es/v1alpha1", "kind": "Hypervisor",
+            "metadata": {"name": "h1", "uid": "uid-h1", "resourceVersion": "7"},
+            "spec": {
+                "public": false, "ipAddress": "192.0.2.10",
+                "portRange": {"low": 30000, "high": 30099},
+                "localCRIEndpoint": {"criEndpointPath": "/nonexistent/oi-test/containerd.sock"},
+            },
+        }),
+    );
+    let mut manager = Manager::start(api, &LEASE_FLAGS);
+    lead(&fake, &manager).await;
+    eventually("the hypervisor reconciled", || async {
+        get(manager.metrics, "/metrics")
+            .await
+            .is_some_and(|(_, body)| {
+                body.contains("\noi_manager_reconciles_total{controller=\"hypervisor\"} 1\n")
+                    && body.contains("\noi_manager_hypervisor_reachable{hypervisor=\"h1\"} 0\n")
+            })
+    })
+    .await;
+    eventually("the HypervisorUnreachable event", || async {
+        !fake.events.lock().unwrap().is_empty()
+    })
+    .await;
+    let event = fake.events.lock().unwrap()[0].clone();
+    assert_eq!(event["type"], "Warning", "{event}");
+    assert_eq!(event["reason"], "HypervisorUnreachable", "{event}");
+    assert_eq!(
+        event["reportingController"],
+        "oneinfra.ereslibre.es/oi-manager"
+    );
+    assert_eq!(event["reportingInstance"], "pod-a");
+    assert_eq!(event["regarding"]["kind"], "Hypervisor");
+    assert_eq!(event["regarding"]["name"], "h1");
+    assert_eq!(event["regarding"]["uid"], "uid-h1");
+    // The probe failing is no reconcile error.
+    let (_, metrics) = get(manager.metrics, "/metrics").await.unwrap();
+    assert!(
+        !metrics.contains("oi_manager_reconcile_errors_total{"),
+        "{metrics}"
+    );
+
+    manager.signal("-TERM");
+    let status = manager.exit(Duration::from_secs(15)).await;
+    assert_eq!(status.code(), Some(0), "{}", manager.log());
 }

@@ -381,13 +381,24 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let (ready_tx, ready_rx) = watch::channel(Readiness::not_ready("connecting to the API server"));
     let _servers = serve_http(&settings, Arc::clone(&metrics), ready_rx).await?;
 
-    let (client, server) = connect(settings.kubeconfig.as_ref()).await?;
-    check_api(&client, &server, settings.namespace.as_deref()).await?;
+    let stop = shutdown_signal()?;
+    let mut stopped = stop.clone();
+    let connected = async {
+        let (client, server) = connect(settings.kubeconfig.as_ref()).await?;
+        check_api(&client, &server, settings.namespace.as_deref()).await?;
+        anyhow::Ok((client, server))
+    };
+    let (client, server) = tokio::select! {
+        connected = connected => connected?,
+        _ = stopped.wait_for(|s| *s) => {
+            tracing::info!("shutting down before connecting");
+            return Ok(());
+        }
+    };
     tracing::info!(%server, identity = %settings.identity, "connected to the management cluster");
     // A standby replica is ready: it reaches the API server and can take over.
     ready_tx.send_replace(Readiness::Ready);
 
-    let stop = shutdown_signal()?;
     let (release_tx, release_rx) = oneshot::channel::<()>();
     let (mut leading, elector, _always_leading) = match &settings.lease {
         Some(lease) => {

@@ -800,3 +800,46 @@ async fn the_leader_reconciles_what_it_watches() {
     let status = manager.exit(Duration::from_secs(15)).await;
     assert_eq!(status.code(), Some(0), "{}", manager.log());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_leader_election_it_leads_at_once_in_its_namespace() {
+    let (fake, api) = start_fake(true).await;
+    let mut manager = Manager::start(api, &["--leader-elect=false", "--namespace=tenants"]);
+    eventually("/readyz 200 and oi_manager_leader 1", || async {
+        get(manager.probes, "/readyz").await == Some((200, "ok\n".to_string()))
+            && get(manager.metrics, "/metrics")
+                .await
+                .is_some_and(|(_, body)| body.contains("\noi_manager_leader 1\n"))
+    })
+    .await;
+    eventually("the watches", || async {
+        fake.requests()
+            .iter()
+            .filter(|r| r.contains("watch=true"))
+            .count()
+            >= 3
+    })
+    .await;
+    let requests = fake.requests();
+    let watched: std::collections::BTreeSet<&str> = requests
+        .iter()
+        .filter(|r| r.contains("watch=true"))
+        .map(|r| r.split('?').next().unwrap())
+        .collect();
+    assert_eq!(
+        watched,
+        std::collections::BTreeSet::from([
+            "GET /apis/cluster.oneinfra.ereslibre.es/v1alpha1/namespaces/tenants/clusters",
+            "GET /apis/cluster.oneinfra.ereslibre.es/v1alpha1/namespaces/tenants/components",
+            // Hypervisors are cluster scoped.
+            "GET /apis/infra.oneinfra.ereslibre.es/v1alpha1/hypervisors",
+        ])
+    );
+    assert!(
+        !requests.iter().any(|r| r.contains("/leases")),
+        "{requests:?}"
+    );
+    manager.signal("-INT");
+    let status = manager.exit(Duration::from_secs(15)).await;
+    assert_eq!(status.code(), Some(0), "{}", manager.log());
+}

@@ -6,12 +6,24 @@
 mod mock;
 
 use http::Method;
-use mock::Script;
+use mock::{FakeApiServer, Recorded, Script, State};
 use oi_api::{
-    Cluster, Component, ComponentRole, ComponentSpec, Hypervisor, HypervisorSpec, Kind,
-    LocalCriEndpoint, ObjectKey, ObjectMeta, PortRange,
+    Cluster, ClusterSpec, Component, ComponentRole, ComponentSpec, Hypervisor, HypervisorSpec,
+    Kind, LocalCriEndpoint, ObjectKey, ObjectMeta, PortRange,
 };
-use std::sync::Arc;
+use oi_cri::HypervisorRuntime as _;
+use oi_cri::fake::FakeRuntime;
+use oi_engine::{
+    Connector, EngineOptions, HttpsError, HttpsRequest, HttpsResponse, Member, Network,
+};
+use oi_manager::controller::{
+    Action, Context, FINALIZER, ManagerOptions, reconcile_cluster, reconcile_component,
+    reconcile_hypervisor,
+};
+use oi_reconcile::ports::names;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use oi_manager::kube_store::KubeStore;
 use oi_manager::leader::{LeaderElector, LeaseConfig};
@@ -804,4 +816,826 @@ async fn spawn_steps_down_when_renewals_fail_past_the_deadline() {
     assert!(!*leader.borrow());
     assert_eq!(became.elapsed(), std::time::Duration::from_secs(10));
     task.abort();
+}
+
+// ---------------------------------------------------------------------------------------
+// The controllers through KubeStore, against a FakeApiServer: fake hypervisors (oi_cri's
+// FakeRuntime) and a simulated network where etcd members and API servers answer once their
+// pods run (endpoints learned from the objects on the fake API server).
+
+const CLUSTER_API: &str = "cluster.oneinfra.ereslibre.es/v1alpha1";
+const R_CLUSTERS: &str = "cluster.oneinfra.ereslibre.es/v1alpha1/clusters";
+const R_COMPONENTS: &str = "cluster.oneinfra.ereslibre.es/v1alpha1/components";
+const R_HYPERVISORS: &str = "infra.oneinfra.ereslibre.es/v1alpha1/hypervisors";
+const C: &str = "/apis/cluster.oneinfra.ereslibre.es/v1alpha1/namespaces/default/clusters";
+const CS: &str = "/apis/cluster.oneinfra.ereslibre.es/v1alpha1/namespaces/default/components";
+const HS: &str = "/apis/infra.oneinfra.ereslibre.es/v1alpha1/hypervisors";
+const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events?";
+
+const FAKE_HYPERVISORS: [(&str, bool, &str); 4] = [
+    ("private-1", false, "10.0.0.1"),
+    ("private-2", false, "10.0.0.2"),
+    ("private-3", false, "10.0.0.3"),
+    ("public-1", true, "10.0.1.1"),
+];
+
+fn fake_hypervisor(name: &str, public: bool, ip: &str) -> Hypervisor {
+    Hypervisor::new(
+        ObjectMeta::named(name),
+        HypervisorSpec {
+            local_cri_endpoint: Some(LocalCriEndpoint {
+                cri_endpoint_path: format!("/run/{name}/containerd.sock"),
+            }),
+            remote_cri_endpoint: None,
+            public,
+            ip_address: ip.into(),
+            port_range: PortRange {
+                low: 30000,
+                high: 30099,
+            },
+        },
+    )
+}
+
+fn objects<T: serde::de::DeserializeOwned>(state: &Arc<Mutex<State>>, resource: &str) -> Vec<T> {
+    state
+        .lock()
+        .unwrap()
+        .all(resource)
+        .into_iter()
+        .map(|v| decode(v.clone()))
+        .collect()
+}
+
+struct FakeConnector {
+    runtimes: BTreeMap<String, Arc<FakeRuntime>>,
+    down: Mutex<BTreeSet<String>>,
+}
+
+impl Connector for FakeConnector {
+    type Runtime = FakeRuntime;
+
+    async fn connect(&self, h: &Hypervisor) -> oi_engine::Result<Arc<FakeRuntime>> {
+        let name = h.metadata.name.clone();
+        if self.down.lock().unwrap().contains(&name) {
+            return Err(oi_engine::Error::Unreachable {
+                hypervisor: name,
+                reason: "connection refused".into(),
+            });
+        }
+        self.runtimes
+            .get(&name)
+            .cloned()
+            .ok_or(oi_engine::Error::NoEndpoint { hypervisor: name })
+    }
+}
+
+#[derive(Default)]
+struct EtcdState {
+    members: Vec<Member>,
+    next_id: u64,
+}
+
+struct SimNetwork {
+    state: Arc<Mutex<State>>,
+    runtimes: BTreeMap<String, Arc<FakeRuntime>>,
+    etcd: Mutex<BTreeMap<String, EtcdState>>,
+}
+
+impl SimNetwork {
+    /// (hypervisor, pod, member name) behind a URL, from the components on the API server.
+    fn endpoint(&self, url: &str) -> Option<(String, String, String)> {
+        let ips: BTreeMap<String, String> = objects::<Hypervisor>(&self.state, R_HYPERVISORS)
+            .into_iter()
+            .map(|h| (h.metadata.name, h.spec.ip_address))
+            .collect();
+        objects::<Component>(&self.state, R_COMPONENTS)
+            .into_iter()
+            .find_map(|c| {
+                let h = c.spec.hypervisor.clone()?;
+                let ip = ips.get(&h)?;
+                let name = c.metadata.name.clone();
+                [
+                    (names::ETCD_CLIENT, format!("{name}-etcd")),
+                    (names::ETCD_PEER, format!("{name}-etcd")),
+                    (names::APISERVER, name.clone()),
+                ]
+                .into_iter()
+                .find(|(port, _)| {
+                    c.status
+                        .host_port(port)
+                        .is_some_and(|p| format!("https://{ip}:{p}") == url)
+                })
+                .map(|(_, pod)| (h.clone(), pod, name.clone()))
+            })
+    }
+
+    fn runs(&self, url: &str) -> bool {
+        let Some((h, pod, _)) = self.endpoint(url) else {
+            return false;
+        };
+        let pods = futures::executor::block_on(self.runtimes[&h].list_pods(&BTreeMap::new()))
+            .unwrap_or_default();
+        pods.iter().any(|p| {
+            p.name == pod
+                && p.containers
+                    .iter()
+                    .all(|c| c.state == oi_cri::ContainerState::Running)
+        })
+    }
+
+    fn member_name(&self, url: &str) -> String {
+        self.endpoint(url).map(|e| e.2).unwrap_or_default()
+    }
+
+    fn peer_url(&self, member: &str) -> String {
+        let c = objects::<Component>(&self.state, R_COMPONENTS)
+            .into_iter()
+            .find(|c| c.metadata.name == member)
+            .unwrap();
+        let h = objects::<Hypervisor>(&self.state, R_HYPERVISORS)
+            .into_iter()
+            .find(|h| Some(&h.metadata.name) == c.spec.hypervisor.as_ref())
+            .unwrap();
+        format!(
+            "https://{}:{}",
+            h.spec.ip_address,
+            c.status.host_port(names::ETCD_PEER).unwrap()
+        )
+    }
+
+    fn etcd(&self, r: &HttpsRequest<'_>) -> HttpsResponse {
+        let mut all = self.etcd.lock().unwrap();
+        let state = all.entry(r.tls.ca_pem.clone()).or_default();
+        for m in state.members.iter_mut() {
+            if m.name.is_empty() && self.runs(&m.peer_urls[0]) {
+                m.name = self.member_name(&m.peer_urls[0]);
+            }
+        }
+        let body: Value = serde_json::from_str(r.body.unwrap_or("{}")).unwrap();
+        let id = || body["ID"].as_str().unwrap().parse::<u64>().unwrap();
+        match r.path {
+            "/v3/cluster/member/list" => {
+                if state.members.is_empty() {
+                    // Bootstrap: the first member to answer forms the cluster.
+                    let me = self.member_name(r.base);
+                    let peer = self.peer_url(&me);
+                    state.next_id += 1;
+                    state.members.push(Member {
+                        id: state.next_id,
+                        name: me,
+                        peer_urls: vec![peer],
+                        client_urls: vec![r.base.to_string()],
+                        is_learner: false,
+                    });
+                }
+            }
+            "/v3/cluster/member/add" => {
+                let peer = body["peerURLs"][0].as_str().unwrap().to_string();
+                state.next_id += 1;
+                state.members.push(Member {
+                    id: state.next_id,
+                    name: String::new(),
+                    peer_urls: vec![peer],
+                    client_urls: vec![],
+                    is_learner: true,
+                });
+            }
+            "/v3/cluster/member/promote" => {
+                let id = id();
+                let m = state.members.iter_mut().find(|m| m.id == id).unwrap();
+                if m.name.is_empty() {
+                    return HttpsResponse {
+                        status: 500,
+                        body: br#"{"error":"etcdserver: can only promote a learner member which is in sync with leader","code":9}"#.to_vec(),
+                    };
+                }
+                m.is_learner = false;
+            }
+            "/v3/cluster/member/remove" => {
+                let id = id();
+                state.members.retain(|m| m.id != id);
+            }
+            other => panic!("unexpected etcd path {other}"),
+        }
+        let members: Vec<Value> = state
+            .members
+            .iter()
+            .map(|m| {
+                json!({"ID": m.id.to_string(), "name": m.name, "peerURLs": m.peer_urls,
+                       "clientURLs": m.client_urls, "isLearner": m.is_learner})
+            })
+            .collect();
+        HttpsResponse {
+            status: 200,
+            body: json!({ "members": members }).to_string().into_bytes(),
+        }
+    }
+
+    fn members(&self) -> Vec<Vec<String>> {
+        self.etcd
+            .lock()
+            .unwrap()
+            .values()
+            .map(|s| s.members.iter().map(|m| m.name.clone()).collect())
+            .collect()
+    }
+}
+
+impl Network for SimNetwork {
+    async fn request(&self, r: HttpsRequest<'_>) -> Result<HttpsResponse, HttpsError> {
+        tokio::task::yield_now().await;
+        if !self.runs(r.base) {
+            return Err(HttpsError {
+                url: r.base.to_string(),
+                reason: "connection refused".into(),
+            });
+        }
+        if r.path.starts_with("/v3/") {
+            return Ok(self.etcd(&r));
+        }
+        assert_eq!(r.path, "/readyz");
+        Ok(HttpsResponse {
+            status: 200,
+            body: b"ok".to_vec(),
+        })
+    }
+}
+
+struct Harness {
+    server: FakeApiServer,
+    ctx: Context<KubeStore, FakeConnector, SimNetwork>,
+}
+
+fn manager_options() -> ManagerOptions {
+    ManagerOptions {
+        engine: EngineOptions {
+            max_wait: Duration::from_secs(2),
+            poll_interval: Duration::from_millis(5),
+            ..ManagerOptions::default().engine
+        },
+        ..ManagerOptions::default()
+    }
+}
+
+impl Harness {
+    fn new() -> Self {
+        let mut state = State::default();
+        for (name, public, ip) in FAKE_HYPERVISORS {
+            state.insert(
+                "hypervisors",
+                serde_json::to_value(fake_hypervisor(name, public, ip)).unwrap(),
+            );
+        }
+        let (client, server) = FakeApiServer::start(state);
+        let runtimes: BTreeMap<String, Arc<FakeRuntime>> = FAKE_HYPERVISORS
+            .iter()
+            .map(|(h, _, _)| (h.to_string(), Arc::new(FakeRuntime::new(*h))))
+            .collect();
+        let connector = FakeConnector {
+            runtimes: runtimes.clone(),
+            down: Mutex::new(BTreeSet::new()),
+        };
+        let network = SimNetwork {
+            state: Arc::clone(&server.state),
+            runtimes,
+            etcd: Mutex::new(BTreeMap::new()),
+        };
+        let store = Arc::new(KubeStore::new(
+            client,
+            "oneinfra.ereslibre.es/oi-manager",
+            "oi-manager-0",
+        ));
+        let ctx = Context::new(
+            store,
+            connector,
+            network,
+            manager_options(),
+            Arc::new(Metrics::new()),
+        );
+        Harness { server, ctx }
+    }
+
+    /// Adds a Cluster of `replicas` replicas (no finalizer) to the API server.
+    fn add_cluster(&self, name: &str, replicas: u32) {
+        let cluster = Cluster::new(
+            ObjectMeta::namespaced("default", name),
+            ClusterSpec {
+                control_plane_replicas: Some(replicas),
+                ..ClusterSpec::default()
+            },
+        );
+        self.server.with(|s| {
+            s.insert("clusters", serde_json::to_value(cluster).unwrap());
+        });
+    }
+
+    fn object(&self, resource: &str, ns: &str, name: &str) -> Option<Value> {
+        self.server.with(|s| s.get(resource, ns, name).cloned())
+    }
+
+    fn component_names(&self) -> Vec<String> {
+        objects::<Component>(&self.server.state, R_COMPONENTS)
+            .into_iter()
+            .map(|c| c.metadata.name)
+            .collect()
+    }
+
+    /// `METHOD uri` of every write since the log was cleared.
+    fn writes(&self) -> Vec<String> {
+        self.server
+            .with(|s| s.writes().into_iter().map(Recorded::line).collect())
+    }
+
+    /// The bodies of the writes to `uri` by `method`.
+    fn bodies(&self, method: Method, uri: &str) -> Vec<Value> {
+        self.server.with(|s| {
+            s.log
+                .iter()
+                .filter(|r| r.method == method && r.uri == uri)
+                .map(|r| r.body.clone())
+                .collect()
+        })
+    }
+
+    /// (reason, regarding name) of the events posted since the log was cleared.
+    fn events(&self) -> Vec<(String, String)> {
+        self.bodies(Method::POST, EVENTS)
+            .into_iter()
+            .map(|e| {
+                (
+                    e["reason"].as_str().unwrap().to_string(),
+                    e["regarding"]["name"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// A ready cluster `name` of `replicas` replicas; the request log cleared.
+    async fn ready(&self, name: &str, replicas: u32) {
+        self.add_cluster(name, replicas);
+        let action = reconcile_cluster(&ObjectKey::new("default", name), &self.ctx)
+            .await
+            .unwrap();
+        assert_eq!(action, Action::Requeue(Duration::from_secs(300)));
+        self.server.clear_log();
+    }
+}
+
+fn default_key(name: &str) -> ObjectKey {
+    ObjectKey::new("default", name)
+}
+
+/// A request line with the API prefixes cut: `PUT clusters/c?` for a namespaced object in
+/// `default`, `GET all/components?` across namespaces, `GET hypervisors/h` (cluster scoped),
+/// `POST events?` (events.k8s.io in `default`).
+fn short(line: &str) -> String {
+    line.replace(
+        "/apis/cluster.oneinfra.ereslibre.es/v1alpha1/namespaces/default/",
+        "",
+    )
+    .replace("/apis/cluster.oneinfra.ereslibre.es/v1alpha1/", "all/")
+    .replace("/apis/infra.oneinfra.ereslibre.es/v1alpha1/", "")
+    .replace("/apis/events.k8s.io/v1/namespaces/default/", "")
+}
+
+impl Harness {
+    /// Every request since the log was cleared, [`short`]ened.
+    fn lines(&self) -> Vec<String> {
+        self.server
+            .with(|s| s.lines())
+            .iter()
+            .map(|l| short(l))
+            .collect()
+    }
+
+    fn cluster_key(&self) -> (String, String, String) {
+        (R_CLUSTERS.into(), "default".into(), "c".into())
+    }
+}
+
+#[tokio::test]
+async fn cluster_controller_adds_the_finalizer_then_creates_components_and_writes_status() {
+    let h = Harness::new();
+    h.add_cluster("c", 1);
+    let inserted = h.object(R_CLUSTERS, "default", "c").unwrap();
+    let action = reconcile_cluster(&default_key("c"), &h.ctx).await.unwrap();
+    assert_eq!(action, Action::Requeue(Duration::from_secs(300)));
+    assert_eq!(
+        h.lines(),
+        [
+            "GET clusters/c",
+            // The finalizer first, before anything is derived from the cluster.
+            "PUT clusters/c?",
+            "GET hypervisors?",
+            "GET all/components?",
+            // Phase 1: the PKI into the spec, ports into the hypervisors' status, the
+            // components (created, then their status), an event each.
+            "PUT clusters/c?",
+            "GET hypervisors/private-1",
+            "PUT hypervisors/private-1/status?",
+            "GET hypervisors/public-1",
+            "PUT hypervisors/public-1/status?",
+            "POST components?",
+            "PUT components/c-control-plane-0/status?",
+            "POST events?",
+            "POST components?",
+            "PUT components/c-ingress/status?",
+            "POST events?",
+            // Phase 3: files into the hypervisors' status, the cluster's status, ready.
+            "GET hypervisors/private-1",
+            "PUT hypervisors/private-1/status?",
+            "GET hypervisors/public-1",
+            "PUT hypervisors/public-1/status?",
+            "PUT clusters/c/status?",
+            "POST events?",
+        ]
+    );
+    let cluster_puts = h.bodies(Method::PUT, &format!("{C}/c?"));
+    let mut expected = inserted.clone();
+    expected["metadata"]["finalizers"] = json!([FINALIZER]);
+    assert_eq!(cluster_puts[0], expected, "only the finalizer added");
+    let pki = &cluster_puts[1];
+    assert_ne!(
+        pki["metadata"]["resourceVersion"], inserted["metadata"]["resourceVersion"],
+        "the second write carries the first one's resourceVersion"
+    );
+    assert_eq!(pki["metadata"]["finalizers"], json!([FINALIZER]));
+    assert!(pki["spec"]["apiServer"]["ca"]["certificate"].is_string());
+    assert_eq!(pki["spec"]["controlPlaneReplicas"], json!(1));
+
+    let owner = json!([{
+        "apiVersion": CLUSTER_API,
+        "kind": "Cluster",
+        "name": "c",
+        "uid": inserted["metadata"]["uid"],
+        "controller": true,
+        "blockOwnerDeletion": true,
+    }]);
+    let created = h.bodies(Method::POST, &format!("{CS}?"));
+    let specs: Vec<(Value, Value)> = created
+        .iter()
+        .map(|c| (c["metadata"].clone(), c["spec"].clone()))
+        .collect();
+    assert_eq!(
+        specs,
+        [
+            (
+                json!({"name": "c-control-plane-0",
+                       "finalizers": [FINALIZER], "ownerReferences": owner}),
+                json!({"cluster": "c", "role": "control-plane", "hypervisor": "private-1"}),
+            ),
+            (
+                json!({"name": "c-ingress",
+                       "finalizers": [FINALIZER], "ownerReferences": owner}),
+                json!({"cluster": "c", "role": "control-plane-ingress", "hypervisor": "public-1"}),
+            ),
+        ]
+    );
+    let status = h.bodies(Method::PUT, &format!("{CS}/c-control-plane-0/status?"));
+    assert!(
+        !status[0]["status"]["allocatedHostPorts"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let status = h.bodies(Method::PUT, &format!("{C}/c/status?"));
+    let conditions = status[0]["status"]["conditions"].as_array().unwrap();
+    let succeeded = conditions
+        .iter()
+        .find(|c| c["type"] == "ReconcileSucceeded")
+        .unwrap();
+    assert_eq!(succeeded["status"], "True");
+    assert!(
+        status[0]["status"]["apiServerEndpoint"]
+            .as_str()
+            .unwrap()
+            .starts_with("https://10.0.1.1:")
+    );
+    let ports = h.bodies(Method::PUT, &format!("{HS}/private-1/status?"));
+    let allocated: Vec<&str> = ports[0]["status"]["allocatedPorts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["component"].as_str().unwrap())
+        .collect();
+    assert!(
+        allocated
+            .iter()
+            .all(|c| c.starts_with("c-control-plane-0-"))
+            && allocated.len() == 3,
+        "{allocated:?}"
+    );
+    assert_eq!(
+        h.events(),
+        [
+            (
+                "ComponentCreated".to_string(),
+                "c-control-plane-0".to_string()
+            ),
+            ("ComponentCreated".into(), "c-ingress".into()),
+            ("ClusterReady".into(), "c".into()),
+        ]
+    );
+    assert_eq!(h.component_names(), ["c-control-plane-0", "c-ingress"]);
+    assert_eq!(h.ctx.network.members(), [["c-control-plane-0"]]);
+
+    // Converged: the next run reads and writes nothing.
+    h.server.clear_log();
+    let action = reconcile_cluster(&default_key("c"), &h.ctx).await.unwrap();
+    assert_eq!(action, Action::Requeue(Duration::from_secs(300)));
+    assert_eq!(h.writes(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn cluster_controller_scale_down_deletes_the_surplus_components() {
+    let h = Harness::new();
+    h.ready("c", 3).await;
+    assert_eq!(
+        h.component_names(),
+        [
+            "c-control-plane-0",
+            "c-control-plane-1",
+            "c-control-plane-2",
+            "c-ingress"
+        ]
+    );
+    let mut c = h.object(R_CLUSTERS, "default", "c").unwrap();
+    c["spec"]["controlPlaneReplicas"] = json!(1);
+    let key = h.cluster_key();
+    h.server.with(|s| s.objects.insert(key, c));
+
+    let action = reconcile_cluster(&default_key("c"), &h.ctx).await.unwrap();
+    assert_eq!(action, Action::Requeue(Duration::from_secs(300)));
+    assert_eq!(
+        h.lines(),
+        [
+            "GET clusters/c",
+            "GET hypervisors?",
+            "GET all/components?",
+            // Phase 1: the surplus marked for deletion (the finalizer keeps them).
+            "DELETE components/c-control-plane-1?",
+            "GET components/c-control-plane-1",
+            "DELETE components/c-control-plane-2?",
+            "GET components/c-control-plane-2",
+            // Phase 3, after the engine tore them down: ports and files released, the
+            // finalizers removed, an event each, the cluster's status.
+            "GET hypervisors/private-2",
+            "PUT hypervisors/private-2/status?",
+            "GET hypervisors/private-3",
+            "PUT hypervisors/private-3/status?",
+            "GET hypervisors/public-1",
+            "PUT hypervisors/public-1/status?",
+            "GET components/c-control-plane-1",
+            "PUT components/c-control-plane-1?",
+            "POST events?",
+            "GET components/c-control-plane-2",
+            "PUT components/c-control-plane-2?",
+            "POST events?",
+            "PUT clusters/c/status?",
+        ]
+    );
+    for name in ["c-control-plane-1", "c-control-plane-2"] {
+        assert_eq!(
+            h.bodies(Method::DELETE, &format!("{CS}/{name}?")),
+            [json!({})]
+        );
+        let released = h.bodies(Method::PUT, &format!("{CS}/{name}?"));
+        assert!(
+            released[0]["metadata"]["deletionTimestamp"].is_string(),
+            "{name}"
+        );
+        assert_eq!(released[0]["metadata"].get("finalizers"), None, "{name}");
+        assert_eq!(h.object(R_COMPONENTS, "default", name), None, "{name} gone");
+    }
+    assert_eq!(h.component_names(), ["c-control-plane-0", "c-ingress"]);
+    assert_eq!(h.ctx.network.members(), [["c-control-plane-0"]]);
+    assert_eq!(
+        h.events(),
+        [
+            (
+                "ComponentDeleted".to_string(),
+                "c-control-plane-1".to_string()
+            ),
+            ("ComponentDeleted".into(), "c-control-plane-2".into()),
+        ]
+    );
+    let freed = h.bodies(Method::PUT, &format!("{HS}/private-2/status?"));
+    assert_eq!(freed[0]["status"].get("allocatedPorts"), None);
+    assert_eq!(
+        freed[0]["status"]["freedPorts"].as_array().unwrap().len(),
+        3
+    );
+}
+
+#[tokio::test]
+async fn cluster_controller_tears_down_a_deleted_cluster_and_removes_the_finalizers() {
+    let h = Harness::new();
+    h.ready("c", 1).await;
+    // What `kubectl delete cluster c` does: the finalizer keeps it, marked.
+    h.ctx
+        .store
+        .delete::<Cluster>(&default_key("c"))
+        .await
+        .unwrap();
+    assert!(
+        h.object(R_CLUSTERS, "default", "c").unwrap()["metadata"]["deletionTimestamp"].is_string()
+    );
+    h.server.clear_log();
+
+    let action = reconcile_cluster(&default_key("c"), &h.ctx).await.unwrap();
+    assert_eq!(action, Action::AwaitChange);
+    assert_eq!(
+        h.lines(),
+        [
+            "GET clusters/c",
+            "GET hypervisors?",
+            "GET all/components?",
+            // The engine removed every pod; ports and files released.
+            "GET hypervisors/private-1",
+            "PUT hypervisors/private-1/status?",
+            "GET hypervisors/public-1",
+            "PUT hypervisors/public-1/status?",
+            // Each component deleted, then its finalizer removed.
+            "GET components/c-control-plane-0",
+            "DELETE components/c-control-plane-0?",
+            "GET components/c-control-plane-0",
+            "PUT components/c-control-plane-0?",
+            "GET components/c-ingress",
+            "DELETE components/c-ingress?",
+            "GET components/c-ingress",
+            "PUT components/c-ingress?",
+            // Any component created meanwhile, then the cluster's finalizer.
+            "GET components?",
+            "PUT clusters/c?",
+            "POST events?",
+        ]
+    );
+    for name in ["c-control-plane-0", "c-ingress"] {
+        let released = h.bodies(Method::PUT, &format!("{CS}/{name}?"));
+        assert_eq!(released[0]["metadata"].get("finalizers"), None, "{name}");
+    }
+    let cluster = h.bodies(Method::PUT, &format!("{C}/c?"));
+    assert_eq!(cluster[0]["metadata"].get("finalizers"), None);
+    assert!(cluster[0]["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(h.object(R_CLUSTERS, "default", "c"), None, "cluster gone");
+    assert_eq!(h.component_names(), Vec::<String>::new());
+    assert_eq!(
+        h.events(),
+        [("ClusterDeleted".to_string(), "c".to_string())]
+    );
+
+    // Gone: nothing more to do.
+    h.server.clear_log();
+    let action = reconcile_cluster(&default_key("c"), &h.ctx).await.unwrap();
+    assert_eq!(action, Action::AwaitChange);
+    assert_eq!(h.lines(), ["GET clusters/c"]);
+}
+
+#[tokio::test]
+async fn component_controller_adds_its_finalizer_and_tears_down_orphans() {
+    let h = Harness::new();
+    h.ready("c", 1).await;
+    h.ready("d", 1).await;
+
+    // A component of a live cluster without the finalizer gets it, nothing else.
+    let mut ingress = h.object(R_COMPONENTS, "default", "d-ingress").unwrap();
+    ingress["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("finalizers");
+    h.server.with(|s| {
+        s.objects.insert(
+            (R_COMPONENTS.into(), "default".into(), "d-ingress".into()),
+            ingress,
+        )
+    });
+    let action = reconcile_component(&default_key("d-ingress"), &h.ctx)
+        .await
+        .unwrap();
+    assert_eq!(action, Action::AwaitChange);
+    assert_eq!(
+        h.lines(),
+        [
+            "GET components/d-ingress",
+            "GET clusters/d",
+            "PUT components/d-ingress?"
+        ]
+    );
+    let put = h.bodies(Method::PUT, &format!("{CS}/d-ingress?"));
+    assert_eq!(put[0]["metadata"]["finalizers"], json!([FINALIZER]));
+
+    // Cluster c goes without the manager (its finalizer removed by hand): its components
+    // are orphans, torn down through the engine and released.
+    h.server.clear_log();
+    let key = h.cluster_key();
+    h.server.with(|s| s.objects.remove(&key));
+    let action = reconcile_component(&default_key("c-ingress"), &h.ctx)
+        .await
+        .unwrap();
+    assert_eq!(action, Action::AwaitChange);
+    assert_eq!(
+        h.lines(),
+        [
+            "GET components/c-ingress",
+            "GET clusters/c",
+            "GET hypervisors?",
+            "GET components?",
+            "GET hypervisors/private-1",
+            "PUT hypervisors/private-1/status?",
+            "GET hypervisors/public-1",
+            "PUT hypervisors/public-1/status?",
+            "GET components/c-control-plane-0",
+            "DELETE components/c-control-plane-0?",
+            "GET components/c-control-plane-0",
+            "PUT components/c-control-plane-0?",
+            "POST events?",
+            "GET components/c-ingress",
+            "DELETE components/c-ingress?",
+            "GET components/c-ingress",
+            "PUT components/c-ingress?",
+            "POST events?",
+        ]
+    );
+    assert_eq!(h.component_names(), ["d-control-plane-0", "d-ingress"]);
+    assert_eq!(
+        h.events(),
+        [
+            (
+                "ComponentDeleted".to_string(),
+                "c-control-plane-0".to_string()
+            ),
+            ("ComponentDeleted".into(), "c-ingress".into()),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn hypervisor_controller_publishes_reachability_transitions_only() {
+    let h = Harness::new();
+    let key = ObjectKey::cluster_scoped("private-1");
+    h.ctx
+        .connector
+        .down
+        .lock()
+        .unwrap()
+        .insert("private-1".into());
+    let action = reconcile_hypervisor(&key, &h.ctx).await.unwrap();
+    assert_eq!(action, Action::Requeue(Duration::from_secs(30)));
+    assert_eq!(h.lines(), ["GET hypervisors/private-1", "POST events?"]);
+    let event = &h.bodies(Method::POST, EVENTS)[0];
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["reason"], "HypervisorUnreachable");
+    assert_eq!(
+        event["regarding"],
+        json!({"apiVersion": "infra.oneinfra.ereslibre.es/v1alpha1", "kind": "Hypervisor",
+               "name": "private-1", "uid": "uid-1"})
+    );
+
+    // Still down: no event.
+    h.server.clear_log();
+    reconcile_hypervisor(&key, &h.ctx).await.unwrap();
+    assert_eq!(h.lines(), ["GET hypervisors/private-1"]);
+
+    // Back.
+    h.ctx.connector.down.lock().unwrap().clear();
+    h.server.clear_log();
+    reconcile_hypervisor(&key, &h.ctx).await.unwrap();
+    assert_eq!(h.lines(), ["GET hypervisors/private-1", "POST events?"]);
+    assert_eq!(
+        h.events(),
+        [("HypervisorReachable".to_string(), "private-1".to_string())]
+    );
+}
+
+#[tokio::test]
+async fn a_conflicting_write_fails_the_reconcile_with_the_store_conflict() {
+    let h = Harness::new();
+    h.add_cluster("c", 1);
+    // Someone else wrote the cluster between our read and our write.
+    h.server.with(|s| {
+        s.fail_next
+            .push((format!("PUT {C}/c?"), 409, "Conflict".to_string()))
+    });
+    let result = reconcile_cluster(&default_key("c"), &h.ctx).await;
+    let error = result.unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            oi_manager::controller::ReconcileError::Store(StoreError::Conflict { kind: Kind::Cluster, key, .. })
+                if *key == default_key("c")
+        ),
+        "{error}"
+    );
+    assert_eq!(h.lines(), ["GET clusters/c", "PUT clusters/c?"]);
+
+    // The next run starts over from a fresh read and converges.
+    h.server.clear_log();
+    let action = reconcile_cluster(&default_key("c"), &h.ctx).await.unwrap();
+    assert_eq!(action, Action::Requeue(Duration::from_secs(300)));
+    assert_eq!(&h.lines()[..2], ["GET clusters/c", "PUT clusters/c?"]);
+    assert_eq!(
+        h.object(R_CLUSTERS, "default", "c").unwrap()["metadata"]["finalizers"],
+        json!([FINALIZER])
+    );
 }

@@ -194,6 +194,9 @@ pub struct State {
     /// (resource `<group>/<version>/<plural>`, namespace or "", name) -> object.
     pub objects: BTreeMap<(String, String, String), Value>,
     pub log: Vec<Recorded>,
+    /// Answers to give instead of the usual ones: the first request matching `METHOD uri`
+    /// (see [`Recorded::line`]) gets `(code, reason)` and the entry is used up.
+    pub fail_next: Vec<(String, u16, String)>,
     next_version: u64,
     next_uid: u64,
     next_generated: u64,
@@ -256,6 +259,11 @@ impl State {
     }
 
     fn handle(&mut self, r: &Recorded) -> (u16, Value) {
+        let line = r.line();
+        if let Some(i) = self.fail_next.iter().position(|(l, _, _)| *l == line) {
+            let (_, code, reason) = self.fail_next.remove(i);
+            return (code, status(code, &reason, &format!("injected {reason}")));
+        }
         let path = r.uri.split('?').next().unwrap_or_default();
         if path.starts_with("/apis/events.k8s.io/") {
             if r.method == Method::POST {

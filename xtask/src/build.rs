@@ -17,6 +17,9 @@ const FORMAT: &str = "oi-xtask-images/1";
 /// The package and binary of the kube stand-in.
 pub const STANDIN_PACKAGE: &str = "oi-kube-standin";
 pub const STANDIN_BINARY: &str = "kube-standin";
+/// The package and binary of the manager.
+pub const MANAGER_PACKAGE: &str = "oi-manager";
+pub const MANAGER_BINARY: &str = "oi-manager";
 
 /// What to build, and where.
 #[derive(Debug, Clone)]
@@ -56,6 +59,7 @@ pub fn build_images(opts: &Options, log: &mut dyn Write) -> Result<Vec<Report>> 
         work: &work,
         pause: None,
         standin: None,
+        manager: None,
     };
     let mut reports = Vec::new();
     let result = build_all(&defs, &opts.out_dir, &mut helpers, log, &mut reports);
@@ -72,6 +76,7 @@ struct Helpers<'a> {
     work: &'a Path,
     pause: Option<PathBuf>,
     standin: Option<PathBuf>,
+    manager: Option<PathBuf>,
 }
 
 impl Helpers<'_> {
@@ -94,8 +99,17 @@ impl HelperBinaries for Helpers<'_> {
         if let Some(p) = &self.standin {
             return Ok(p.clone());
         }
-        let p = build_standin(self.workspace_root)?;
+        let p = build_release(self.workspace_root, STANDIN_PACKAGE, STANDIN_BINARY)?;
         self.standin = Some(p.clone());
+        Ok(p)
+    }
+
+    fn manager(&mut self) -> Result<PathBuf> {
+        if let Some(p) = &self.manager {
+            return Ok(p.clone());
+        }
+        let p = build_release(self.workspace_root, MANAGER_PACKAGE, MANAGER_BINARY)?;
+        self.manager = Some(p.clone());
         Ok(p)
     }
 }
@@ -254,9 +268,9 @@ fn compile_pause(workspace_root: &Path, work: &Path) -> Result<PathBuf> {
     Ok(out)
 }
 
-/// Builds the kube stand-in in release mode and returns its executable's path, as cargo
+/// Builds `package` in release mode and returns the path of its executable `binary`, as cargo
 /// reports it (so a `CARGO_TARGET_DIR` is honoured).
-fn build_standin(workspace_root: &Path) -> Result<PathBuf> {
+fn build_release(workspace_root: &Path, package: &str, binary: &str) -> Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = run(
         Command::new(&cargo)
@@ -267,17 +281,17 @@ fn build_standin(workspace_root: &Path) -> Result<PathBuf> {
                 "--release",
                 "--message-format=json-render-diagnostics",
                 "-p",
-                STANDIN_PACKAGE,
+                package,
             ])
             .stderr(Stdio::inherit()),
         "cargo",
     )?;
-    executable_from_messages(&String::from_utf8_lossy(&out.stdout), STANDIN_BINARY).ok_or_else(
-        || Error::NoArtifact {
-            package: STANDIN_PACKAGE.into(),
-            binary: STANDIN_BINARY.into(),
-        },
-    )
+    executable_from_messages(&String::from_utf8_lossy(&out.stdout), binary).ok_or_else(|| {
+        Error::NoArtifact {
+            package: package.into(),
+            binary: binary.into(),
+        }
+    })
 }
 
 /// The `executable` of the `compiler-artifact` message for binary target `binary`.

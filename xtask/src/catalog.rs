@@ -36,6 +36,32 @@ pub trait HelperBinaries {
     /// # Errors
     /// When building fails or yields no executable.
     fn standin(&mut self) -> Result<PathBuf>;
+
+    /// The `oi-manager` executable, built.
+    ///
+    /// # Errors
+    /// When building fails or yields no executable.
+    fn manager(&mut self) -> Result<PathBuf>;
+}
+
+/// The manager's image, `localhost/oneinfra/oi-manager:<workspace version>` (what
+/// config/manager/deployment.yaml runs). Not in [`catalog`]: hypervisors never pull it, and
+/// it needs a release build of the manager, so it is built on request
+/// (`cargo xtask images --only oi-manager`).
+pub const MANAGER: Image = Image {
+    name: "oneinfra/oi-manager",
+    tag: env!("CARGO_PKG_VERSION"),
+};
+
+/// Where the manager's binary is in its image.
+pub const MANAGER_PATH: &str = "/usr/local/bin/oi-manager";
+
+/// The manager image's definition.
+pub fn manager() -> ImageDef {
+    ImageDef {
+        image: MANAGER,
+        kind: Kind::Manager,
+    }
 }
 
 /// What an image is made of.
@@ -52,6 +78,8 @@ pub enum Kind {
         component: &'static str,
         version: &'static str,
     },
+    /// `oi-manager`, run as `oi-manager run` by default.
+    Manager,
 }
 
 impl Kind {
@@ -152,6 +180,14 @@ impl ImageDef {
                     ..RunConfig::default()
                 }
             }
+            Kind::Manager => {
+                fs.binary_with_libs(MANAGER_PATH, &helpers.manager()?)?;
+                RunConfig {
+                    entrypoint: strings(&[MANAGER_PATH]),
+                    cmd: strings(&["run"]),
+                    ..RunConfig::default()
+                }
+            }
         };
         Ok((fs, run))
     }
@@ -235,15 +271,17 @@ pub fn catalog() -> Vec<ImageDef> {
     defs
 }
 
-/// The images `--only` names select (all when `only` is empty).
+/// The images `--only` names select: the [`catalog`] when `only` is empty; the names may also
+/// select the [`manager`] image.
 ///
 /// # Errors
 /// When a name matches no image.
 pub fn select(only: &[String]) -> Result<Vec<ImageDef>> {
-    let all = catalog();
+    let mut all = catalog();
     if only.is_empty() {
         return Ok(all);
     }
+    all.push(manager());
     for name in only {
         if !all.iter().any(|d| d.matches(name)) {
             let mut known: Vec<&str> = Vec::new();
@@ -314,5 +352,55 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         assert_eq!(select(&[]).unwrap().len(), catalog().len());
+    }
+
+    #[test]
+    fn the_manager_image_is_built_on_request_only() {
+        assert!(!catalog().iter().any(|d| d.kind == Kind::Manager));
+        assert!(!select(&[]).unwrap().iter().any(|d| d.kind == Kind::Manager));
+        for name in [
+            "oi-manager",
+            "oi-manager:0.1.0",
+            "localhost/oneinfra/oi-manager:0.1.0",
+        ] {
+            assert_eq!(select(&[name.into()]).unwrap(), vec![manager()], "{name}");
+        }
+        // The reference config/manager/deployment.yaml runs.
+        assert_eq!(manager().reference(), "localhost/oneinfra/oi-manager:0.1.0");
+        assert_eq!(manager().file_name(), "oi-manager_0.1.0.tar");
+        match select(&["nginx".into()]) {
+            Err(Error::UnknownImage { known, .. }) => assert!(known.ends_with(", oi-manager")),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    /// Helper binaries that are host programs, so that contents are built without cargo.
+    struct HostHelpers;
+
+    impl HelperBinaries for HostHelpers {
+        fn pause(&mut self) -> Result<PathBuf> {
+            panic!("not asked for")
+        }
+        fn standin(&mut self) -> Result<PathBuf> {
+            panic!("not asked for")
+        }
+        fn manager(&mut self) -> Result<PathBuf> {
+            Ok(PathBuf::from("/bin/sh"))
+        }
+    }
+
+    #[test]
+    fn the_manager_image_runs_oi_manager_run() {
+        let (fs, run) = manager().contents(&mut HostHelpers).unwrap();
+        assert!(fs.get(MANAGER_PATH).is_some());
+        assert!(fs.get("/tmp").is_some());
+        assert_eq!(
+            run,
+            RunConfig {
+                entrypoint: Some(vec!["/usr/local/bin/oi-manager".to_string()]),
+                cmd: Some(vec!["run".to_string()]),
+                env: Vec::new(),
+            }
+        );
     }
 }

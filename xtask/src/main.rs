@@ -26,6 +26,7 @@ struct ImagesArgs {
     #[arg(long, env = xtask::IMAGES_DIR_ENV)]
     out: Option<PathBuf>,
     /// Build only these images: short name (`etcd`), `name:tag`, or full reference. Repeatable.
+    /// `oi-manager` (the manager's image, a release build of it) is built only when named.
     #[arg(long, num_args = 1..)]
     only: Vec<String>,
 }

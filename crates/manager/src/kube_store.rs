@@ -21,7 +21,8 @@
 //! | `publish`       | `POST /apis/events.k8s.io/v1/namespaces/<ns>/events`       |
 //!
 //! API errors map to [`StoreError`] by HTTP code and `reason`: 404 NotFound, 409 AlreadyExists
-//! or Conflict, 400/422 Invalid, anything else (and transport failures) Unavailable. Messages
+//! or Conflict, 400/422 Invalid, anything else (and transport failures) Unavailable; a failed
+//! list is always Unavailable (a 404 there means the CRD is not installed). Messages
 //! that could echo field values (the API server's validation messages, serde's decode errors)
 //! have their quoted values redacted: a rejected Cluster must not put its CA key in a log.
 
@@ -194,7 +195,6 @@ pub const PERMISSIONS: &[Permission] = &[
 #[derive(Debug, Clone, Copy)]
 enum Op {
     Get,
-    List,
     Create,
     Update,
     UpdateStatus,
@@ -206,7 +206,6 @@ impl Op {
     fn as_str(self) -> &'static str {
         match self {
             Op::Get => "get",
-            Op::List => "list",
             Op::Create => "create",
             Op::Update => "update",
             Op::UpdateStatus => "update status of",
@@ -253,6 +252,29 @@ fn store_error(op: Op, kind: Kind, key: &ObjectKey, error: kube::Error) -> Store
             op.as_str(),
             redact_quoted(&other.to_string())
         )),
+    }
+}
+
+/// A failed list: always [`StoreError::Unavailable`] (there is no object to be missing or in
+/// conflict); a 404 means the kind's CRD is not installed.
+fn list_error(kind: Kind, namespace: Option<&str>, error: kube::Error) -> StoreError {
+    let what = match namespace {
+        _ if !kind.namespaced() => format!("list {kind}s"),
+        Some(ns) => format!("list {kind}s in namespace {ns}"),
+        None => format!("list {kind}s in every namespace"),
+    };
+    match error {
+        kube::Error::Api(status) if status.code == 404 => StoreError::Unavailable(format!(
+            "{what}: the API server does not serve {} (is its CRD installed?)",
+            api_resource(kind).plural
+        )),
+        kube::Error::Api(status) => StoreError::Unavailable(format!(
+            "{what}: the API server answered {} {}: {}",
+            status.code,
+            status.reason,
+            redact_quoted(&status.message)
+        )),
+        other => StoreError::Unavailable(format!("{what}: {}", redact_quoted(&other.to_string()))),
     }
 }
 
@@ -405,10 +427,7 @@ impl Store for KubeStore {
             .api(K::KIND, namespace)
             .list(&ListParams::default())
             .await
-            .map_err(|e| {
-                let key = ObjectKey::new(namespace.unwrap_or_default(), "");
-                store_error(Op::List, K::KIND, &key, e)
-            })?;
+            .map_err(|e| list_error(K::KIND, namespace, e))?;
         list.items.into_iter().map(from_dynamic).collect()
     }
 
@@ -605,6 +624,36 @@ mod tests {
             ),
             StoreError::Unavailable(
                 "delete Cluster ns/c: the API server answered 500 InternalError: boom".to_string()
+            )
+        );
+    }
+
+    #[test]
+    fn list_errors_say_what_was_listed() {
+        let api = |code: u16, reason: &str| {
+            kube::Error::Api(
+                kube::core::Status::failure("m", reason)
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        assert_eq!(
+            list_error(Kind::Component, Some("ns"), api(404, "NotFound")),
+            StoreError::Unavailable(
+                "list Components in namespace ns: the API server does not serve components (is its CRD installed?)"
+                    .into()
+            )
+        );
+        assert_eq!(
+            list_error(Kind::Cluster, None, api(403, "Forbidden")),
+            StoreError::Unavailable(
+                "list Clusters in every namespace: the API server answered 403 Forbidden: m".into()
+            )
+        );
+        assert_eq!(
+            list_error(Kind::Hypervisor, Some("ns"), api(500, "InternalError")),
+            StoreError::Unavailable(
+                "list Hypervisors: the API server answered 500 InternalError: m".into()
             )
         );
     }

@@ -333,6 +333,31 @@ async fn a_rejected_object_is_invalid_without_its_values() {
 }
 
 #[tokio::test]
+async fn an_object_our_types_cannot_read_is_unavailable_without_its_values() {
+    let (store, mut api) = store();
+    let mut body = cluster_json("c1", "7");
+    // A field a newer CRD might add, next to key material.
+    body["spec"]["futureField"] = json!(true);
+    body["spec"]["joinKey"] = json!({"privateKey": "-----BEGIN PRIVATE KEY-----"});
+    let key = ObjectKey::new("ns", "c1");
+    let (got, ()) = tokio::join!(store.get::<Cluster>(&key), async {
+        api.expect(Method::GET, &format!("{CLUSTERS}/c1"))
+            .await
+            .respond(200, body);
+    });
+    let StoreError::Unavailable(message) = got.unwrap_err() else {
+        panic!("not Unavailable");
+    };
+    assert!(
+        message.starts_with(
+            "Cluster ns/c1 from the API server does not decode: unknown field `futureField`"
+        ),
+        "{message}"
+    );
+    assert!(!message.contains("PRIVATE"), "{message}");
+}
+
+#[tokio::test]
 async fn delete_sends_delete_and_a_missing_object_is_fine() {
     let (store, mut api) = store();
     let key = ObjectKey::new("ns", "c1-0");

@@ -8,10 +8,10 @@
 
 pub mod controller;
 pub mod driver;
+pub mod http;
 pub mod kube_store;
 pub mod leader;
 pub mod memory;
 pub mod metrics;
-pub mod store;
-pub mod http;
 pub mod run;
+pub mod store;

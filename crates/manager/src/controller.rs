@@ -174,6 +174,9 @@ pub struct Context<S, C, N> {
     reachable: Mutex<BTreeMap<String, bool>>,
     /// Hypervisors whose leftover throwaway pods this process removed.
     swept: Mutex<BTreeSet<String>>,
+    /// Where the Hypervisor controller sends the Clusters to reconcile at once (see
+    /// [`Context::cluster_wakeups`]).
+    wakeups: Mutex<Option<tokio::sync::mpsc::UnboundedSender<ObjectKey>>>,
 }
 
 /// Locks a std mutex whose data stays sound when a holder panicked (plain inserts and
@@ -201,6 +204,25 @@ impl<S: Store, C: Connector, N: Network> Context<S, C, N> {
             failures: Mutex::new(BTreeMap::new()),
             reachable: Mutex::new(BTreeMap::new()),
             swept: Mutex::new(BTreeSet::new()),
+            wakeups: Mutex::new(None),
+        }
+    }
+
+    /// The Clusters the Hypervisor controller wants reconciled now: those with a Component on
+    /// a hypervisor whose reachability changed, so that a hypervisor that comes back gets its
+    /// components run again (and one that goes away marks its clusters not ready) without
+    /// waiting for the clusters' next requeue. The caller feeds them to the Cluster
+    /// controller. A later call replaces the earlier receiver.
+    pub fn cluster_wakeups(&self) -> tokio::sync::mpsc::UnboundedReceiver<ObjectKey> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        *lock(&self.wakeups) = Some(tx);
+        rx
+    }
+
+    fn wake_cluster(&self, key: ObjectKey) {
+        if let Some(tx) = lock(&self.wakeups).as_ref() {
+            // A receiver that went away wants nothing more.
+            let _ = tx.send(key);
         }
     }
 

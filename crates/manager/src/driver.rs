@@ -7,6 +7,7 @@
 //!        Cluster c    ─► (cluster, c)                  ▲  (one per key, one per cluster)
 //!        Component k  ─► (component, k), (cluster, cluster_of_component(k))
 //!        Hypervisor h ─► (hypervisor, h), (cluster, each cluster with a component on h)
+//!   Context::cluster_wakeups() ── Cluster c ─► (cluster, c)   (reachability changed)
 //!   result: Requeue(d) ─► again in d; AwaitChange ─► nothing; Err ─► Context::error_backoff
 //! ```
 //!
@@ -133,6 +134,8 @@ pub(crate) trait Reconcilers: Send + Sync + 'static {
     fn error_backoff(&self, controller: ControllerKind, key: &ObjectKey) -> Duration;
     fn store(&self) -> &MemoryStore;
     fn metrics(&self) -> &Metrics;
+    /// The Clusters to reconcile at once ([`Context::cluster_wakeups`]), if any.
+    fn cluster_wakeups(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<ObjectKey>>;
 }
 
 struct Controllers<C, N>(Arc<Context<MemoryStore, C, N>>);
@@ -163,6 +166,10 @@ impl<C: Connector + 'static, N: Network + 'static> Reconcilers for Controllers<C
 
     fn metrics(&self) -> &Metrics {
         &self.0.metrics
+    }
+
+    fn cluster_wakeups(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<ObjectKey>> {
+        Some(self.0.cluster_wakeups())
     }
 }
 
@@ -346,6 +353,7 @@ pub(crate) async fn drive<R: Reconcilers>(
     let store = reconcilers.store();
     // Subscribed before the first list, so no change falls between the two.
     let mut changes = store.subscribe();
+    let mut wakeups = reconcilers.cluster_wakeups();
     let mut state = State {
         queue: WorkQueue::new(),
         components: BTreeMap::new(),
@@ -386,6 +394,7 @@ pub(crate) async fn drive<R: Reconcilers>(
                 }
                 Err(RecvError::Closed) => listening = false,
             },
+            Some(cluster) = recv_wakeup(&mut wakeups) => state.cluster(cluster, Instant::now()),
             Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
                 finished(reconcilers, &mut state, &mut jobs, &mut last, joined, true);
                 if done(store) {
@@ -405,6 +414,16 @@ pub(crate) async fn drive<R: Reconcilers>(
     End {
         done: reached,
         last,
+    }
+}
+
+/// The next Cluster to wake up; pending forever without a receiver, `None` once it closed.
+async fn recv_wakeup(
+    wakeups: &mut Option<tokio::sync::mpsc::UnboundedReceiver<ObjectKey>>,
+) -> Option<ObjectKey> {
+    match wakeups {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 

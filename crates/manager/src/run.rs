@@ -62,11 +62,14 @@ const SYNC_POLL: Duration = Duration::from_millis(250);
 
 /// oi-manager: oneinfra's controllers over Hypervisor, Cluster and Component custom
 /// resources on a management Kubernetes cluster.
-///
-///   oi-manager crds | kubectl apply -f -
-///   oi-manager run --kubeconfig ~/.kube/config --leader-elect=false
 #[derive(Debug, Parser)]
-#[command(name = "oi-manager", version, max_term_width = 100)]
+#[command(
+    name = "oi-manager",
+    version,
+    max_term_width = 100,
+    after_help = "Examples:\n  oi-manager crds | kubectl apply -f -\n  \
+                  oi-manager run --kubeconfig ~/.kube/config --leader-elect=false"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -452,7 +455,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     );
     let (graceful_tx, graceful_rx) = oneshot::channel::<()>();
     let graceful = graceful_rx.map(|_| ()).shared();
-    let controllers = Controllers::new(&client, settings.namespace.as_deref());
+    let wakeups = ctx.cluster_wakeups();
+    let controllers = Controllers::new(&client, settings.namespace.as_deref(), wakeups);
     let syncing = controllers.syncing();
     let readiness = tokio::spawn({
         let ready_tx = ready_tx.clone();
@@ -830,7 +834,13 @@ struct Controllers {
 }
 
 impl Controllers {
-    fn new(client: &kube::Client, namespace: Option<&str>) -> Self {
+    /// `wakeups`: the Clusters the Hypervisor controller wants reconciled now
+    /// ([`Context::cluster_wakeups`]).
+    fn new(
+        client: &kube::Client,
+        namespace: Option<&str>,
+        wakeups: tokio::sync::mpsc::UnboundedReceiver<ObjectKey>,
+    ) -> Self {
         let config = kube_controller::Config::default().debounce(DEBOUNCE);
         let cluster_resource = api_resource(Kind::Cluster);
         let component_resource = api_resource(Kind::Component);
@@ -851,6 +861,13 @@ impl Controllers {
         // placed on it, as the in-process driver does.
         let known_components = component.store();
         let mapper_resource = cluster_resource.clone();
+        let woken_resource = cluster_resource.clone();
+        let woken = futures::stream::unfold(wakeups, |mut rx| async move {
+            rx.recv().await.map(|key| (key, rx))
+        })
+        .map(move |key| {
+            ObjectRef::new_with(&key.name, woken_resource.clone()).within(&key.namespace)
+        });
         let cluster = Controller::new_with(
             dynamic_api(client, Kind::Cluster, namespace),
             watcher::Config::default(),
@@ -870,6 +887,7 @@ impl Controllers {
                 clusters_on_hypervisor(&known_components.state(), &name, &mapper_resource)
             },
         )
+        .reconcile_on(woken)
         .with_config(config);
         Controllers {
             cluster,

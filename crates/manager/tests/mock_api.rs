@@ -1622,11 +1622,18 @@ async fn hypervisor_controller_publishes_reachability_transitions_only() {
     reconcile_hypervisor(&key, &h.ctx).await.unwrap();
     assert_eq!(h.lines(), ["GET hypervisors/private-1"]);
 
-    // Back.
+    // Back: the Components are listed to wake the clusters placed on it.
     h.ctx.connector.down.lock().unwrap().clear();
     h.server.clear_log();
     reconcile_hypervisor(&key, &h.ctx).await.unwrap();
-    assert_eq!(h.lines(), ["GET hypervisors/private-1", "POST events?"]);
+    assert_eq!(
+        h.lines(),
+        [
+            "GET hypervisors/private-1",
+            "GET all/components?",
+            "POST events?"
+        ]
+    );
     assert_eq!(
         h.events(),
         [("HypervisorReachable".to_string(), "private-1".to_string())]

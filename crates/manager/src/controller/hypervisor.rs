@@ -2,10 +2,12 @@
 //! version), keeps the `hypervisor_reachable` metric, publishes transitions, and removes the
 //! throwaway pods a killed manager left on the hypervisor once per process.
 
-use oi_api::{Hypervisor, Kind, ObjectKey};
+use oi_api::{Component, Hypervisor, Kind, ObjectKey};
 use oi_engine::{Connector, Network};
 
-use super::{Action, Context, Event, Next, ReconcileError, event_reasons, lock};
+use super::{
+    Action, Context, Event, Next, ReconcileError, clusters_using_hypervisor, event_reasons, lock,
+};
 use crate::store::Store;
 
 pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
@@ -41,6 +43,14 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
             tracing::warn!(hypervisor = name, "unreachable: {e}");
         }
         _ => {}
+    }
+    if previous.is_some_and(|p| p != reachable) {
+        // Back or gone: the clusters placed on it reconcile now rather than at their next
+        // requeue (a ready cluster's is minutes away).
+        let components = ctx.store.list::<Component>(None).await?;
+        for cluster in clusters_using_hypervisor(&components, name) {
+            ctx.wake_cluster(cluster);
+        }
     }
     if let Some(event) = event {
         ctx.publish(

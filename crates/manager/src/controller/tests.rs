@@ -697,6 +697,62 @@ async fn a_live_clusters_component_gets_the_finalizer_and_is_left_to_the_cluster
 }
 
 #[tokio::test]
+async fn a_hypervisor_that_goes_or_comes_back_wakes_the_clusters_on_it() {
+    let h = Harness::new();
+    // a: 3 replicas on the 3 private hypervisors; b: 1 replica on one of them.
+    h.store.insert(cluster("a", 3));
+    h.store.insert(cluster("b", 1));
+    reconcile_cluster(&key("a"), &h.ctx).await.unwrap();
+    reconcile_cluster(&key("b"), &h.ctx).await.unwrap();
+    let placed = |cluster: &str| -> BTreeSet<String> {
+        h.store
+            .objects::<Component>()
+            .into_iter()
+            .filter(|c| c.spec.cluster == cluster)
+            .filter_map(|c| c.spec.hypervisor)
+            .collect()
+    };
+    // Each has its ingress on public-1 too.
+    let b_on = placed("b")
+        .into_iter()
+        .find(|n| n.starts_with("private"))
+        .unwrap();
+    assert_eq!(placed("a").len(), 4);
+    let hk = ObjectKey::cluster_scoped(&b_on);
+    let mut wakeups = h.ctx.cluster_wakeups();
+    let woken = |rx: &mut tokio::sync::mpsc::UnboundedReceiver<ObjectKey>| {
+        std::iter::from_fn(|| rx.try_recv().ok()).collect::<Vec<_>>()
+    };
+
+    // The first probe and a steady state wake nobody.
+    reconcile_hypervisor(&hk, &h.ctx).await.unwrap();
+    reconcile_hypervisor(&hk, &h.ctx).await.unwrap();
+    assert_eq!(woken(&mut wakeups), []);
+
+    // Gone: both clusters on it, once.
+    h.ctx.connector.down.lock().unwrap().insert(b_on.clone());
+    reconcile_hypervisor(&hk, &h.ctx).await.unwrap();
+    reconcile_hypervisor(&hk, &h.ctx).await.unwrap();
+    assert_eq!(woken(&mut wakeups), [key("a"), key("b")]);
+
+    // Back: the same.
+    h.ctx.connector.down.lock().unwrap().clear();
+    reconcile_hypervisor(&hk, &h.ctx).await.unwrap();
+    assert_eq!(woken(&mut wakeups), [key("a"), key("b")]);
+
+    // A private hypervisor without b's replica: a only.
+    let other = placed("a")
+        .into_iter()
+        .find(|n| n.starts_with("private") && *n != b_on)
+        .unwrap();
+    let ok = ObjectKey::cluster_scoped(&other);
+    reconcile_hypervisor(&ok, &h.ctx).await.unwrap();
+    h.ctx.connector.down.lock().unwrap().insert(other.clone());
+    reconcile_hypervisor(&ok, &h.ctx).await.unwrap();
+    assert_eq!(woken(&mut wakeups), [key("a")]);
+}
+
+#[tokio::test]
 async fn hypervisor_probes_publish_transitions_and_keep_the_metric() {
     let h = Harness::new();
     let k = ObjectKey::cluster_scoped("private-1");

@@ -115,6 +115,9 @@ struct Fake {
     /// How long each reconcile takes.
     work: Duration,
     backoff: Duration,
+    /// What the loop takes as [`Reconcilers::cluster_wakeups`]; the sender stays here.
+    wakeups: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<ObjectKey>>>,
+    wake: tokio::sync::mpsc::UnboundedSender<ObjectKey>,
 }
 
 impl Fake {
@@ -127,7 +130,10 @@ impl Fake {
         work: Duration,
         script: BTreeMap<Job, VecDeque<Answer>>,
     ) -> Arc<Self> {
+        let (wake, wakeups) = tokio::sync::mpsc::unbounded_channel();
         Arc::new(Fake {
+            wakeups: Mutex::new(Some(wakeups)),
+            wake,
             store: Arc::clone(store),
             metrics: Metrics::new(),
             shared: Arc::new(Mutex::new(Shared {
@@ -229,6 +235,10 @@ impl Reconcilers for Fake {
 
     fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    fn cluster_wakeups(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<ObjectKey>> {
+        self.wakeups.lock().unwrap().take()
     }
 }
 
@@ -400,6 +410,32 @@ async fn changes_are_mapped_to_the_controllers_that_care() {
     let (end, ()) = tokio::join!(driver, script);
     assert!(!end.done);
     assert_eq!(fake.shared.lock().unwrap().overlaps, Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_woken_cluster_is_reconciled_at_once_despite_a_later_requeue() {
+    let store = seeded();
+    let c1 = job(C, "c1");
+    let script = BTreeMap::from([(c1.clone(), VecDeque::from([Answer::Requeue(60_000)]))]);
+    let fake = Fake::with(&store, Duration::ZERO, script);
+    let wake = async {
+        eventually("the first round", || fake.calls().len() == 6).await;
+        fake.wake.send(c1.1.clone()).unwrap();
+    };
+    let done_fake = Arc::clone(&fake);
+    let (result, ()) = tokio::join!(
+        run_until(
+            &fake,
+            move |_| done_fake.calls().len() == 7,
+            Duration::from_secs(5)
+        ),
+        wake
+    );
+    result.unwrap();
+    // Only the woken cluster ran again, long before its requeue.
+    assert_eq!(fake.calls()[6], c1);
+    let times = fake.call_times(&c1);
+    assert!(times[1] - times[0] < Duration::from_secs(5));
 }
 
 #[tokio::test]

@@ -95,6 +95,46 @@ pub struct ComponentStatus {
     pub output_endpoints: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// How this control plane replica's etcd member is started (our addition): set when
+    /// the replica is first planned, then kept, so the rendered etcd flags never change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_member: Option<EtcdMemberBootstrap>,
+}
+
+/// The `--initial-cluster` and `--initial-cluster-state` an etcd member is started with
+/// (etcd ignores both once its data directory exists).
+///
+/// The replicas of a new cluster found it together (`new`, all of them in `initialCluster`);
+/// a replica added later joins the running cluster as a learner (`existing`, the members at
+/// the time it joins and itself).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EtcdMemberBootstrap {
+    /// Member name → peer URL.
+    #[serde(default)]
+    pub initial_cluster: BTreeMap<String, String>,
+    pub initial_cluster_state: EtcdInitialClusterState,
+}
+
+/// etcd's `--initial-cluster-state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum EtcdInitialClusterState {
+    /// Founds a new cluster with the other members of `initialCluster`.
+    #[default]
+    #[serde(rename = "new")]
+    New,
+    /// Joins a running cluster (as the learner the engine added).
+    #[serde(rename = "existing")]
+    Existing,
+}
+
+impl EtcdInitialClusterState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EtcdInitialClusterState::New => "new",
+            EtcdInitialClusterState::Existing => "existing",
+        }
+    }
 }
 
 impl ComponentStatus {

@@ -325,6 +325,16 @@ fn component_status() -> Value {
         ("inputEndpoints", map(string())),
         ("outputEndpoints", map(string())),
         ("conditions", conditions()),
+        (
+            "etcdMember",
+            required(
+                object(&[
+                    ("initialCluster", map(string())),
+                    ("initialClusterState", string_enum(&["new", "existing"])),
+                ]),
+                &["initialClusterState"],
+            ),
+        ),
     ])
 }
 

@@ -47,6 +47,7 @@ pub use common::{
 };
 pub use component::{
     Component, ComponentHostPortAllocation, ComponentRole, ComponentSpec, ComponentStatus,
+    EtcdInitialClusterState, EtcdMemberBootstrap,
 };
 pub use hypervisor::{
     CriEndpoint, Hypervisor, HypervisorPortAllocation, HypervisorSpec, HypervisorStatus,

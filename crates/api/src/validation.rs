@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use crate::cluster::Cluster;
-use crate::component::Component;
+use crate::component::{Component, ComponentRole};
 use crate::hypervisor::Hypervisor;
 use crate::meta::{Kind, ObjectKey, ObjectMeta, Resource};
 use crate::node_join_request::NodeJoinRequest;
@@ -74,6 +74,10 @@ pub enum Reason {
     InvalidCidr { value: String },
     #[error("node CIDR mask size {size} must be between {min} and {max}")]
     InvalidMaskSize { size: u8, min: u8, max: u8 },
+    #[error("does not name the component itself ({name:?})")]
+    MissingSelf { name: String },
+    #[error("only control plane replicas run an etcd member")]
+    NotAControlPlaneReplica,
     #[error("{replicas} replicas; at least 1 is needed")]
     InvalidReplicas { replicas: u32 },
     #[error("unsupported Kubernetes version {version:?}; supported: {}", .supported.join(", "))]
@@ -375,6 +379,21 @@ pub fn validate_component(component: &Component) -> Vec<FieldError> {
             hypervisor,
             NameRule::Dns1123Subdomain,
         );
+    }
+    if let Some(etcd) = &component.status.etcd_member {
+        if spec.role != ComponentRole::ControlPlane {
+            errors.push(FieldError::new(
+                "status.etcdMember",
+                Reason::NotAControlPlaneReplica,
+            ));
+        } else if !etcd.initial_cluster.contains_key(&component.metadata.name) {
+            errors.push(FieldError::new(
+                "status.etcdMember.initialCluster",
+                Reason::MissingSelf {
+                    name: component.metadata.name.clone(),
+                },
+            ));
+        }
     }
     errors
 }

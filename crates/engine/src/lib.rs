@@ -8,10 +8,11 @@
 //!   ▼  per cluster, all clusters concurrently; the steps of one cluster in order:
 //!   1. files      write_files(known = Hypervisor status files) ─► hashes back into status
 //!   2. leaving    etcd member remove ─► remove pods ─► remove host dirs ─► remove_component
-//!   3. etcd       replica 0 pod, wait healthy; each further replica: member add (learner)
+//!   3. etcd       founders of a new cluster (`new`): all pods at once, wait for an answer;
+//!                 each joining replica (`existing`), in order: member add (learner)
 //!                 ─► pod ─► promote once in sync
-//!   4. kube       kube-apiserver + controller-manager + scheduler pod of every replica
-//!   5. ingress    haproxy pod
+//!   4. kube       kube-apiserver + controller-manager + scheduler pod of every replica,
+//!   5. ingress    and the haproxy pod, all at once
 //!   6. observe    etcd members (started, voting), each API server /readyz, ingress /readyz,
 //!                 polled until ready or `max_wait`
 //!   ▼
@@ -31,6 +32,8 @@
 
 pub mod etcd;
 pub mod https;
+#[cfg(any(test, feature = "sim"))]
+pub mod sim;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -44,7 +47,7 @@ use http::Method;
 use oi_api::common::{ConditionStatus, condition_types, set_condition};
 use oi_api::hypervisor::CriEndpoint as ApiEndpoint;
 use oi_api::runtime::{HostFile, PodSpec, labels};
-use oi_api::{Component, ComponentRole, Hypervisor, ObjectKey, World};
+use oi_api::{Component, ComponentRole, EtcdInitialClusterState, Hypervisor, ObjectKey, World};
 use oi_cri::{ClientOptions, CriClient, CriEndpoint, HypervisorRuntime, Outcome};
 use oi_reconcile::ports::names;
 use oi_reconcile::render::{self, EtcdMember, RenderOptions, Rendered};
@@ -691,29 +694,32 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
                 .await?;
             run.removed.push(ck);
         }
-        // 3. etcd, in join order.
+        // 3. etcd: the founders of a new cluster all at once, then each joining replica in
+        //    replica order (learner, pod, promotion).
         let replicas: Vec<&Replica> = membership
             .members
             .iter()
             .filter_map(|m| live.iter().find(|r| r.name() == m.name))
             .collect();
-        for (i, replica) in replicas.iter().enumerate() {
-            self.etcd_member(key, i, replica, &membership.members, &etcd)
+        let (founders, joiners): (Vec<&Replica>, Vec<&Replica>) =
+            replicas.into_iter().partition(|r| {
+                r.component
+                    .status
+                    .etcd_member
+                    .as_ref()
+                    .map(|m| m.initial_cluster_state)
+                    == Some(EtcdInitialClusterState::New)
+            });
+        self.etcd_founders(key, &founders, &membership.members, &etcd)
+            .await?;
+        for replica in joiners {
+            self.etcd_join(key, replica, &membership.members, &etcd)
                 .await?;
         }
-        // 4. The Kubernetes control plane of every replica, 5. the ingress.
-        for role in [
-            ComponentRole::ControlPlane,
-            ComponentRole::ControlPlaneIngress,
-        ] {
-            let pods = live
-                .iter()
-                .filter(|r| r.component.spec.role == role)
-                .filter_map(|r| r.pod(r.name()).map(|p| (r, p)));
-            let results = join_all(pods.map(|(r, p)| self.pod(key, r, p))).await;
-            for result in results {
-                result?;
-            }
+        // 4. The Kubernetes control plane of every replica and 5. the ingress, together.
+        let pods = live.iter().filter_map(|r| r.pod(r.name()).map(|p| (r, p)));
+        for result in join_all(pods.map(|(r, p)| self.pod(key, r, p))).await {
+            result?;
         }
         // 6. Observe until ready or out of time.
         loop {
@@ -917,25 +923,60 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
         Ok(())
     }
 
-    async fn etcd_member(
+    /// The replica's etcd pod.
+    fn etcd_pod<'r>(&self, r: &'r Replica<'_>) -> Step<&'r PodSpec> {
+        let pod_name = format!("{}-etcd", r.name());
+        r.pod(&pod_name).ok_or_else(|| {
+            Failure(
+                reasons::RENDER_FAILED,
+                format!("{} has no pod {pod_name}", r.name()),
+            )
+        })
+    }
+
+    /// Starts the etcd pods of the replicas that found the cluster (`new`) together, then
+    /// waits until one of them answers (a new cluster answers once it has a quorum).
+    async fn etcd_founders(
         &self,
         key: &ObjectKey,
-        index: usize,
+        founders: &[&Replica<'_>],
+        members: &[EtcdMember],
+        etcd: &EtcdClient<'_, N>,
+    ) -> Step {
+        if founders.is_empty() {
+            return Ok(());
+        }
+        let mut pods = Vec::new();
+        for r in founders {
+            pods.push((*r, self.etcd_pod(r)?));
+        }
+        for result in join_all(pods.into_iter().map(|(r, spec)| self.pod(key, r, spec))).await {
+            result?;
+        }
+        let founding: Vec<EtcdMember> = members
+            .iter()
+            .filter(|m| founders.iter().any(|r| r.name() == m.name))
+            .cloned()
+            .collect();
+        self.members(&founding, etcd).await?;
+        Ok(())
+    }
+
+    /// Joins a replica to the running cluster: member add as a learner (unless it is in the
+    /// membership already), its pod, promotion once it caught up.
+    async fn etcd_join(
+        &self,
+        key: &ObjectKey,
         r: &Replica<'_>,
         members: &[EtcdMember],
         etcd: &EtcdClient<'_, N>,
     ) -> Step {
         let name = r.name();
-        let pod_name = format!("{name}-etcd");
-        let spec = r.pod(&pod_name).ok_or_else(|| {
-            Failure(
-                reasons::RENDER_FAILED,
-                format!("{name} has no pod {pod_name}"),
-            )
-        })?;
+        let spec = self.etcd_pod(r)?;
         let Some(me) = members.iter().find(|m| m.name == name) else {
             return Ok(());
         };
+        let others: Vec<EtcdMember> = members.iter().filter(|m| m.name != name).cloned().collect();
         let found = |list: &[Member]| {
             list.iter()
                 .find(|m| m.peer_urls.contains(&me.peer_url))
@@ -943,42 +984,36 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
         };
         // etcd refuses a new member while it considers the cluster unhealthy (a member
         // promoted moments ago counts as not yet connected): retry until the deadline.
-        if index > 0 {
-            loop {
-                let (endpoint, list) = self.members(&members[..index], etcd).await?;
-                if found(&list).is_some() {
+        loop {
+            let (endpoint, list) = self.members(&others, etcd).await?;
+            if found(&list).is_some() {
+                break;
+            }
+            match etcd.add_learner(&endpoint, &me.peer_url).await {
+                Ok(()) => {
+                    self.emit(
+                        Some(&r.hypervisor),
+                        key,
+                        Some(name),
+                        "added etcd member as learner".to_string(),
+                    );
                     break;
                 }
-                match etcd.add_learner(&endpoint, &me.peer_url).await {
-                    Ok(()) => {
-                        self.emit(
-                            Some(&r.hypervisor),
-                            key,
-                            Some(name),
-                            "added etcd member as learner".to_string(),
-                        );
-                        break;
-                    }
-                    Err(e) if e.retryable() && Instant::now() < self.deadline => {
-                        tokio::time::sleep(self.options.poll_interval).await;
-                    }
-                    Err(e) => {
-                        return Err(Failure(
-                            reasons::ETCD_NOT_READY,
-                            format!("adding etcd member {name}: {e}"),
-                        ));
-                    }
+                Err(e) if e.retryable() && Instant::now() < self.deadline => {
+                    tokio::time::sleep(self.options.poll_interval).await;
+                }
+                Err(e) => {
+                    return Err(Failure(
+                        reasons::ETCD_NOT_READY,
+                        format!("adding etcd member {name}: {e}"),
+                    ));
                 }
             }
         }
         self.pod(key, r, spec).await?;
-        if index == 0 {
-            self.members(std::slice::from_ref(me), etcd).await?;
-            return Ok(());
-        }
         // Promote once the learner caught up.
         loop {
-            let (endpoint, list) = self.members(&members[..index], etcd).await?;
+            let (endpoint, list) = self.members(&others, etcd).await?;
             let Some(member) = found(&list) else {
                 return Err(Failure(
                     reasons::ETCD_NOT_READY,

@@ -112,190 +112,32 @@ impl Connector for FakeConnector {
     }
 }
 
+/// The world of the current run, as the simulated network sees it.
 #[derive(Default)]
-struct EtcdState {
-    members: Vec<Member>,
-    next_id: u64,
-}
+struct Learned(Mutex<World>);
 
-/// Simulated etcd clusters (one per etcd server CA) and API servers. An endpoint answers when
-/// the pod behind it runs on its fake hypervisor.
-struct SimNetwork {
-    runtimes: BTreeMap<String, Arc<FakeRuntime>>,
-    /// URL (etcd client, etcd peer, apiserver) -> (hypervisor, pod name, etcd member name).
-    endpoints: Mutex<BTreeMap<String, (String, String, String)>>,
-    etcd: Mutex<BTreeMap<String, EtcdState>>,
-    /// Membership operations in order, with whether the member's pod ran at the time.
-    log: Mutex<Vec<String>>,
-}
-
-impl SimNetwork {
-    fn new(connector: &FakeConnector) -> Self {
-        SimNetwork {
-            runtimes: connector.runtimes.clone(),
-            endpoints: Mutex::new(BTreeMap::new()),
-            etcd: Mutex::new(BTreeMap::new()),
-            log: Mutex::new(Vec::new()),
-        }
+impl sim::Source for Learned {
+    fn components(&self) -> Vec<Component> {
+        self.0
+            .lock()
+            .unwrap()
+            .components
+            .values()
+            .cloned()
+            .collect()
     }
-
-    /// Learns the endpoints of a prepared world.
-    fn learn(&self, world: &World) {
-        let mut endpoints = self.endpoints.lock().unwrap();
-        for (key, c) in &world.components {
-            let (Some(h), Some(hv)) = (c.spec.hypervisor.clone(), world.hypervisor_of(c)) else {
-                continue;
-            };
-            let ip = &hv.spec.ip_address;
-            let name = c.metadata.name.clone();
-            let _ = key;
-            for (port, pod) in [
-                (names::ETCD_CLIENT, format!("{name}-etcd")),
-                (names::ETCD_PEER, format!("{name}-etcd")),
-                (names::APISERVER, name.clone()),
-            ] {
-                if let Some(p) = c.status.host_port(port) {
-                    endpoints.insert(format!("https://{ip}:{p}"), (h.clone(), pod, name.clone()));
-                }
-            }
-        }
-    }
-
-    fn runs(&self, url: &str) -> bool {
-        let Some((h, pod, _)) = self.endpoints.lock().unwrap().get(url).cloned() else {
-            return false;
-        };
-        let rt = &self.runtimes[&h];
-        let pods = futures::executor::block_on(rt.list_pods(&BTreeMap::new())).unwrap();
-        pods.iter().any(|p| {
-            p.name == pod
-                && p.containers
-                    .iter()
-                    .all(|c| c.state == oi_cri::ContainerState::Running)
-        })
-    }
-
-    fn member_name(&self, url: &str) -> String {
-        self.endpoints.lock().unwrap()[url].2.clone()
-    }
-
-    fn etcd(&self, r: &HttpsRequest<'_>) -> HttpsResponse {
-        let ok = |v: serde_json::Value| HttpsResponse {
-            status: 200,
-            body: v.to_string().into_bytes(),
-        };
-        let mut all = self.etcd.lock().unwrap();
-        let state = all.entry(r.tls.ca_pem.clone()).or_default();
-        // Members whose pod runs have started.
-        for m in state.members.iter_mut() {
-            if !m.started() && self.runs(&m.peer_urls[0]) {
-                m.name = self.member_name(&m.peer_urls[0]);
-            }
-        }
-        let body: serde_json::Value = serde_json::from_str(r.body.unwrap_or("{}")).unwrap();
-        let id = || body["ID"].as_str().unwrap().parse::<u64>().unwrap();
-        match r.path {
-            "/v3/cluster/member/list" => {
-                if state.members.is_empty() {
-                    // Bootstrap: the first member to run forms the cluster.
-                    let me = self.member_name(r.base);
-                    let peer = self
-                        .endpoints
-                        .lock()
-                        .unwrap()
-                        .iter()
-                        .find(|(u, v)| v.2 == me && v.1.ends_with("-etcd") && *u != r.base)
-                        .map(|(u, _)| u.clone())
-                        .unwrap();
-                    state.next_id += 1;
-                    state.members.push(Member {
-                        id: state.next_id,
-                        name: self.member_name(r.base),
-                        peer_urls: vec![peer],
-                        client_urls: vec![r.base.to_string()],
-                        is_learner: false,
-                    });
-                    self.log
-                        .lock()
-                        .unwrap()
-                        .push(format!("bootstrap {}", self.member_name(r.base)));
-                }
-            }
-            "/v3/cluster/member/add" => {
-                let peer = body["peerURLs"][0].as_str().unwrap().to_string();
-                assert_eq!(body["isLearner"], true, "members join as learners");
-                state.next_id += 1;
-                state.members.push(Member {
-                    id: state.next_id,
-                    name: String::new(),
-                    peer_urls: vec![peer.clone()],
-                    client_urls: vec![],
-                    is_learner: true,
-                });
-                let running = self.runs(&peer);
-                self.log
-                    .lock()
-                    .unwrap()
-                    .push(format!("add {} running={running}", self.member_name(&peer)));
-            }
-            "/v3/cluster/member/promote" => {
-                let id = id();
-                let m = state.members.iter_mut().find(|m| m.id == id).unwrap();
-                if !m.started() {
-                    return HttpsResponse {
-                        status: 500,
-                        body: br#"{"error":"etcdserver: can only promote a learner member which is in sync with leader","code":9}"#.to_vec(),
-                    };
-                }
-                m.is_learner = false;
-                self.log.lock().unwrap().push(format!("promote {}", m.name));
-            }
-            "/v3/cluster/member/remove" => {
-                let id = id();
-                let m = state.members.iter().find(|m| m.id == id).unwrap().clone();
-                let running = self.runs(&m.peer_urls[0]);
-                state.members.retain(|m| m.id != id);
-                self.log
-                    .lock()
-                    .unwrap()
-                    .push(format!("remove {} running={running}", m.name));
-            }
-            other => panic!("unexpected etcd path {other}"),
-        }
-        let members: Vec<serde_json::Value> = state
-            .members
-            .iter()
-            .map(|m| {
-                serde_json::json!({"ID": m.id.to_string(), "name": m.name, "peerURLs": m.peer_urls,
-                    "clientURLs": m.client_urls, "isLearner": m.is_learner})
-            })
-            .collect();
-        ok(serde_json::json!({ "members": members }))
+    fn hypervisors(&self) -> Vec<Hypervisor> {
+        self.0
+            .lock()
+            .unwrap()
+            .hypervisors
+            .values()
+            .cloned()
+            .collect()
     }
 }
 
-impl Network for SimNetwork {
-    async fn request(&self, r: HttpsRequest<'_>) -> Result<HttpsResponse, HttpsError> {
-        if !self.runs(r.base) {
-            return Err(HttpsError {
-                url: r.base.to_string(),
-                reason: "connection refused".into(),
-            });
-        }
-        if r.path.starts_with("/v3/") {
-            assert!(
-                r.tls.identity.is_some(),
-                "etcd calls present a client certificate"
-            );
-            return Ok(self.etcd(&r));
-        }
-        assert_eq!(r.path, "/readyz");
-        Ok(HttpsResponse {
-            status: 200,
-            body: b"ok".to_vec(),
-        })
-    }
-}
+type SimNetwork = sim::SimNetwork<Learned>;
 
 fn options() -> EngineOptions {
     EngineOptions {
@@ -314,7 +156,7 @@ struct Harness {
 impl Harness {
     fn new() -> Self {
         let connector = FakeConnector::new();
-        let network = SimNetwork::new(&connector);
+        let network = SimNetwork::new(Learned::default(), connector.runtimes.clone());
         Harness {
             connector,
             network,
@@ -324,7 +166,7 @@ impl Harness {
 
     async fn run(&self, world: World) -> Report {
         let world = oi_reconcile::prepare(world, NOW).world;
-        self.network.learn(&world);
+        *self.network.source().0.lock().unwrap() = world.clone();
         self.events.lock().unwrap().clear();
         let progress = |e: &Event| self.events.lock().unwrap().push(e.to_string());
         reconcile(
@@ -346,7 +188,7 @@ fn succeeded(report: &Report, name: &str) -> Option<String> {
 }
 
 #[tokio::test]
-async fn three_replicas_come_up_in_order_and_a_second_run_changes_nothing() {
+async fn three_new_replicas_found_etcd_together_and_a_second_run_changes_nothing() {
     let h = Harness::new();
     let report = h.run(world(1, &[("c", 3)])).await;
     assert!(report.all_ready(), "{:?}", report.clusters);
@@ -360,14 +202,8 @@ async fn three_replicas_come_up_in_order_and_a_second_run_changes_nothing() {
     assert_eq!(report.counts.pods_created, 7);
     assert!(report.counts.files_written > 0);
     assert_eq!(
-        *h.network.log.lock().unwrap(),
-        [
-            "bootstrap c-control-plane-0",
-            "add c-control-plane-1 running=false",
-            "promote c-control-plane-1",
-            "add c-control-plane-2 running=false",
-            "promote c-control-plane-2",
-        ]
+        h.network.log(),
+        ["bootstrap c-control-plane-0,c-control-plane-1,c-control-plane-2"]
     );
     // Files first, then the etcd pod, then the Kubernetes pod, on each private hypervisor.
     let calls = h.connector.all_calls();
@@ -405,7 +241,7 @@ async fn three_replicas_come_up_in_order_and_a_second_run_changes_nothing() {
 
     // Second run over the output: zero mutating calls.
     h.connector.clear();
-    h.network.log.lock().unwrap().clear();
+    h.network.clear_log();
     let second = h.run(report.world.clone()).await;
     assert!(second.all_ready());
     assert_eq!(second.counts.mutating_calls, 0);
@@ -415,7 +251,7 @@ async fn three_replicas_come_up_in_order_and_a_second_run_changes_nothing() {
         (0, 0)
     );
     assert!(h.connector.all_calls().is_empty());
-    assert!(h.network.log.lock().unwrap().is_empty());
+    assert!(h.network.log().is_empty());
     assert_eq!(
         second.world.to_yaml().unwrap(),
         report.world.to_yaml().unwrap()
@@ -436,10 +272,10 @@ async fn scaling_down_removes_the_member_before_its_pod_and_frees_its_ports() {
     let gone = ObjectKey::new("default", "c-control-plane-2");
     let hv = w.components[&gone].spec.hypervisor.clone().unwrap();
     h.connector.clear();
-    h.network.log.lock().unwrap().clear();
+    h.network.clear_log();
     let report = h.run(w).await;
     assert!(report.all_ready(), "{:?}", report.clusters);
-    let log = h.network.log.lock().unwrap().clone();
+    let log = h.network.log();
     assert_eq!(
         log,
         [
@@ -477,6 +313,88 @@ async fn scaling_down_removes_the_member_before_its_pod_and_frees_its_ports() {
     }));
     let outcome = &report.clusters[&ObjectKey::new("default", "c")];
     assert_eq!(outcome.etcd_voting, 1);
+}
+
+#[tokio::test]
+async fn replicas_added_later_join_one_by_one_as_learners() {
+    let h = Harness::new();
+    let report = h.run(world(1, &[("c", 1)])).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    assert_eq!(h.network.log(), ["bootstrap c-control-plane-0"]);
+    let mut w = report.world.clone();
+    w.clusters
+        .get_mut(&ObjectKey::new("default", "c"))
+        .unwrap()
+        .spec
+        .control_plane_replicas = Some(3);
+    let first = w.components[&ObjectKey::new("default", "c-control-plane-0")]
+        .spec
+        .hypervisor
+        .clone()
+        .unwrap();
+    h.connector.clear();
+    h.network.clear_log();
+    let report = h.run(w).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    assert_eq!(
+        h.network.log(),
+        [
+            "add c-control-plane-1 running=false",
+            "promote c-control-plane-1",
+            "add c-control-plane-2 running=false",
+            "promote c-control-plane-2",
+        ]
+    );
+    assert_eq!(
+        report.clusters[&ObjectKey::new("default", "c")].etcd_voting,
+        3
+    );
+    // The founding member keeps running: only its API server (new etcd servers) restarts.
+    let calls = h.connector.runtimes[&first].calls();
+    assert!(
+        calls.iter().all(|c| !matches!(c,
+            Call::CreatePod { name, .. } | Call::RemovePod { name, .. } if name == "c-control-plane-0-etcd")),
+        "{calls:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_cluster_planned_before_etcd_records_is_brought_up_as_it_was() {
+    // A manifest written before `status.etcdMember` existed: placed, ports allocated, no
+    // records. Its members were started one by one, so they are recorded that way.
+    let h = Harness::new();
+    let mut w = oi_reconcile::prepare(world(1, &[("c", 3)]), NOW).world;
+    for c in w.components.values_mut() {
+        c.status.etcd_member = None;
+    }
+    let report = h.run(w).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    assert_eq!(
+        h.network.log(),
+        [
+            "bootstrap c-control-plane-0",
+            "add c-control-plane-1 running=false",
+            "promote c-control-plane-1",
+            "add c-control-plane-2 running=false",
+            "promote c-control-plane-2",
+        ]
+    );
+    let state = |name: &str| {
+        let m = report.world.components[&ObjectKey::new("default", name)]
+            .status
+            .etcd_member
+            .clone()
+            .unwrap();
+        (m.initial_cluster_state, m.initial_cluster.len())
+    };
+    assert_eq!(
+        state("c-control-plane-0"),
+        (EtcdInitialClusterState::New, 1)
+    );
+    assert_eq!(
+        state("c-control-plane-2"),
+        (EtcdInitialClusterState::Existing, 3)
+    );
 }
 
 #[tokio::test]

@@ -47,6 +47,15 @@ pub use prepare::{
 use oi_api::validation::FieldError;
 use oi_api::{ComponentRole, ObjectKey};
 
+/// An IP address as the host part of a URL: IPv6 in brackets.
+pub(crate) fn url_host(ip: &str) -> String {
+    if ip.contains(':') && !ip.starts_with('[') {
+        format!("[{ip}]")
+    } else {
+        ip.to_string()
+    }
+}
+
 /// Why a cluster could not be prepared.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {

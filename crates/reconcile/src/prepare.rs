@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use oi_api::validation::{validate_cluster, validate_component, validate_hypervisor};
 use oi_api::{
     Certificate, Cluster, Component, ComponentHostPortAllocation, ComponentRole, ComponentSpec,
-    KeyPair, ObjectKey, ObjectMeta, Resource, World,
+    EtcdInitialClusterState, EtcdMemberBootstrap, KeyPair, ObjectKey, ObjectMeta, Resource, World,
 };
 use oi_pki::{CaKind, CertificateAuthority, KeyAlgorithm, KeyPairPem, join_key_algorithm};
 use time::{Duration, OffsetDateTime};
@@ -34,7 +34,7 @@ use crate::certificates::{self, Job, Target};
 use crate::par::parallel_map;
 use crate::ports::{PortAllocator, PortOwner, names};
 use crate::schedule::{Candidate, Domain, Spread, ZONE_LABEL, place};
-use crate::{Error, Result};
+use crate::{Error, Result, url_host as host};
 
 /// Settings of [`prepare_with`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -310,9 +310,15 @@ impl ClusterPrep<'_> {
         let vpn = cluster.spec.vpn.enabled;
         let mut components: Vec<Component> = existing.iter().map(|c| (*c).clone()).collect();
         components.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let planned_before: BTreeSet<String> = components
+            .iter()
+            .filter(|c| c.status.host_port(names::ETCD_PEER).is_some())
+            .map(|c| c.metadata.name.clone())
+            .collect();
         self.derive(&cluster, &mut components);
         self.schedule(&mut components, vpn)?;
         self.allocate(&mut components, vpn)?;
+        self.bootstrap_etcd(&mut components, &planned_before);
         self.set_status(&mut cluster, &components);
         let hvs: &[Hv] = self.hvs;
         let jobs = certificates::plan(self.key, &cluster, &components, |name| {
@@ -529,6 +535,85 @@ impl ClusterPrep<'_> {
         Ok(())
     }
 
+    /// Gives every live control plane replica without one its etcd start parameters
+    /// (`status.etcdMember`), kept from then on.
+    ///
+    /// The replicas of a cluster whose etcd was never planned (no replica recorded, none
+    /// held ports before this pass) found it together: `new`, all of them in the initial
+    /// cluster, started at once, with no learner step and none of etcd's waits between
+    /// membership changes. Any other replica joins the running cluster, in replica order,
+    /// as the learner the engine adds: `existing`, with the members at that time (recorded
+    /// live ones, the ones joining before it) and itself. A replica planned before these
+    /// records existed gets what it was started with: the lowest founds alone (`new`), each
+    /// further one joins the ones below it.
+    fn bootstrap_etcd(&self, components: &mut [Component], planned_before: &BTreeSet<String>) {
+        let cluster = self.key.name.as_str();
+        let mut replicas: Vec<usize> = (0..components.len())
+            .filter(|&i| {
+                let c = &components[i];
+                c.spec.role == ComponentRole::ControlPlane && !c.metadata.is_being_deleted()
+            })
+            .collect();
+        replicas.sort_by_key(|&i| {
+            let n = &components[i].metadata.name;
+            (
+                replica_index(cluster, n).map_or((1, 0), |x| (0, x)),
+                n.clone(),
+            )
+        });
+        let peer_url = |c: &Component| {
+            let ip = c
+                .spec
+                .hypervisor
+                .as_ref()
+                .and_then(|h| self.index.get(h))
+                .map(|&i| host(&self.hvs[i].ip))?;
+            let port = c.status.host_port(names::ETCD_PEER)?;
+            Some((c.metadata.name.clone(), format!("https://{ip}:{port}")))
+        };
+        let founding = replicas.iter().all(|&i| {
+            components[i].status.etcd_member.is_none()
+                && !planned_before.contains(&components[i].metadata.name)
+        });
+        if founding {
+            let initial: BTreeMap<String, String> = replicas
+                .iter()
+                .filter_map(|&i| peer_url(&components[i]))
+                .collect();
+            for &i in &replicas {
+                if initial.contains_key(&components[i].metadata.name) {
+                    components[i].status.etcd_member = Some(EtcdMemberBootstrap {
+                        initial_cluster: initial.clone(),
+                        initial_cluster_state: EtcdInitialClusterState::New,
+                    });
+                }
+            }
+            return;
+        }
+        let mut members: BTreeMap<String, String> = replicas
+            .iter()
+            .filter(|&&i| components[i].status.etcd_member.is_some())
+            .filter_map(|&i| peer_url(&components[i]))
+            .collect();
+        for &i in &replicas {
+            if components[i].status.etcd_member.is_some() {
+                continue;
+            }
+            let Some((name, url)) = peer_url(&components[i]) else {
+                continue;
+            };
+            members.insert(name, url);
+            components[i].status.etcd_member = Some(EtcdMemberBootstrap {
+                initial_cluster: members.clone(),
+                initial_cluster_state: if members.len() == 1 {
+                    EtcdInitialClusterState::New
+                } else {
+                    EtcdInitialClusterState::Existing
+                },
+            });
+        }
+    }
+
     /// Endpoints of the cluster: API server behind the ingress, etcd members, VPN.
     fn set_status(&self, cluster: &mut Cluster, components: &[Component]) {
         let status = &mut cluster.status;
@@ -681,15 +766,6 @@ fn validate_and_init_pki(
 
 fn domain(h: &Hv) -> Domain<'_> {
     Domain::of(&h.name, h.zone.as_deref())
-}
-
-/// An IP address as the host part of a URL: IPv6 in brackets.
-fn host(ip: &str) -> String {
-    if ip.contains(':') && !ip.starts_with('[') {
-        format!("[{ip}]")
-    } else {
-        ip.to_string()
-    }
 }
 
 /// Removes a component from the world and releases its ports on its hypervisor: what the

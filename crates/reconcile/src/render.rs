@@ -18,10 +18,11 @@
 //! Certificates come from the prepared objects: CAs and key pairs from the Cluster spec, leaf
 //! certificates of a replica from its Component status ([`certs`] names them).
 //!
-//! etcd membership: replica 0 (the lowest live index) starts a new cluster; every other
-//! replica joins an existing one (`--initial-cluster-state=existing`, as the learner the
-//! engine added) with the live replicas of lower index and itself as initial cluster.
-//! etcd ignores these flags once its data directory exists.
+//! etcd membership: `--initial-cluster` and `--initial-cluster-state` come from the
+//! replica's `status.etcdMember`, recorded when it was planned and never changed (see
+//! `prepare`): the replicas of a new cluster found it together (`new`); a replica added
+//! later joins as the learner the engine added (`existing`). etcd ignores both flags once
+//! its data directory exists.
 
 use std::collections::BTreeMap;
 
@@ -31,7 +32,7 @@ use oi_api::{Cluster, Component, ComponentRole, ObjectKey, World};
 
 use crate::par::parallel_map;
 use crate::ports::names;
-use crate::{Error, Result};
+use crate::{Error, Result, url_host};
 
 /// Names of a control plane replica's leaf certificates in its Component status.
 pub mod certs {
@@ -133,14 +134,6 @@ struct Cx<'a> {
 /// `--name=value` arguments from a map: sorted by flag name, one value each.
 fn flags(map: BTreeMap<&str, String>) -> Vec<String> {
     map.into_iter().map(|(k, v)| format!("--{k}={v}")).collect()
-}
-
-fn url_host(ip: &str) -> String {
-    if ip.contains(':') {
-        format!("[{ip}]")
-    } else {
-        ip.to_string()
-    }
 }
 
 impl Cx<'_> {
@@ -414,19 +407,18 @@ impl Cx<'_> {
 
         // etcd membership (see the module documentation).
         let replicas = self.replicas();
-        let me = replicas
-            .iter()
-            .position(|r| r.metadata.name == c.metadata.name)
-            .ok_or_else(|| self.missing("live control plane replica (it is being deleted)"))?;
-        let mut initial = Vec::new();
-        for r in &replicas[..=me] {
-            initial.push(format!(
-                "{}=https://{}:{}",
-                r.metadata.name,
-                self.ip_of(r)?,
-                self.port(r, names::ETCD_PEER)?
-            ));
+        if !replicas.iter().any(|r| r.metadata.name == c.metadata.name) {
+            return Err(self.missing("live control plane replica (it is being deleted)"));
         }
+        let bootstrap =
+            c.status.etcd_member.as_ref().ok_or_else(|| {
+                self.missing("status.etcdMember (set when the replica is planned)")
+            })?;
+        let initial: Vec<String> = bootstrap
+            .initial_cluster
+            .iter()
+            .map(|(name, url)| format!("{name}={url}"))
+            .collect();
         let mut etcd_servers = Vec::new();
         for r in &replicas {
             etcd_servers.push(format!(
@@ -453,7 +445,7 @@ impl Cx<'_> {
             ("initial-cluster", initial.join(",")),
             (
                 "initial-cluster-state",
-                if me == 0 { "new" } else { "existing" }.into(),
+                bootstrap.initial_cluster_state.as_str().into(),
             ),
             ("key-file", self.path("etcd-server.key")),
             ("listen-client-urls", format!("https://{ip}:{client_port}")),

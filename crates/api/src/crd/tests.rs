@@ -397,6 +397,10 @@ mod full {
             input_endpoints: map("i".to_string()),
             output_endpoints: map("o".to_string()),
             conditions: conditions(),
+            etcd_member: Some(EtcdMemberBootstrap {
+                initial_cluster: map("https://e:2".to_string()),
+                initial_cluster_state: EtcdInitialClusterState::Existing,
+            }),
         };
         c
     }

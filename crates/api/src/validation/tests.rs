@@ -554,3 +554,44 @@ fn dns_label_rule() {
         assert!(!is_dns1123_label(bad), "{bad}");
     }
 }
+
+#[test]
+fn an_etcd_member_record_must_name_its_replica_and_only_a_replica_has_one() {
+    let replica = "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Component\nmetadata: {name: c-control-plane-1}\nspec: {cluster: c, role: control-plane}\nstatus:\n  etcdMember:\n    initialCluster: {c-control-plane-0: 'https://10.0.0.1:2380'}\n    initialClusterState: existing\n";
+    assert_eq!(
+        errors(replica),
+        [error(
+            1,
+            Kind::Component,
+            ObjectKey::new("default", "c-control-plane-1"),
+            "status.etcdMember.initialCluster",
+            Reason::MissingSelf {
+                name: "c-control-plane-1".into()
+            }
+        )]
+    );
+    let fixed = replica.replace("c-control-plane-0:", "c-control-plane-1:");
+    assert_eq!(errors(&fixed), []);
+
+    let ingress = fixed
+        .replace("name: c-control-plane-1}", "name: c-ingress}")
+        .replace("role: control-plane}", "role: control-plane-ingress}");
+    assert_eq!(
+        errors(&ingress),
+        [error(
+            1,
+            Kind::Component,
+            ObjectKey::new("default", "c-ingress"),
+            "status.etcdMember",
+            Reason::NotAControlPlaneReplica
+        )]
+    );
+    let unknown = fixed.replace("existing", "joining");
+    let message = parse_manifests(&unknown, "in.yaml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("status.etcdMember.initialClusterState") && message.contains("joining"),
+        "{message}"
+    );
+}

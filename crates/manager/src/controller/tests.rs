@@ -14,10 +14,7 @@ use oi_api::{
 };
 use oi_cri::HypervisorRuntime as _;
 use oi_cri::fake::FakeRuntime;
-use oi_engine::{
-    Connector, EngineOptions, Error, HttpsError, HttpsRequest, HttpsResponse, Member, Network,
-};
-use oi_reconcile::ports::names;
+use oi_engine::{Connector, EngineOptions, Error, sim};
 use pretty_assertions::assert_eq;
 
 use super::*;
@@ -86,186 +83,19 @@ impl Connector for FakeConnector {
     }
 }
 
-#[derive(Default)]
-struct EtcdState {
-    members: Vec<Member>,
-    next_id: u64,
-}
+/// The simulated network reads the components and hypervisors from the store.
+struct StoreSource(Arc<MemoryStore>);
 
-/// Simulated etcd clusters (one per etcd server CA) and API servers. An endpoint answers when
-/// the pod behind it runs on its fake hypervisor.
-struct SimNetwork {
-    store: Arc<MemoryStore>,
-    runtimes: BTreeMap<String, Arc<FakeRuntime>>,
-    etcd: Mutex<BTreeMap<String, EtcdState>>,
-}
-
-impl SimNetwork {
-    /// (hypervisor, pod, member name) behind a URL, from the store's components.
-    fn endpoint(&self, url: &str) -> Option<(String, String, String)> {
-        let hypervisors: BTreeMap<String, String> = self
-            .store
-            .objects::<Hypervisor>()
-            .into_iter()
-            .map(|h| (h.metadata.name.clone(), h.spec.ip_address.clone()))
-            .collect();
-        self.store.objects::<Component>().into_iter().find_map(|c| {
-            let h = c.spec.hypervisor.clone()?;
-            let ip = hypervisors.get(&h)?;
-            let name = c.metadata.name.clone();
-            [
-                (names::ETCD_CLIENT, format!("{name}-etcd")),
-                (names::ETCD_PEER, format!("{name}-etcd")),
-                (names::APISERVER, name.clone()),
-            ]
-            .into_iter()
-            .find(|(port, _)| {
-                c.status
-                    .host_port(port)
-                    .is_some_and(|p| format!("https://{ip}:{p}") == url)
-            })
-            .map(|(_, pod)| (h.clone(), pod, name.clone()))
-        })
+impl sim::Source for StoreSource {
+    fn components(&self) -> Vec<Component> {
+        self.0.objects::<Component>()
     }
-
-    fn runs(&self, url: &str) -> bool {
-        let Some((h, pod, _)) = self.endpoint(url) else {
-            return false;
-        };
-        let pods = futures::executor::block_on(self.runtimes[&h].list_pods(&BTreeMap::new()))
-            .unwrap_or_default();
-        pods.iter().any(|p| {
-            p.name == pod
-                && p.containers
-                    .iter()
-                    .all(|c| c.state == oi_cri::ContainerState::Running)
-        })
-    }
-
-    fn member_name(&self, url: &str) -> String {
-        self.endpoint(url).map(|e| e.2).unwrap_or_default()
-    }
-
-    fn etcd(&self, r: &HttpsRequest<'_>) -> HttpsResponse {
-        let mut all = self.etcd.lock().unwrap();
-        let state = all.entry(r.tls.ca_pem.clone()).or_default();
-        for m in state.members.iter_mut() {
-            if m.name.is_empty() && self.runs(&m.peer_urls[0]) {
-                m.name = self.member_name(&m.peer_urls[0]);
-            }
-        }
-        let body: serde_json::Value = serde_json::from_str(r.body.unwrap_or("{}")).unwrap();
-        let id = || body["ID"].as_str().unwrap().parse::<u64>().unwrap();
-        match r.path {
-            "/v3/cluster/member/list" => {
-                if state.members.is_empty() {
-                    // Bootstrap: the first member to answer forms the cluster.
-                    let me = self.member_name(r.base);
-                    let peer = self
-                        .store
-                        .objects::<Component>()
-                        .into_iter()
-                        .find(|c| c.metadata.name == me)
-                        .and_then(|c| {
-                            let ip = self
-                                .store
-                                .object::<Hypervisor>(&ObjectKey::cluster_scoped(
-                                    c.spec.hypervisor.clone()?,
-                                ))?
-                                .spec
-                                .ip_address;
-                            Some(format!(
-                                "https://{ip}:{}",
-                                c.status.host_port(names::ETCD_PEER)?
-                            ))
-                        })
-                        .unwrap();
-                    state.next_id += 1;
-                    state.members.push(Member {
-                        id: state.next_id,
-                        name: me,
-                        peer_urls: vec![peer],
-                        client_urls: vec![r.base.to_string()],
-                        is_learner: false,
-                    });
-                }
-            }
-            "/v3/cluster/member/add" => {
-                let peer = body["peerURLs"][0].as_str().unwrap().to_string();
-                state.next_id += 1;
-                state.members.push(Member {
-                    id: state.next_id,
-                    name: String::new(),
-                    peer_urls: vec![peer],
-                    client_urls: vec![],
-                    is_learner: true,
-                });
-            }
-            "/v3/cluster/member/promote" => {
-                let id = id();
-                let m = state.members.iter_mut().find(|m| m.id == id).unwrap();
-                if m.name.is_empty() {
-                    return HttpsResponse {
-                        status: 500,
-                        body: br#"{"error":"etcdserver: can only promote a learner member which is in sync with leader","code":9}"#.to_vec(),
-                    };
-                }
-                m.is_learner = false;
-            }
-            "/v3/cluster/member/remove" => {
-                let id = id();
-                state.members.retain(|m| m.id != id);
-            }
-            other => panic!("unexpected etcd path {other}"),
-        }
-        let members: Vec<serde_json::Value> = state
-            .members
-            .iter()
-            .map(|m| {
-                serde_json::json!({"ID": m.id.to_string(), "name": m.name,
-                    "peerURLs": m.peer_urls, "clientURLs": m.client_urls,
-                    "isLearner": m.is_learner})
-            })
-            .collect();
-        HttpsResponse {
-            status: 200,
-            body: serde_json::json!({ "members": members })
-                .to_string()
-                .into_bytes(),
-        }
-    }
-
-    /// The members of every simulated etcd cluster, by name.
-    fn members(&self) -> Vec<Vec<String>> {
-        self.etcd
-            .lock()
-            .unwrap()
-            .values()
-            .map(|s| s.members.iter().map(|m| m.name.clone()).collect())
-            .collect()
+    fn hypervisors(&self) -> Vec<Hypervisor> {
+        self.0.objects::<Hypervisor>()
     }
 }
 
-impl Network for SimNetwork {
-    async fn request(&self, r: HttpsRequest<'_>) -> Result<HttpsResponse, HttpsError> {
-        // A real request waits: other reconciles run meanwhile (phases interleave).
-        tokio::task::yield_now().await;
-        if !self.runs(r.base) {
-            return Err(HttpsError {
-                url: r.base.to_string(),
-                reason: "connection refused".into(),
-            });
-        }
-        if r.path.starts_with("/v3/") {
-            return Ok(self.etcd(&r));
-        }
-        assert_eq!(r.path, "/readyz");
-        Ok(HttpsResponse {
-            status: 200,
-            body: b"ok".to_vec(),
-        })
-    }
-}
+type SimNetwork = sim::SimNetwork<StoreSource>;
 
 type Ctx = Context<MemoryStore, FakeConnector, SimNetwork>;
 
@@ -303,11 +133,7 @@ impl Harness {
             runtimes: runtimes.clone(),
             down: Mutex::new(BTreeSet::new()),
         };
-        let network = SimNetwork {
-            store: Arc::clone(&store),
-            runtimes,
-            etcd: Mutex::new(BTreeMap::new()),
-        };
+        let network = SimNetwork::new(StoreSource(Arc::clone(&store)), runtimes);
         let ctx = Context::new(
             Arc::clone(&store),
             connector,
@@ -1127,11 +953,10 @@ async fn engine_runs_never_remove_another_runs_throwaway_pods() {
             runtimes: h.ctx.connector.runtimes.clone(),
             down: Mutex::new(BTreeSet::new()),
         },
-        SimNetwork {
-            store: Arc::clone(&h.store),
-            runtimes: h.ctx.connector.runtimes.clone(),
-            etcd: Mutex::new(BTreeMap::new()),
-        },
+        SimNetwork::new(
+            StoreSource(Arc::clone(&h.store)),
+            h.ctx.connector.runtimes.clone(),
+        ),
         ctx_options,
         Arc::new(Metrics::new()),
     );

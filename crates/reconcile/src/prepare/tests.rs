@@ -372,6 +372,103 @@ fn scale_down_marks_highest_indexes_and_keeps_their_ports_until_removed() {
     );
 }
 
+/// `status.etcdMember` of a component: its state and initial cluster, as `name=url` pairs.
+fn etcd_start(w: &World, component: &str) -> Option<(EtcdInitialClusterState, Vec<String>)> {
+    w.components[&key(component)]
+        .status
+        .etcd_member
+        .as_ref()
+        .map(|m| {
+            (
+                m.initial_cluster_state,
+                m.initial_cluster
+                    .iter()
+                    .map(|(n, u)| format!("{n}={u}"))
+                    .collect(),
+            )
+        })
+}
+
+#[test]
+fn a_new_cluster_is_founded_by_all_its_replicas_and_later_ones_join_it() {
+    use EtcdInitialClusterState::{Existing, New};
+    let peer0 = "c1-control-plane-0=https://10.0.0.1:30002";
+    let peer1 = "c1-control-plane-1=https://10.0.0.2:30002";
+    let peer2 = "c1-control-plane-2=https://10.0.0.3:30002";
+    let w = ok(world(basic(), vec![cluster("c1", 3, false)]));
+    let founders = Some((New, vec![peer0.into(), peer1.into(), peer2.into()]));
+    for i in 0..3 {
+        assert_eq!(etcd_start(&w, &format!("c1-control-plane-{i}")), founders);
+    }
+    assert_eq!(etcd_start(&w, "c1-ingress"), None);
+
+    // Scale to 1 (the engine removes the others), then back to 3: the founder keeps its
+    // record; the new replicas join in order, each with the members at its time.
+    let mut down = w.clone();
+    down.clusters
+        .get_mut(&key("c1"))
+        .unwrap()
+        .spec
+        .control_plane_replicas = Some(1);
+    let mut down = ok(down);
+    for i in [1, 2] {
+        assert!(remove_component(&mut down, &key(&format!("c1-control-plane-{i}"))).is_some());
+    }
+    let mut up = ok(down);
+    up.clusters
+        .get_mut(&key("c1"))
+        .unwrap()
+        .spec
+        .control_plane_replicas = Some(3);
+    let up = ok(up);
+    assert_eq!(etcd_start(&up, "c1-control-plane-0"), founders);
+    assert_eq!(
+        etcd_start(&up, "c1-control-plane-1"),
+        Some((Existing, vec![peer0.into(), peer1.into()]))
+    );
+    assert_eq!(
+        etcd_start(&up, "c1-control-plane-2"),
+        Some((Existing, vec![peer0.into(), peer1.into(), peer2.into()]))
+    );
+
+    // A replica removed by hand and replaced joins all the recorded members, whatever
+    // their index.
+    let mut hole = up.clone();
+    assert!(remove_component(&mut hole, &key("c1-control-plane-1")).is_some());
+    let hole = ok(hole);
+    assert_eq!(
+        etcd_start(&hole, "c1-control-plane-1"),
+        Some((Existing, vec![peer0.into(), peer1.into(), peer2.into()]))
+    );
+    assert_eq!(
+        etcd_start(&hole, "c1-control-plane-2"),
+        etcd_start(&up, "c1-control-plane-2")
+    );
+}
+
+#[test]
+fn replicas_planned_before_etcd_records_are_recorded_as_they_were_started() {
+    use EtcdInitialClusterState::{Existing, New};
+    let mut w = ok(world(basic(), vec![cluster("c1", 3, false)]));
+    for c in w.components.values_mut() {
+        c.status.etcd_member = None;
+    }
+    let w = ok(w);
+    let peer = |i: usize| format!("c1-control-plane-{i}=https://10.0.0.{}:30002", i + 1);
+    assert_eq!(
+        etcd_start(&w, "c1-control-plane-0"),
+        Some((New, vec![peer(0)]))
+    );
+    assert_eq!(
+        etcd_start(&w, "c1-control-plane-1"),
+        Some((Existing, vec![peer(0), peer(1)]))
+    );
+    assert_eq!(
+        etcd_start(&w, "c1-control-plane-2"),
+        Some((Existing, vec![peer(0), peer(1), peer(2)]))
+    );
+}
+
 #[test]
 fn no_public_hypervisor_is_an_error_and_leaves_the_cluster_untouched() {
     let hvs = vec![hypervisor("p", false, "10.0.0.1", None, (30000, 30099))];
@@ -815,6 +912,20 @@ fn check(
             })
             .collect();
         prop_assert_eq!(replicas.len() as u32, cl.control_plane_replicas());
+        for c in &replicas {
+            let record = c.status.etcd_member.as_ref();
+            let peer = c.status.host_port(names::ETCD_PEER);
+            let ip = &w.hypervisors[&ObjectKey::cluster_scoped(c.spec.hypervisor.clone().unwrap())]
+                .spec
+                .ip_address;
+            let url = peer.map(|p| format!("https://{ip}:{p}"));
+            prop_assert_eq!(
+                record.and_then(|r| r.initial_cluster.get(&c.metadata.name)),
+                url.as_ref(),
+                "{} has no etcd record naming its peer URL",
+                &c.metadata.name
+            );
+        }
         let used: BTreeSet<&str> = replicas
             .iter()
             .map(|c| c.spec.hypervisor.as_deref().unwrap())
@@ -878,8 +989,13 @@ proptest! {
         for (i, replicas, remove_deleted) in scales {
             let k = key(&format!("c{}", i % s.clusters.len()));
             w.clusters.get_mut(&k).unwrap().spec.control_plane_replicas = Some(replicas);
-            let p = prepare(w, NOW);
+            let p = prepare(w.clone(), NOW);
             check(&p.world, &p.failures)?;
+            for (k, before) in &w.components {
+                if let (Some(old), Some(after)) = (&before.status.etcd_member, p.world.components.get(k)) {
+                    prop_assert_eq!(Some(old), after.status.etcd_member.as_ref(), "{} changed its etcd record", k);
+                }
+            }
             w = p.world;
             if remove_deleted {
                 let gone: Vec<ObjectKey> = w.components.iter().filter(|(_, c)| c.metadata.is_being_deleted()).map(|(k, _)| k.clone()).collect();

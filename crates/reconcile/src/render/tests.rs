@@ -191,6 +191,20 @@ fn missing_certificate_is_named() {
 }
 
 #[test]
+fn a_replica_without_its_etcd_record_is_not_rendered() {
+    let mut w = prepared();
+    let key = ObjectKey::new("team-a", "c1-control-plane-1");
+    w.components.get_mut(&key).unwrap().status.etcd_member = None;
+    assert_eq!(
+        render_component(&w, &key, &options()),
+        Err(Error::Render {
+            component: key.clone(),
+            missing: "status.etcdMember (set when the replica is planned)".into()
+        })
+    );
+}
+
+#[test]
 fn unknown_component_is_an_error() {
     let key = ObjectKey::new("team-a", "nope");
     assert_eq!(

@@ -1,8 +1,10 @@
 //! Scenario: a run killed at any point, then rerun, converges with nothing leaked.
 //!
 //! `oi reconcile -f world.yaml -o world.yaml` is SIGKILLed while a file writer pod runs (it is
-//! left behind), or right after a chosen progress line (etcd learner added, etcd member
-//! promoted, control plane pod created): world.yaml stays untouched (atomic output). Rerunning on the same world.yaml converges
+//! left behind), or right after a chosen progress line (the first etcd pod of a new cluster
+//! created, its founders short of a quorum; an etcd learner added while scaling 1 → 3; a
+//! control plane pod created): world.yaml stays untouched (atomic output). Rerunning on the
+//! same world.yaml converges
 //! (at most 2 runs): ReconcileSucceeded True, exactly 3 started voting etcd members and no
 //! stray one, `kubectl version` through the ingress, exactly the cluster's pods on each
 //! hypervisor (no leftover throwaway file writer), and a final reconcile mutates nothing.
@@ -237,11 +239,11 @@ fn assert_converged(test: &str, set: &LocalSet, world: &Path) {
     );
 }
 
-/// A set of 3 private + 1 public hypervisors with cluster c1 (3 replicas) injected into
-/// `dir/world.yaml`.
-fn set_with_world(tag: &str, dir: &Path) -> (LocalSet, std::path::PathBuf) {
+/// A set of 3 private + 1 public hypervisors with cluster c1 (`replicas` replicas) injected
+/// into `dir/world.yaml`.
+fn set_with_world(tag: &str, dir: &Path, replicas: u32) -> (LocalSet, std::path::PathBuf) {
     let set = LocalSet::create(tag, 3, 1, false).unwrap();
-    let injected = inject_cluster(&set.manifests, "c1", 3).unwrap();
+    let injected = inject_cluster(&set.manifests, "c1", replicas).unwrap();
     let world = dir.join("world.yaml");
     std::fs::write(&world, injected).unwrap();
     (set, world)
@@ -265,13 +267,13 @@ fn throwaway_pods(set: &LocalSet) -> Vec<String> {
 }
 
 #[test]
-fn killed_while_writing_files_then_while_promoting_converges() {
-    let test = "killed_while_writing_files_then_while_promoting_converges";
+fn killed_while_writing_files_then_while_founding_etcd_converges() {
+    let test = "killed_while_writing_files_then_while_founding_etcd_converges";
     if !prerequisites(test) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (set, world) = set_with_world("kw", dir.path());
+    let (set, world) = set_with_world("kw", dir.path(), 3);
     // While a file writer runs: its throwaway pod is left behind.
     kill_when(test, &world, "file writer running", |_| {
         !throwaway_pods(&set).is_empty()
@@ -279,8 +281,11 @@ fn killed_while_writing_files_then_while_promoting_converges() {
     let left = throwaway_pods(&set);
     assert!(!left.is_empty(), "{test}: no throwaway pod left");
     eprintln!("{test}: left behind {left:?}");
-    // A second run gets as far as promoting the second etcd member.
-    kill_after(test, &world, ": promoted etcd member", |_| true);
+    // A second run gets as far as the first etcd pod of the three that found the cluster:
+    // it runs without a quorum until the rerun starts the others.
+    kill_after(test, &world, ": created pod c1-control-plane-", |l| {
+        l.ends_with("-etcd")
+    });
     rerun_until_ready(test, &world, 2);
     assert_converged(test, &set, &world);
     drop(set);
@@ -293,7 +298,14 @@ fn killed_after_learner_added_then_during_control_plane_converges() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (set, world) = set_with_world("kl", dir.path());
+    let (set, world) = set_with_world("kl", dir.path(), 1);
+    rerun_until_ready(test, &world, 1);
+    // Scaled to 3: the new replicas join the running cluster as learners.
+    let scaled = World::parse(&std::fs::read_to_string(&world).unwrap())
+        .unwrap()
+        .with_replicas("c1", 3)
+        .unwrap();
+    std::fs::write(&world, scaled).unwrap();
     // Member added as a learner, its pod not created yet.
     kill_after(test, &world, ": added etcd member as learner", |_| true);
     // The first Kubernetes control plane pod is up, the others and the ingress not yet.

@@ -728,8 +728,11 @@ pub fn haproxy_config(port: u16, ca_file: &str, backends: &[(String, String, u16
         "  http-check send meth GET uri /readyz\n",
         "  http-check expect status 200\n",
     ));
+    // A backend starts up but falls on its first failed check (an API server still starting
+    // when the ingress starts with it): a down one is checked every second, and one in
+    // transition every half second, so it rises within ~1.5 s of being ready, not 10 s.
     out.push_str(&format!(
-        "  default-server check check-ssl verify required ca-file {ca_file} inter 5s fall 3 rise 2\n"
+        "  default-server check check-ssl verify required ca-file {ca_file} inter 5s fastinter 500ms downinter 1s fall 3 rise 2\n"
     ));
     let mut sorted: Vec<&(String, String, u16)> = backends.iter().collect();
     sorted.sort();

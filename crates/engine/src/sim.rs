@@ -45,6 +45,20 @@ struct EtcdState {
     next_id: u64,
 }
 
+impl EtcdState {
+    /// A member not started yet: the process at `peer` publishes its name when it runs.
+    fn add(&mut self, peer: &str, is_learner: bool) {
+        self.next_id += 1;
+        self.members.push(Member {
+            id: self.next_id,
+            name: String::new(),
+            peer_urls: vec![peer.to_string()],
+            client_urls: vec![],
+            is_learner,
+        });
+    }
+}
+
 /// The simulated network; see the module documentation.
 pub struct SimNetwork<S> {
     source: S,
@@ -176,14 +190,7 @@ impl<S: Source> SimNetwork<S> {
                 return Err(Self::refused(r.base, " (no quorum yet)"));
             }
             for peer in start.initial_cluster.values() {
-                state.next_id += 1;
-                state.members.push(Member {
-                    id: state.next_id,
-                    name: String::new(),
-                    peer_urls: vec![peer.clone()],
-                    client_urls: vec![],
-                    is_learner: false,
-                });
+                state.add(peer, false);
             }
             let names: Vec<&str> = start.initial_cluster.keys().map(String::as_str).collect();
             self.lock_log()
@@ -208,14 +215,7 @@ impl<S: Source> SimNetwork<S> {
             "/v3/cluster/member/add" => {
                 let peer = body["peerURLs"][0].as_str().unwrap_or_default().to_string();
                 assert_eq!(body["isLearner"], true, "members join as learners");
-                state.next_id += 1;
-                state.members.push(Member {
-                    id: state.next_id,
-                    name: String::new(),
-                    peer_urls: vec![peer.clone()],
-                    client_urls: vec![],
-                    is_learner: true,
-                });
+                state.add(&peer, true);
                 let running = self.runs(&peer);
                 self.lock_log()
                     .push(format!("add {} running={running}", self.member_name(&peer)));

@@ -92,6 +92,27 @@ fn replica_index(cluster: &str, component: &str) -> Option<u32> {
         .ok()
 }
 
+/// The order of a cluster's control plane replicas: by replica index, then names of other
+/// forms, by name.
+pub(crate) fn replica_order(cluster: &str, component: &str) -> ((u8, u32), String) {
+    (
+        replica_index(cluster, component).map_or((1, 0), |x| (0, x)),
+        component.to_string(),
+    )
+}
+
+/// The positions of the live control plane replicas in `components`, in replica order.
+fn live_replicas(cluster: &str, components: &[Component]) -> Vec<usize> {
+    let mut replicas: Vec<usize> = (0..components.len())
+        .filter(|&i| {
+            let c = &components[i];
+            c.spec.role == ComponentRole::ControlPlane && !c.metadata.is_being_deleted()
+        })
+        .collect();
+    replicas.sort_by_key(|&i| replica_order(cluster, &components[i].metadata.name));
+    replicas
+}
+
 /// Host ports a component needs, by name, sorted.
 pub fn required_ports(role: ComponentRole, vpn_enabled: bool) -> &'static [&'static str] {
     match (role, vpn_enabled) {
@@ -338,14 +359,8 @@ impl ClusterPrep<'_> {
                 || components.iter().any(|c| c.metadata.name == candidate)
         };
 
-        // Control plane: order by replica index (names of other forms last, by name).
-        let mut replicas: Vec<usize> = (0..components.len())
-            .filter(|&i| live(&components[i], ComponentRole::ControlPlane))
-            .collect();
-        replicas.sort_by_key(|&i| {
-            let n = &components[i].metadata.name;
-            (replica_index(name, n).map_or((1, 0), |x| (0, x)), n.clone())
-        });
+        // Control plane: in replica order.
+        let replicas = live_replicas(name, components);
         let desired = cluster.control_plane_replicas() as usize;
         for &i in replicas.iter().skip(desired) {
             components[i].metadata.deletion_timestamp = Some(self.now);
@@ -547,20 +562,7 @@ impl ClusterPrep<'_> {
     /// records existed gets what it was started with: the lowest founds alone (`new`), each
     /// further one joins the ones below it.
     fn bootstrap_etcd(&self, components: &mut [Component], planned_before: &BTreeSet<String>) {
-        let cluster = self.key.name.as_str();
-        let mut replicas: Vec<usize> = (0..components.len())
-            .filter(|&i| {
-                let c = &components[i];
-                c.spec.role == ComponentRole::ControlPlane && !c.metadata.is_being_deleted()
-            })
-            .collect();
-        replicas.sort_by_key(|&i| {
-            let n = &components[i].metadata.name;
-            (
-                replica_index(cluster, n).map_or((1, 0), |x| (0, x)),
-                n.clone(),
-            )
-        });
+        let replicas = live_replicas(&self.key.name, components);
         let peer_url = |c: &Component| {
             let ip = c
                 .spec

@@ -32,6 +32,7 @@ use oi_api::{Cluster, Component, ComponentRole, ObjectKey, World};
 
 use crate::par::parallel_map;
 use crate::ports::names;
+use crate::prepare::replica_order;
 use crate::{Error, Result, url_host};
 
 /// Names of a control plane replica's leaf certificates in its Component status.
@@ -221,15 +222,7 @@ impl Cx<'_> {
                     && !c.metadata.is_being_deleted()
             })
             .collect();
-        let prefix = format!("{}-control-plane-", self.component.spec.cluster);
-        replicas.sort_by_key(|c| {
-            let index = c
-                .metadata
-                .name
-                .strip_prefix(&prefix)
-                .and_then(|i| i.parse::<u32>().ok());
-            (index.map_or((1, 0), |i| (0, i)), c.metadata.name.clone())
-        });
+        replicas.sort_by_key(|c| replica_order(&self.component.spec.cluster, &c.metadata.name));
         replicas
     }
 
@@ -663,19 +656,11 @@ pub fn plan(world: &World, options: &RenderOptions) -> Plan {
 
 /// The desired etcd membership of a cluster (see [`EtcdMembership`]).
 pub fn etcd_membership(world: &World, cluster: &ObjectKey) -> EtcdMembership {
-    let prefix = format!("{}-control-plane-", cluster.name);
     let mut replicas: Vec<&Component> = world
         .components_of(cluster)
         .filter(|c| c.spec.role == ComponentRole::ControlPlane)
         .collect();
-    replicas.sort_by_key(|c| {
-        let index = c
-            .metadata
-            .name
-            .strip_prefix(&prefix)
-            .and_then(|i| i.parse::<u32>().ok());
-        (index.map_or((1, 0), |i| (0, i)), c.metadata.name.clone())
-    });
+    replicas.sort_by_key(|c| replica_order(&cluster.name, &c.metadata.name));
     let mut membership = EtcdMembership::default();
     for c in replicas {
         let Some(ip) = world.hypervisor_of(c).map(|h| url_host(&h.spec.ip_address)) else {

@@ -540,9 +540,12 @@ async fn run_until_returns_when_the_store_is_as_expected() {
     store.insert(cluster("c2"));
     let fake = Fake::new(&store);
     // Someone else (a test, a user) writes meanwhile; the driver notices after a reconcile.
+    // The write may land while c2's first reconcile is still finishing, so "as expected"
+    // is: labelled, and reconciled once more since (else the test races the driver).
     let labelled = |s: &MemoryStore| {
         s.object::<Cluster>(&ObjectKey::new("ns", "c2"))
             .is_some_and(|c| c.metadata.labels.contains_key("seen"))
+            && fake.shared.lock().unwrap().finished.len() == 3
     };
     let writer = async {
         eventually("the first round", || fake.calls().len() == 2).await;

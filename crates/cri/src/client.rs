@@ -9,6 +9,7 @@ use std::time::Duration;
 use k8s_cri::v1 as cri;
 use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use crate::endpoint::{ClientOptions, CriEndpoint};
@@ -292,9 +293,34 @@ impl CriClient {
     /// CRI `StopPodSandbox` then `RemovePodSandbox` (which also removes its containers). A
     /// sandbox that is already gone is not an error.
     ///
+    /// A container whose `StartContainer` is still being carried out cannot be removed yet
+    /// (containerd: "container is in starting state"). That happens when the client that asked
+    /// for the start was killed (a killed `oi reconcile`): the runtime goes on starting it. The
+    /// removal is then retried until the start has finished, within the call timeout.
+    ///
     /// # Errors
-    /// When a call fails (other than with `NotFound`) or times out.
+    /// When a call fails (other than with `NotFound`) or times out, or a container is still
+    /// starting after the call timeout.
     pub async fn stop_and_remove_sandbox(&self, id: &str) -> Result<()> {
+        let deadline = Instant::now() + self.inner.options.call_timeout;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match self.stop_and_remove_sandbox_once(id).await {
+                Err(e) if e.is_container_starting() && Instant::now() + pause < deadline => {
+                    tracing::info!(
+                        hypervisor = %self.inner.target.hypervisor,
+                        sandbox = id,
+                        "a container of the sandbox is still starting; removing it again in {pause:?}"
+                    );
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn stop_and_remove_sandbox_once(&self, id: &str) -> Result<()> {
         let stopped = self
             .call("StopPodSandbox", Kind::Mutate, |ch| async move {
                 Self::runtime(ch)

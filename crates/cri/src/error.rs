@@ -139,7 +139,63 @@ impl Error {
     pub fn is_not_found(&self) -> bool {
         self.code() == Some(tonic::Code::NotFound)
     }
+
+    /// Whether the runtime refused to remove a container because a `StartContainer` of it is
+    /// still being carried out (containerd's words: "container is in starting state, can't be
+    /// removed"): transient, it ends when the start does.
+    pub fn is_container_starting(&self) -> bool {
+        match self {
+            Error::Call { status, .. } => {
+                status.code() == tonic::Code::Unknown
+                    && status.message().contains("container is in starting state")
+            }
+            _ => false,
+        }
+    }
 }
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(code: tonic::Code, message: &str) -> Error {
+        Error::Call {
+            target: Target {
+                hypervisor: "h".into(),
+                endpoint: "unix:///run/h.sock".into(),
+            },
+            call: "RemovePodSandbox",
+            status: Box::new(tonic::Status::new(code, message)),
+        }
+    }
+
+    #[test]
+    fn only_containerds_starting_refusal_is_a_starting_container() {
+        // containerd 1.6's words when RemovePodSandbox meets a container being started.
+        let starting = call(
+            tonic::Code::Unknown,
+            "failed to remove container \"2eb3\": failed to set removing state for container \"2eb3\": container is in starting state, can't be removed",
+        );
+        assert!(starting.is_container_starting());
+        assert!(!starting.is_not_found());
+        assert!(
+            !call(tonic::Code::Unknown, "container is in removing state").is_container_starting()
+        );
+        assert!(
+            !call(
+                tonic::Code::NotFound,
+                "container is in starting state, can't be removed"
+            )
+            .is_container_starting()
+        );
+        let timeout = Error::CallTimeout {
+            target: starting.target().clone(),
+            call: "RemovePodSandbox",
+            timeout: Duration::from_secs(1),
+        };
+        assert!(!timeout.is_container_starting());
+    }
+}

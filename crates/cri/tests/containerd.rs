@@ -395,3 +395,69 @@ async fn a_panicking_test_still_stops_its_pods_and_containerd() {
     );
     assert!(!process_with_arg(&marker), "the pod's container still runs");
 }
+
+/// A `StartContainer` left in flight by a killed client keeps its container "starting" in
+/// containerd, which then refuses to remove it. Removing the pod waits for the start to finish
+/// instead of failing (a rerun after a killed `oi reconcile` replaces such pods).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_pod_waits_for_a_container_still_starting() {
+    let test = "removing_a_pod_waits_for_a_container_still_starting";
+    let Some(fx) = Fixture::start(test).await else {
+        return;
+    };
+    let rt = fx.client.clone();
+    let spec = PodSpec {
+        containers: vec![sleeper("a", "3600")],
+        ..pod("3600")
+    };
+    let config = oi_cri::requests::sandbox_config(&spec, &fx.options.log_root);
+    let sandbox = rt.run_sandbox(&config).await.unwrap();
+    let request =
+        oi_cri::requests::create_container_request(&sandbox, &spec.containers[0], &config);
+    let container = rt.create_container(&request).await.unwrap();
+    // containerd opens the container's log when it starts it: a FIFO there with no reader
+    // blocks the start, holding the container in its starting state until a reader comes.
+    std::fs::create_dir_all(&config.log_directory).unwrap();
+    let log = std::path::Path::new(&config.log_directory).join("a.log");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&log)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo {}", log.display());
+    // The client asking for the start goes away, as a killed `oi reconcile` does.
+    let start = tokio::spawn({
+        let rt = rt.clone();
+        let container = container.clone();
+        async move { rt.start_container(&container).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !start.is_finished(),
+        "the start was not held by the log FIFO"
+    );
+    start.abort();
+
+    // The start goes on once a reader opens the FIFO, 2 s from now.
+    let unblocked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = std::thread::spawn({
+        let unblocked = unblocked.clone();
+        let log = log.clone();
+        move || {
+            std::thread::sleep(Duration::from_secs(2));
+            unblocked.store(true, std::sync::atomic::Ordering::SeqCst);
+            // Drains what the container writes until containerd closes its end.
+            let mut fifo = std::fs::File::open(&log).unwrap();
+            std::io::copy(&mut fifo, &mut std::io::sink()).unwrap();
+        }
+    });
+    let removed = rt.stop_and_remove_sandbox(&sandbox).await;
+    let done_after_unblock = unblocked.load(std::sync::atomic::Ordering::SeqCst);
+    removed.unwrap();
+    assert!(
+        done_after_unblock,
+        "{test}: the removal finished before the start could: it was never refused"
+    );
+    let left = rt.list_sandboxes(None).await.unwrap();
+    assert!(left.is_empty(), "{test}: sandboxes left: {left:?}");
+    reader.join().unwrap();
+}

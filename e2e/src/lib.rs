@@ -833,6 +833,38 @@ impl Etcdctl {
         .ok(&format!("etcdctl {}", args.join(" ")))
     }
 
+    /// The certificate (PEM) that the etcd member at `endpoint` (`https://host:port`) serves,
+    /// as `openssl s_client` receives it when presenting this client certificate.
+    ///
+    /// # Errors
+    /// When openssl cannot run or prints no certificate.
+    pub fn served_certificate(&self, endpoint: &str) -> Result<String> {
+        let dir = self.dir.path();
+        let host_port = endpoint.trim_start_matches("https://");
+        let run = run_command(
+            Command::new("openssl")
+                .args(["s_client", "-connect", host_port])
+                .arg("-CAfile")
+                .arg(dir.join("ca.crt"))
+                .arg("-cert")
+                .arg(dir.join("client.crt"))
+                .arg("-key")
+                .arg(dir.join("client.key")),
+            "",
+        )?;
+        let begin = "-----BEGIN CERTIFICATE-----";
+        let end = "-----END CERTIFICATE-----";
+        let start = run
+            .stdout
+            .find(begin)
+            .with_context(|| format!("{endpoint} served no certificate:\n{}", run.stderr))?;
+        let stop = run.stdout[start..]
+            .find(end)
+            .map(|i| start + i + end.len())
+            .with_context(|| format!("{endpoint}: truncated certificate"))?;
+        Ok(run.stdout[start..stop].to_owned())
+    }
+
     /// `member list -w json`: `(name, is_learner)` of each member that has started (has a name).
     ///
     /// # Errors

@@ -9,7 +9,9 @@ use oi_cri::HypervisorRuntime;
 use oi_reconcile::render::{self, Rendered};
 use time::OffsetDateTime;
 
-use crate::{Connector, EngineOptions, connect_all, count_changed, world_files};
+use crate::{
+    Connector, EngineOptions, connect_all, count_changed, pods_reading_changed_files, world_files,
+};
 
 /// What would happen on one hypervisor. Pods as `namespace/name`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -87,6 +89,8 @@ pub async fn dry_run<C: Connector>(
             Err(e) => plan.unreachable = Some(e),
             Ok(pods) => {
                 for (cluster, component, rendered) in &components {
+                    let known = world_files(&world, h, cluster, component);
+                    let restart = pods_reading_changed_files(rendered, &known);
                     for spec in &rendered.pods {
                         let id = format!("{}/{}", spec.namespace, spec.name);
                         let same: Vec<_> = pods
@@ -95,11 +99,13 @@ pub async fn dry_run<C: Connector>(
                             .collect();
                         match same.as_slice() {
                             [] => plan.create.push(id),
-                            [only] if only.runs(spec) => plan.leave.push(id),
+                            // Running as rendered, but restarted to read changed files.
+                            [only] if only.runs(spec) && !restart.contains(&spec.name) => {
+                                plan.leave.push(id);
+                            }
                             _ => plan.replace.push(id),
                         }
                     }
-                    let known = world_files(&world, h, cluster, component);
                     if count_changed(&rendered.files, &known) > 0 {
                         plan.files.extend(
                             rendered

@@ -187,6 +187,41 @@ impl<N: Network> EtcdClient<'_, N> {
         self.call(endpoint, "promote", body).await.map(|_| ())
     }
 
+    /// Whether the member at `endpoint` is healthy by etcd's own measure (`GET /health`:
+    /// it has a leader and a quorum answers a linearizable read through it). `Ok(false)`
+    /// when it answered that it is not, an error when it did not answer.
+    ///
+    /// # Errors
+    /// [`EtcdError::Unreachable`], or [`EtcdError::Body`] for an answer that is not etcd's.
+    pub async fn healthy(&self, endpoint: &str) -> Result<bool, EtcdError> {
+        let response = self
+            .network
+            .request(HttpsRequest {
+                base: endpoint,
+                method: &Method::GET,
+                path: "/health",
+                body: None,
+                tls: self.tls,
+            })
+            .await
+            .map_err(|e| EtcdError::Unreachable {
+                endpoint: endpoint.to_string(),
+                reason: e.reason,
+            })?;
+        #[derive(Deserialize)]
+        struct Health {
+            health: String,
+        }
+        match serde_json::from_slice::<Health>(&response.body) {
+            Ok(h) => Ok(response.status == 200 && h.health == "true"),
+            Err(e) => Err(EtcdError::Body {
+                endpoint: endpoint.to_string(),
+                operation: "health",
+                reason: format!("HTTP {}: {e}", response.status),
+            }),
+        }
+    }
+
     /// Removes member `id`.
     ///
     /// # Errors

@@ -35,7 +35,7 @@ pub mod https;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -513,9 +513,9 @@ struct Replica<'a> {
     component: &'a Component,
     hypervisor: String,
     rendered: Rendered,
-    /// Some of its files change: its pods must restart to read them (pod specs name the
-    /// files, not their content).
-    files_changed: bool,
+    /// Its pods that must restart to read files that change (pod specs name the files, not
+    /// their content): see [`pods_reading_changed_files`].
+    restart: BTreeSet<String>,
 }
 
 impl Replica<'_> {
@@ -668,12 +668,12 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
             let rendered = render::render_component(world, &ck, &self.options.render)
                 .map_err(|e| Failure(reasons::RENDER_FAILED, e.to_string()))?;
             let known = world_files(world, &h, key, &c.metadata.name);
-            let files_changed = count_changed(&rendered.files, &known) > 0;
+            let restart = pods_reading_changed_files(&rendered, &known);
             live.push(Replica {
                 component: c,
                 hypervisor: h,
                 rendered,
-                files_changed,
+                restart,
             });
         }
         // 1. Files.
@@ -694,27 +694,44 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
                 .await?;
             run.removed.push(ck);
         }
-        // 3. etcd: the founders of a new cluster all at once, then each joining replica in
-        //    replica order (learner, pod, promotion).
+        // 3. etcd. A cluster whose etcd answers keeps its quorum: replica by replica (in
+        //    replica order), a member joins (learner, pod, promotion) or has its pod created or
+        //    replaced, and a changed pod must be healthy again before the next one is touched
+        //    (a certificate renewal or an image change never takes more than one member down).
+        //    A new cluster, or one whose etcd does not answer (no quorum to keep), starts the
+        //    pods of the replicas that found it together; replicas added later join one by one.
         let replicas: Vec<&Replica> = membership
             .members
             .iter()
             .filter_map(|m| live.iter().find(|r| r.name() == m.name))
             .collect();
-        let (founders, joiners): (Vec<&Replica>, Vec<&Replica>) =
-            replicas.into_iter().partition(|r| {
-                r.component
-                    .status
-                    .etcd_member
-                    .as_ref()
-                    .map(|m| m.initial_cluster_state)
-                    == Some(EtcdInitialClusterState::New)
-            });
-        self.etcd_founders(key, &founders, &membership.members, &etcd)
-            .await?;
-        for replica in joiners {
-            self.etcd_join(key, replica, &membership.members, &etcd)
+        if self.etcd_answers(&membership.members, &etcd).await {
+            for replica in replicas {
+                if self
+                    .etcd_join(key, replica, &membership.members, &etcd)
+                    .await?
+                    != Outcome::Unchanged
+                {
+                    self.etcd_healthy(key, replica, &membership.members, &etcd)
+                        .await?;
+                }
+            }
+        } else {
+            let (founders, joiners): (Vec<&Replica>, Vec<&Replica>) =
+                replicas.into_iter().partition(|r| {
+                    r.component
+                        .status
+                        .etcd_member
+                        .as_ref()
+                        .map(|m| m.initial_cluster_state)
+                        == Some(EtcdInitialClusterState::New)
+                });
+            self.etcd_founders(key, &founders, &membership.members, &etcd)
                 .await?;
+            for replica in joiners {
+                self.etcd_join(key, replica, &membership.members, &etcd)
+                    .await?;
+            }
         }
         // 4. The Kubernetes control plane of every replica and 5. the ingress, together.
         let pods = live.iter().filter_map(|r| r.pod(r.name()).map(|p| (r, p)));
@@ -766,10 +783,10 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
         Ok((r.hypervisor.clone(), r.name().to_string(), hashes))
     }
 
-    async fn pod(&self, key: &ObjectKey, r: &Replica<'_>, spec: &PodSpec) -> Step {
+    async fn pod(&self, key: &ObjectKey, r: &Replica<'_>, spec: &PodSpec) -> Step<Outcome> {
         let rt = self.runtime(&r.hypervisor)?;
         let mut outcome = rt.ensure_pod(spec).await.map_err(|e| cri_failure(&e))?;
-        if outcome == Outcome::Unchanged && r.files_changed {
+        if outcome == Outcome::Unchanged && r.restart.contains(&spec.name) {
             let running = rt
                 .list_pods(&selector(key, Some(r.name())))
                 .await
@@ -794,7 +811,7 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
                 format!("{verb} pod {}", spec.name),
             );
         }
-        Ok(())
+        Ok(outcome)
     }
 
     /// The engine's own etcd client identity: a short-lived certificate from the cluster's
@@ -962,9 +979,20 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
         Ok(())
     }
 
-    /// Joins a replica to the running cluster: member add as a learner (unless it is in the
-    /// membership already), its pod, promotion once it caught up.
-    async fn etcd_join(
+    /// Whether any member of the cluster answers a member list right now (one attempt each,
+    /// no waiting): the cluster is running and has a quorum to keep.
+    async fn etcd_answers(&self, members: &[EtcdMember], etcd: &EtcdClient<'_, N>) -> bool {
+        for m in members {
+            if etcd.list(&m.client_url).await.is_ok() {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Waits (until the deadline) for the member of replica `r`, whose pod was just created
+    /// or replaced, to be a started voting member that etcd itself reports healthy.
+    async fn etcd_healthy(
         &self,
         key: &ObjectKey,
         r: &Replica<'_>,
@@ -972,11 +1000,63 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
         etcd: &EtcdClient<'_, N>,
     ) -> Step {
         let name = r.name();
-        let spec = self.etcd_pod(r)?;
         let Some(me) = members.iter().find(|m| m.name == name) else {
             return Ok(());
         };
-        let others: Vec<EtcdMember> = members.iter().filter(|m| m.name != name).cloned().collect();
+        loop {
+            let last = match etcd.healthy(&me.client_url).await {
+                Ok(true) => {
+                    let (_, list) = self.members(members, etcd).await?;
+                    match list.iter().find(|m| m.peer_urls.contains(&me.peer_url)) {
+                        Some(m) if m.started() && !m.is_learner => {
+                            self.emit(
+                                Some(&r.hypervisor),
+                                key,
+                                Some(name),
+                                "etcd member healthy".to_string(),
+                            );
+                            return Ok(());
+                        }
+                        Some(_) => "not a started voting member yet".to_string(),
+                        None => "not in the membership".to_string(),
+                    }
+                }
+                Ok(false) => "etcd reports it unhealthy".to_string(),
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() >= self.deadline {
+                return Err(Failure(
+                    reasons::ETCD_NOT_READY,
+                    format!("etcd member {name} is not healthy after its pod changed: {last}"),
+                ));
+            }
+            tokio::time::sleep(self.options.poll_interval).await;
+        }
+    }
+
+    /// Joins a replica to the running cluster: member add as a learner (unless it is in the
+    /// membership already), its pod, promotion once it caught up. Returns what happened to
+    /// the pod.
+    async fn etcd_join(
+        &self,
+        key: &ObjectKey,
+        r: &Replica<'_>,
+        members: &[EtcdMember],
+        etcd: &EtcdClient<'_, N>,
+    ) -> Step<Outcome> {
+        let name = r.name();
+        let spec = self.etcd_pod(r)?;
+        let Some(me) = members.iter().find(|m| m.name == name) else {
+            return Ok(Outcome::Unchanged);
+        };
+        // Asked: the other members first, then the replica itself (a member already, whose
+        // pod may be the only one running).
+        let others: Vec<EtcdMember> = members
+            .iter()
+            .filter(|m| m.name != name)
+            .chain(std::iter::once(me))
+            .cloned()
+            .collect();
         let found = |list: &[Member]| {
             list.iter()
                 .find(|m| m.peer_urls.contains(&me.peer_url))
@@ -1010,7 +1090,7 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
                 }
             }
         }
-        self.pod(key, r, spec).await?;
+        let outcome = self.pod(key, r, spec).await?;
         // Promote once the learner caught up.
         loop {
             let (endpoint, list) = self.members(&others, etcd).await?;
@@ -1021,7 +1101,7 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
                 ));
             };
             if !member.is_learner {
-                return Ok(());
+                return Ok(outcome);
             }
             match etcd.promote(&endpoint, member.id).await {
                 Ok(()) => {
@@ -1031,7 +1111,7 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
                         Some(name),
                         "promoted etcd member".to_string(),
                     );
-                    return Ok(());
+                    return Ok(outcome);
                 }
                 Err(e) if Instant::now() >= self.deadline => {
                     return Err(Failure(
@@ -1194,6 +1274,54 @@ fn world_files(
         .and_then(|m| m.get(component))
         .cloned()
         .unwrap_or_default()
+}
+
+/// The pods of `rendered` that must restart because files they read change (their hash
+/// differs from `known`). A pod reads the files its containers name (command, arguments,
+/// environment) and the files that those files name (a kubeconfig or an haproxy
+/// configuration naming a certificate). A changed file that no pod names restarts every pod
+/// of the component: nothing tells which one reads it. A name is matched as a substring, so a
+/// mistake can only restart a pod too many, never one too few.
+fn pods_reading_changed_files(
+    rendered: &Rendered,
+    known: &BTreeMap<String, String>,
+) -> BTreeSet<String> {
+    let changed: Vec<&HostFile> = rendered
+        .files
+        .iter()
+        .filter(|f| known.get(&f.path) != Some(&f.content_hash()))
+        .collect();
+    let mut restart = BTreeSet::new();
+    for file in changed {
+        let readers: Vec<&PodSpec> = rendered
+            .pods
+            .iter()
+            .filter(|p| pod_reads(p, &rendered.files, &file.path))
+            .collect();
+        let readers = if readers.is_empty() {
+            rendered.pods.iter().collect()
+        } else {
+            readers
+        };
+        restart.extend(readers.into_iter().map(|p| p.name.clone()));
+    }
+    restart
+}
+
+/// Whether `pod` reads the file at `path`: see [`pods_reading_changed_files`].
+fn pod_reads(pod: &PodSpec, files: &[HostFile], path: &str) -> bool {
+    let named: Vec<&str> = pod
+        .containers
+        .iter()
+        .flat_map(|c| c.command.iter().chain(&c.args).chain(c.env.values()))
+        .map(String::as_str)
+        .collect();
+    named.iter().any(|t| t.contains(path))
+        || files.iter().any(|f| {
+            f.path != path
+                && named.iter().any(|t| t.contains(&f.path))
+                && String::from_utf8_lossy(&f.content).contains(path)
+        })
 }
 
 fn count_changed(files: &[HostFile], known: &BTreeMap<String, String>) -> u64 {

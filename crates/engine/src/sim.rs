@@ -10,8 +10,13 @@
 //! - `member add` takes learners only; a learner is promoted once its pod runs (before, etcd's
 //!   "not in sync" refusal); `member remove` removes.
 //!
+//! - `GET /health` answers `false` the first time it is asked of a member's pod (a member
+//!   that just (re)started is catching up), then `true` while the member is a started voting
+//!   member and a quorum of the voting members run.
+//!
 //! Every membership change is logged (`add <name> running=<bool>`, `promote <name>`,
-//! `remove <name> running=<bool>`, `bootstrap <names>`), with whether the member's pod ran.
+//! `remove <name> running=<bool>`, `bootstrap <names>`), with whether the member's pod ran,
+//! and so is every health answer (`health <name> <bool>`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -65,6 +70,8 @@ pub struct SimNetwork<S> {
     runtimes: BTreeMap<String, Arc<FakeRuntime>>,
     /// One etcd cluster per etcd server CA.
     etcd: Mutex<BTreeMap<String, EtcdState>>,
+    /// The etcd pods (`<hypervisor>/<sandbox id>`) whose health was asked already.
+    health_asked: Mutex<std::collections::BTreeSet<String>>,
     log: Mutex<Vec<String>>,
 }
 
@@ -75,6 +82,7 @@ impl<S: Source> SimNetwork<S> {
             source,
             runtimes,
             etcd: Mutex::new(BTreeMap::new()),
+            health_asked: Mutex::new(std::collections::BTreeSet::new()),
             log: Mutex::new(Vec::new()),
         }
     }
@@ -142,19 +150,46 @@ impl<S: Source> SimNetwork<S> {
 
     /// Whether every container of the pod behind `url` runs.
     fn runs(&self, url: &str) -> bool {
-        let Some(e) = self.endpoint(url) else {
-            return false;
-        };
-        let Some(rt) = self.runtimes.get(&e.hypervisor) else {
-            return false;
-        };
+        self.running_pod(url).is_some()
+    }
+
+    /// `<hypervisor>/<sandbox id>` of the pod behind `url` when every container of it runs.
+    fn running_pod(&self, url: &str) -> Option<String> {
+        let e = self.endpoint(url)?;
+        let rt = self.runtimes.get(&e.hypervisor)?;
         let pods = futures::executor::block_on(rt.list_pods(&BTreeMap::new())).unwrap_or_default();
-        pods.iter().any(|p| {
-            p.name == e.pod
-                && p.containers
-                    .iter()
-                    .all(|c| c.state == ContainerState::Running)
-        })
+        pods.into_iter()
+            .find(|p| {
+                p.name == e.pod
+                    && p.containers
+                        .iter()
+                        .all(|c| c.state == ContainerState::Running)
+            })
+            .map(|p| format!("{}/{}", e.hypervisor, p.id))
+    }
+
+    /// `GET /health` of the etcd member at `r.base` (its pod runs).
+    fn health(&self, r: &HttpsRequest<'_>) -> HttpsResponse {
+        let name = self.member_name(r.base);
+        let pod = self.running_pod(r.base).unwrap_or_default();
+        let first = self
+            .health_asked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(pod);
+        let healthy = !first && {
+            let all = self.lock_etcd();
+            all.get(&r.tls.ca_pem).is_some_and(|state| {
+                let voting: Vec<&Member> = state.members.iter().filter(|m| !m.is_learner).collect();
+                let running = voting.iter().filter(|m| self.runs(&m.peer_urls[0])).count();
+                voting.iter().any(|m| m.started() && m.name == name) && running > voting.len() / 2
+            })
+        };
+        self.lock_log().push(format!("health {name} {healthy}"));
+        HttpsResponse {
+            status: if healthy { 200 } else { 503 },
+            body: format!(r#"{{"health":"{healthy}","reason":""}}"#).into_bytes(),
+        }
     }
 
     fn member_name(&self, url: &str) -> String {
@@ -271,6 +306,13 @@ impl<S: Source> Network for SimNetwork<S> {
         tokio::task::yield_now().await;
         if !self.runs(r.base) {
             return Err(Self::refused(r.base, ""));
+        }
+        if r.path == "/health" {
+            assert!(
+                r.tls.identity.is_some(),
+                "etcd calls present a client certificate"
+            );
+            return Ok(self.health(&r));
         }
         if r.path.starts_with("/v3/") {
             assert!(

@@ -341,8 +341,13 @@ async fn replicas_added_later_join_one_by_one_as_learners() {
         [
             "add c-control-plane-1 running=false",
             "promote c-control-plane-1",
+            // A member whose pod changed is healthy before the next one is touched.
+            "health c-control-plane-1 false",
+            "health c-control-plane-1 true",
             "add c-control-plane-2 running=false",
             "promote c-control-plane-2",
+            "health c-control-plane-2 false",
+            "health c-control-plane-2 true",
         ]
     );
     assert_eq!(
@@ -356,6 +361,78 @@ async fn replicas_added_later_join_one_by_one_as_learners() {
             Call::CreatePod { name, .. } | Call::RemovePod { name, .. } if name == "c-control-plane-0-etcd")),
         "{calls:?}"
     );
+}
+
+#[tokio::test]
+async fn a_running_clusters_etcd_pods_are_replaced_one_at_a_time_each_healthy_before_the_next() {
+    let h = Harness::new();
+    let report = h.run(world(1, &[("c", 3)])).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    // Every replica's etcd serving certificate is reissued (as on renewal): every etcd pod
+    // must restart to read it.
+    let mut w = report.world.clone();
+    for i in 0..3 {
+        let key = ObjectKey::new("default", format!("c-control-plane-{i}"));
+        let removed = w
+            .components
+            .get_mut(&key)
+            .unwrap()
+            .status
+            .server_certificates
+            .remove("etcd-server");
+        assert!(removed.is_some(), "{key:?} had no etcd-server certificate");
+    }
+    h.connector.clear();
+    h.network.clear_log();
+    let report = h.run(w).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    // Only the etcd pods read the etcd serving certificate: the Kubernetes control plane
+    // pods and the ingress keep running.
+    assert_eq!(
+        (report.counts.pods_replaced, report.counts.pods_unchanged),
+        (3, 4),
+        "{:?}",
+        report.counts
+    );
+    // One member at a time: each is healthy again (etcd's own /health, asked until it says
+    // so) before the next pod is touched; membership unchanged.
+    assert_eq!(
+        h.network.log(),
+        [
+            "health c-control-plane-0 false",
+            "health c-control-plane-0 true",
+            "health c-control-plane-1 false",
+            "health c-control-plane-1 true",
+            "health c-control-plane-2 false",
+            "health c-control-plane-2 true",
+        ]
+    );
+    let etcd_steps: Vec<String> = h
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| e.contains("-etcd") || e.contains("etcd member healthy"))
+        .map(|e| e.split("] ").nth(1).unwrap_or(e).to_string())
+        .collect();
+    assert_eq!(
+        etcd_steps,
+        [
+            "c/c-control-plane-0: replaced pod c-control-plane-0-etcd",
+            "c/c-control-plane-0: etcd member healthy",
+            "c/c-control-plane-1: replaced pod c-control-plane-1-etcd",
+            "c/c-control-plane-1: etcd member healthy",
+            "c/c-control-plane-2: replaced pod c-control-plane-2-etcd",
+            "c/c-control-plane-2: etcd member healthy",
+        ]
+    );
+    // A converged cluster asks no health and changes nothing.
+    h.connector.clear();
+    h.network.clear_log();
+    let again = h.run(report.world.clone()).await;
+    assert!(again.all_ready());
+    assert_eq!(h.network.log(), Vec::<String>::new());
+    assert_eq!(again.counts.mutating_calls, 0, "{:?}", again.counts);
 }
 
 #[tokio::test]
@@ -485,6 +562,114 @@ async fn dry_run_lists_the_plan_without_mutating() {
     let public = &plan.hypervisors["public-1"];
     assert_eq!(public.leave, ["default/c-ingress"]);
     assert!(public.create.is_empty() && public.files.is_empty());
+
+    // A reissued etcd serving certificate: its files are rewritten and the etcd pod that
+    // reads them is planned for replacement; the control plane pod stays.
+    let mut w = report.world.clone();
+    let key = ObjectKey::new("default", "c-control-plane-0");
+    let hv = w.components[&key].spec.hypervisor.clone().unwrap();
+    w.components
+        .get_mut(&key)
+        .unwrap()
+        .status
+        .server_certificates
+        .remove("etcd-server");
+    h.connector.clear();
+    let plan = dry_run(w, NOW, &options(), &h.connector).await;
+    assert!(h.connector.all_calls().is_empty());
+    let private = &plan.hypervisors[&hv];
+    assert_eq!(private.replace, ["default/c-control-plane-0-etcd"]);
+    assert_eq!(private.leave, ["default/c-control-plane-0"]);
+    let files: Vec<&str> = private
+        .files
+        .iter()
+        .map(|f| f.rsplit('/').next().unwrap_or(f))
+        .collect();
+    assert_eq!(files, ["etcd-server.crt", "etcd-server.key"]);
+}
+
+fn container(name: &str, args: &[&str]) -> oi_api::runtime::ContainerSpec {
+    oi_api::runtime::ContainerSpec {
+        name: name.into(),
+        image: "busybox".into(),
+        command: vec![name.into()],
+        args: args.iter().map(|a| (*a).to_string()).collect(),
+        env: BTreeMap::new(),
+        mounts: vec![],
+        privileged: false,
+    }
+}
+
+fn host_file(path: &str, content: &str) -> HostFile {
+    HostFile {
+        path: path.into(),
+        content: content.as_bytes().to_vec(),
+        mode: 0o600,
+    }
+}
+
+#[test]
+fn only_the_pods_that_read_a_changed_file_restart() {
+    let pod = |name: &str, args: &[&str]| PodSpec {
+        namespace: "ns".into(),
+        name: name.into(),
+        labels: BTreeMap::new(),
+        containers: vec![container(name, args)],
+    };
+    let rendered = oi_reconcile::render::Rendered {
+        pods: vec![
+            pod("etcd", &["--cert-file=/d/etcd.crt"]),
+            pod("apiserver", &["--tls-cert-file=/d/api.crt"]),
+            pod("scheduler", &["--kubeconfig=/d/scheduler.kubeconfig"]),
+        ],
+        files: vec![
+            host_file("/d/etcd.crt", "e"),
+            host_file("/d/api.crt", "a"),
+            host_file(
+                "/d/scheduler.kubeconfig",
+                "client-certificate: /d/sched.crt",
+            ),
+            host_file("/d/sched.crt", "s"),
+            host_file("/d/unnamed", "u"),
+        ],
+    };
+    let hashes = |changed: &[&str]| -> BTreeMap<String, String> {
+        rendered
+            .files
+            .iter()
+            .map(|f| {
+                let hash = if changed.contains(&f.path.as_str()) {
+                    "old".to_string()
+                } else {
+                    f.content_hash()
+                };
+                (f.path.clone(), hash)
+            })
+            .collect()
+    };
+    let restart = |changed: &[&str]| -> Vec<String> {
+        crate::pods_reading_changed_files(&rendered, &hashes(changed))
+            .into_iter()
+            .collect()
+    };
+    assert!(restart(&[]).is_empty());
+    assert_eq!(restart(&["/d/etcd.crt"]), ["etcd"]);
+    assert_eq!(
+        restart(&["/d/api.crt", "/d/etcd.crt"]),
+        ["apiserver", "etcd"]
+    );
+    // Named by a file the pod names.
+    assert_eq!(restart(&["/d/sched.crt"]), ["scheduler"]);
+    assert_eq!(restart(&["/d/scheduler.kubeconfig"]), ["scheduler"]);
+    // Named by no pod: nothing tells which one reads it, so all restart.
+    assert_eq!(restart(&["/d/unnamed"]), ["apiserver", "etcd", "scheduler"]);
+    // A file never written before (no known hash) counts as changed.
+    let mut known = hashes(&[]);
+    known.remove("/d/api.crt");
+    let fresh: Vec<String> = crate::pods_reading_changed_files(&rendered, &known)
+        .into_iter()
+        .collect();
+    assert_eq!(fresh, ["apiserver"]);
 }
 
 #[tokio::test]

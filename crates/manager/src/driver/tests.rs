@@ -690,8 +690,14 @@ mod real {
                     body: b"ok".to_vec(),
                 });
             }
-            assert_eq!(r.path, "/v3/cluster/member/list", "one member only");
             let (name, peer) = self.member(r.base).ok_or_else(refused)?;
+            if r.path == "/health" {
+                return Ok(HttpsResponse {
+                    status: 200,
+                    body: br#"{"health":"true"}"#.to_vec(),
+                });
+            }
+            assert_eq!(r.path, "/v3/cluster/member/list", "one member only");
             let body = serde_json::json!({"members": [{"ID": "1", "name": name,
                 "peerURLs": [peer], "clientURLs": [r.base], "isLearner": false}]});
             Ok(HttpsResponse {

@@ -1,0 +1,159 @@
+//! Scenario: the etcd serving certificates of a running 3-replica cluster are reissued (as a
+//! renewal does; here by dropping them from the Components' status). `oi reconcile` restarts
+//! the etcd members one at a time: each member's pod is replaced and etcd itself reports the
+//! member healthy before the next pod is touched, so the cluster never loses its quorum.
+//! Only the etcd pods restart (the other pods do not read that certificate). Afterwards every
+//! member serves its new certificate, the membership is the same (same member IDs) and a key
+//! written before is read.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use oi_e2e::{
+    Etcdctl, LocalSet, World, eventually, inject_cluster, prerequisites, reconcile_until_ready,
+    str_at,
+};
+use serde_yaml::Value;
+
+/// The member IDs and names, as etcdctl lists them.
+fn member_ids(etcd: &Etcdctl) -> Vec<(String, String)> {
+    let list: serde_json::Value =
+        serde_json::from_str(&etcd.run(&["member", "list", "-w", "json"]).unwrap().stdout).unwrap();
+    let mut ids: Vec<(String, String)> = list["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap_or("").to_owned(),
+                m["ID"].to_string(),
+            )
+        })
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// `world` without the `etcd-server` certificate of cluster c1's control plane Components.
+fn without_etcd_server_certificates(world: &World) -> (String, usize) {
+    let mut dropped = 0;
+    let mut text = String::new();
+    for document in &world.documents {
+        let mut document = document.clone();
+        let ours = str_at(&document, &["kind"]) == Some("Component")
+            && str_at(&document, &["spec", "cluster"]) == Some("c1")
+            && str_at(&document, &["spec", "role"]) == Some("control-plane");
+        if ours
+            && let Some(certificates) = document
+                .get_mut("status")
+                .and_then(|s| s.get_mut("serverCertificates"))
+                .and_then(Value::as_mapping_mut)
+            && certificates.remove("etcd-server").is_some()
+        {
+            dropped += 1;
+        }
+        text.push_str("---\n");
+        text.push_str(&serde_yaml::to_string(&document).unwrap());
+    }
+    (text, dropped)
+}
+
+/// The etcd-server certificate of each control plane Component of c1, by its client endpoint.
+fn etcd_server_certificates(world: &World) -> Vec<(String, String)> {
+    let cluster = world.require_cluster("c1").unwrap();
+    let mut found = Vec::new();
+    for component in world.components_of("c1") {
+        let name = str_at(component, &["metadata", "name"]).unwrap();
+        let Some(endpoint) = str_at(cluster, &["status", "storageClientEndpoints", name]) else {
+            continue;
+        };
+        let pem = str_at(
+            component,
+            &["status", "serverCertificates", "etcd-server", "certificate"],
+        )
+        .unwrap();
+        found.push((endpoint.to_owned(), pem.trim().to_owned()));
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn reissued_etcd_certificates_restart_members_one_at_a_time() {
+    let test = "reissued_etcd_certificates_restart_members_one_at_a_time";
+    if !prerequisites(test) {
+        return;
+    }
+    let set = LocalSet::create("roll", 3, 1, false).unwrap();
+    let injected = inject_cluster(&set.manifests, "c1", 3).unwrap();
+    let (run, _, _) = reconcile_until_ready(&injected, 1).unwrap();
+    let world = World::parse(&run.stdout).unwrap();
+    let etcd = Etcdctl::new(&world, "c1").unwrap();
+    eventually(Duration::from_secs(30), || {
+        etcd.run(&["put", "/oi-e2e/kept", "across-restarts"])
+    })
+    .unwrap();
+    let members_before = member_ids(&etcd);
+    assert_eq!(members_before.len(), 3, "{members_before:?}");
+    let before = etcd_server_certificates(&world);
+    assert_eq!(before.len(), 3, "{before:?}");
+
+    let (edited, dropped) = without_etcd_server_certificates(&world);
+    assert_eq!(dropped, 3);
+    let (run, summary, _) = reconcile_until_ready(&edited, 1).unwrap();
+    eprintln!("{test}: {summary}\n{}", run.stderr);
+    // Only the etcd pods read the etcd serving certificate: the Kubernetes control plane pods
+    // and the ingress keep running; the 2 files (certificate, key) of each replica change.
+    assert_eq!(
+        (
+            summary.pods_replaced,
+            summary.pods_unchanged,
+            summary.files_written
+        ),
+        (3, 4, 6),
+        "{test}: {summary}"
+    );
+
+    // The etcd steps in the order they happened: each member's pod replaced, then that
+    // member healthy, before the next member's pod.
+    let steps: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with('[') && (l.contains("-etcd") || l.contains("etcd member")))
+        .filter_map(|l| l.split("] ").nth(1))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "c1/c1-control-plane-0: replaced pod c1-control-plane-0-etcd",
+            "c1/c1-control-plane-0: etcd member healthy",
+            "c1/c1-control-plane-1: replaced pod c1-control-plane-1-etcd",
+            "c1/c1-control-plane-1: etcd member healthy",
+            "c1/c1-control-plane-2: replaced pod c1-control-plane-2-etcd",
+            "c1/c1-control-plane-2: etcd member healthy",
+        ],
+        "{test}: {}",
+        run.stderr
+    );
+
+    // Every member serves its new certificate; same members; the data is there.
+    let world = World::parse(&run.stdout).unwrap();
+    let after = etcd_server_certificates(&world);
+    for ((endpoint, old), (_, new)) in before.iter().zip(&after) {
+        assert_ne!(old, new, "{endpoint}: the certificate was not reissued");
+        let served = etcd.served_certificate(endpoint).unwrap();
+        assert_eq!(
+            served.split_whitespace().collect::<String>(),
+            new.split_whitespace().collect::<String>(),
+            "{endpoint} does not serve its reissued certificate"
+        );
+    }
+    assert_eq!(member_ids(&etcd), members_before);
+    let got = etcd
+        .run(&["get", "/oi-e2e/kept", "--print-value-only"])
+        .unwrap()
+        .stdout;
+    assert_eq!(got.trim_end(), "across-restarts");
+    drop(set);
+}

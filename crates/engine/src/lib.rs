@@ -705,8 +705,9 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
             .iter()
             .filter_map(|m| live.iter().find(|r| r.name() == m.name))
             .collect();
-        if self.etcd_answers(&membership.members, &etcd).await {
-            for replica in replicas {
+        let running = self.etcd_answers(&membership.members, &etcd).await;
+        if running {
+            for replica in &replicas {
                 if self
                     .etcd_join(key, replica, &membership.members, &etcd)
                     .await?
@@ -733,9 +734,41 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
                     .await?;
             }
         }
-        // 4. The Kubernetes control plane of every replica and 5. the ingress, together.
-        let pods = live.iter().filter_map(|r| r.pod(r.name()).map(|p| (r, p)));
-        for result in join_all(pods.map(|(r, p)| self.pod(key, r, p))).await {
+        // 4. The Kubernetes control plane of every replica and 5. the ingress, together. In a
+        //    running cluster, control plane pods are created or replaced one replica at a
+        //    time (replica order), a replaced one's API server ready before the next, so the
+        //    ingress always has API servers to send requests to.
+        let (control_plane, ingress): (Vec<&Replica>, Vec<&Replica>) = live
+            .iter()
+            .partition(|r| r.component.spec.role == ComponentRole::ControlPlane);
+        let rolled = async {
+            for r in &control_plane {
+                let Some(spec) = r.pod(r.name()) else {
+                    continue;
+                };
+                if self.pod(key, r, spec).await? == Outcome::Replaced {
+                    self.apiserver_ready(key, r).await?;
+                }
+            }
+            Ok(())
+        };
+        let pods = if running {
+            ingress
+        } else {
+            live.iter().collect()
+        };
+        let together = join_all(
+            pods.into_iter()
+                .filter_map(|r| r.pod(r.name()).map(|p| (r, p)))
+                .map(|(r, p)| self.pod(key, r, p)),
+        );
+        let (rolled, together): (Step, _) = if running {
+            futures::join!(rolled, together)
+        } else {
+            (Ok(()), together.await)
+        };
+        rolled?;
+        for result in together {
             result?;
         }
         // 6. Observe until ready or out of time.
@@ -977,6 +1010,45 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
             .collect();
         self.members(&founding, etcd).await?;
         Ok(())
+    }
+
+    /// Waits (until the deadline) for the API server of replica `r`, whose pod was just
+    /// replaced, to answer `/readyz`.
+    async fn apiserver_ready(&self, key: &ObjectKey, r: &Replica<'_>) -> Step {
+        let Some(url) = r.url(self.world, names::APISERVER) else {
+            return Ok(());
+        };
+        let ca = self
+            .world
+            .clusters
+            .get(key)
+            .and_then(|c| c.spec.api_server.ca.as_ref())
+            .map(|c| c.certificate.clone())
+            .unwrap_or_default();
+        loop {
+            match self.readyz(&url, &ca).await {
+                Ok(()) => {
+                    self.emit(
+                        Some(&r.hypervisor),
+                        key,
+                        Some(r.name()),
+                        "kube-apiserver ready".to_string(),
+                    );
+                    return Ok(());
+                }
+                Err(e) if Instant::now() >= self.deadline => {
+                    return Err(Failure(
+                        reasons::APISERVER_NOT_READY,
+                        format!(
+                            "kube-apiserver {} on {} ({url}) is not ready after its pod changed: {e}",
+                            r.name(),
+                            r.hypervisor
+                        ),
+                    ));
+                }
+                Err(_) => tokio::time::sleep(self.options.poll_interval).await,
+            }
+        }
     }
 
     /// Whether any member of the cluster answers a member list right now (one attempt each,

@@ -436,6 +436,57 @@ async fn a_running_clusters_etcd_pods_are_replaced_one_at_a_time_each_healthy_be
 }
 
 #[tokio::test]
+async fn a_running_clusters_api_servers_are_replaced_one_at_a_time_each_ready_before_the_next() {
+    let h = Harness::new();
+    let report = h.run(world(1, &[("c", 3)])).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    // Every replica's API serving certificate is reissued: the control plane pods restart,
+    // the etcd pods (which do not read it) stay.
+    let mut w = report.world.clone();
+    for i in 0..3 {
+        let key = ObjectKey::new("default", format!("c-control-plane-{i}"));
+        let removed = w
+            .components
+            .get_mut(&key)
+            .unwrap()
+            .status
+            .server_certificates
+            .remove("apiserver");
+        assert!(removed.is_some(), "{key:?} had no apiserver certificate");
+    }
+    h.connector.clear();
+    h.network.clear_log();
+    let report = h.run(w).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    assert_eq!(
+        (report.counts.pods_replaced, report.counts.pods_unchanged),
+        (3, 4),
+        "{:?}",
+        report.counts
+    );
+    assert_eq!(h.network.log(), Vec::<String>::new(), "etcd untouched");
+    let steps: Vec<String> = h
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| e.contains("pod") || e.contains("kube-apiserver ready"))
+        .map(|e| e.split("] ").nth(1).unwrap_or(e).to_string())
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "c/c-control-plane-0: replaced pod c-control-plane-0",
+            "c/c-control-plane-0: kube-apiserver ready",
+            "c/c-control-plane-1: replaced pod c-control-plane-1",
+            "c/c-control-plane-1: kube-apiserver ready",
+            "c/c-control-plane-2: replaced pod c-control-plane-2",
+            "c/c-control-plane-2: kube-apiserver ready",
+        ]
+    );
+}
+
+#[tokio::test]
 async fn a_cluster_planned_before_etcd_records_is_brought_up_as_it_was() {
     // A manifest written before `status.etcdMember` existed: placed, ports allocated, no
     // records. Its members were started one by one, so they are recorded that way.

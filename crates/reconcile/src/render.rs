@@ -687,7 +687,8 @@ pub fn etcd_membership(world: &World, cluster: &ObjectKey) -> EtcdMembership {
 }
 
 /// haproxy in TCP mode in front of the API servers, each health-checked over TLS (verified
-/// against the API server CA) on `GET /readyz`.
+/// against the API server CA) on `GET /readyz`; a refused connection is redispatched to
+/// another API server.
 pub fn haproxy_config(port: u16, ca_file: &str, backends: &[(String, String, u16)]) -> String {
     let mut out = String::new();
     out.push_str(concat!(
@@ -700,6 +701,10 @@ pub fn haproxy_config(port: u16, ca_file: &str, backends: &[(String, String, u16
         "  timeout client 1h\n",
         "  timeout server 1h\n",
         "  timeout check 5s\n",
+        // A connection a backend refuses (an API server restarting, not yet marked down by
+        // its checks) is retried, each retry on another backend.
+        "  retries 3\n",
+        "  option redispatch 1\n",
         "\n",
         "frontend apiserver\n",
     ));

@@ -8,11 +8,16 @@
 //! ```
 //!
 //! The Lease is taken when absent (create), ours (renew: `renewTime`), free (no holder) or
-//! expired (`renewTime + leaseDurationSeconds` before now: `leaseTransitions + 1`,
-//! `acquireTime` now). Every write is a create or a replace carrying the `resourceVersion`
-//! that was read, so of two candidates racing for the same Lease one gets 409 and loses.
-//! Expiry compares the holder's `renewTime` with our clock: replicas' clocks are assumed to
-//! agree to well within `lease_duration - renew_deadline`.
+//! expired (`leaseTransitions + 1`, `acquireTime` now). Every write is a create or a replace
+//! carrying the `resourceVersion` that was read, so of two candidates racing for the same
+//! Lease one gets 409 and loses.
+//!
+//! Expiry never compares another replica's clock with ours (clocks of different machines
+//! disagree): as client-go does, a candidate remembers when, on its own monotonic clock, it
+//! last saw the Lease record change; the Lease has expired once it stayed unchanged for
+//! `leaseDurationSeconds` since. A holder that renews changes `renewTime`, so its Lease never
+//! expires, whatever its clock says; a candidate that just started waits one lease duration
+//! before taking over a Lease it has never seen renewed.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -22,7 +27,7 @@ use tokio::time::Instant;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -78,6 +83,9 @@ enum Attempt {
 pub struct LeaderElector {
     api: Api<Lease>,
     config: LeaseConfig,
+    /// The Lease record (its spec, serialized) as last seen, and when (our monotonic clock)
+    /// it was first seen so.
+    observed: Arc<std::sync::Mutex<Option<(String, Instant)>>>,
 }
 
 impl std::fmt::Debug for LeaderElector {
@@ -101,6 +109,7 @@ impl LeaderElector {
         LeaderElector {
             api: Api::namespaced(client, &config.namespace),
             config,
+            observed: Arc::new(std::sync::Mutex::new(None)),
         }
     }
 
@@ -146,10 +155,12 @@ impl LeaderElector {
         let mut spec = lease.spec.take().unwrap_or_default();
         let holder = spec.holder_identity.clone().unwrap_or_default();
         if holder != identity {
+            let unchanged_since = self.observe(&spec);
             let expired = match (&spec.renew_time, spec.lease_duration_seconds) {
-                (Some(MicroTime(renewed)), Some(seconds)) => renewed
-                    .saturating_add(SignedDuration::from_secs(i64::from(seconds)))
-                    .is_ok_and(|until| until < now),
+                (Some(_), Some(seconds)) => {
+                    let seconds = u64::try_from(seconds).unwrap_or(0);
+                    unchanged_since.elapsed() >= Duration::from_secs(seconds)
+                }
                 // A Lease without a renewal time or duration cannot be valid.
                 _ => true,
             };
@@ -171,6 +182,21 @@ impl LeaderElector {
             Ok(_) => Ok(Attempt::Held),
             Err(e) if is_conflict(&e) => Ok(Attempt::Conflict),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Records the Lease record `spec` as seen now; returns since when (our monotonic
+    /// clock) it has been seen unchanged.
+    fn observe(&self, spec: &LeaseSpec) -> Instant {
+        let record = serde_json::to_string(spec).unwrap_or_default();
+        let mut observed = self.observed.lock().unwrap_or_else(|e| e.into_inner());
+        match observed.as_ref() {
+            Some((seen, since)) if *seen == record => *since,
+            _ => {
+                let since = Instant::now();
+                *observed = Some((record, since));
+                since
+            }
         }
     }
 

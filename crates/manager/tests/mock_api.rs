@@ -614,13 +614,32 @@ async fn a_fresh_lease_of_another_holder_is_left_alone() {
     api.assert_idle().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_expired_lease_is_taken_over() {
     let (elector, mut api) = elector("pod-a");
+    // First seen: whatever its renewTime says (another machine's clock), it counts as
+    // renewed now.
+    let stale = lease("pod-b", &ago(16), 2);
     let (held, ()) = tokio::join!(elector.try_acquire_or_renew(), async {
         api.expect(Method::GET, LEASE)
             .await
-            .respond(200, lease("pod-b", &ago(16), 2));
+            .respond(200, stale.clone());
+    });
+    assert!(!held.unwrap());
+    // Unchanged for 14 s of our clock: still valid.
+    tokio::time::advance(Duration::from_secs(14)).await;
+    let (held, ()) = tokio::join!(elector.try_acquire_or_renew(), async {
+        api.expect(Method::GET, LEASE)
+            .await
+            .respond(200, stale.clone());
+    });
+    assert!(!held.unwrap());
+    // Unchanged for leaseDurationSeconds (15 s): expired, taken over.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let (held, ()) = tokio::join!(elector.try_acquire_or_renew(), async {
+        api.expect(Method::GET, LEASE)
+            .await
+            .respond(200, stale.clone());
         let exchange = api.expect(Method::PUT, &format!("{LEASE}?")).await;
         let body = exchange.body().clone();
         assert_recent(&body["spec"]["acquireTime"]);
@@ -635,13 +654,86 @@ async fn an_expired_lease_is_taken_over() {
     api.assert_idle().await;
 }
 
-#[tokio::test]
-async fn losing_the_race_to_an_expired_lease_is_not_leading() {
+#[tokio::test(start_paused = true)]
+async fn a_lease_its_holder_renews_is_never_taken_whatever_its_clock_says() {
     let (elector, mut api) = elector("pod-a");
+    // pod-b's clock is a minute behind ours, so every renewTime it writes looks expired by
+    // our clock; it renews every 2 s.
+    for round in 0..10 {
+        let (held, ()) = tokio::join!(elector.try_acquire_or_renew(), async {
+            api.expect(Method::GET, LEASE)
+                .await
+                .respond(200, lease("pod-b", &ago(60 - round * 2), 2));
+        });
+        assert!(!held.unwrap(), "round {round}");
+        tokio::time::advance(Duration::from_secs(2)).await;
+    }
+    // It stops renewing: 15 s after the last change we saw, the Lease is ours.
+    let last = lease("pod-b", &ago(40), 2);
     let (held, ()) = tokio::join!(elector.try_acquire_or_renew(), async {
         api.expect(Method::GET, LEASE)
             .await
-            .respond(200, lease("pod-b", &ago(60), 2));
+            .respond(200, last.clone());
+    });
+    assert!(!held.unwrap());
+    tokio::time::advance(Duration::from_secs(15)).await;
+    let (held, ()) = tokio::join!(elector.try_acquire_or_renew(), async {
+        api.expect(Method::GET, LEASE)
+            .await
+            .respond(200, last.clone());
+        let exchange = api.expect(Method::PUT, &format!("{LEASE}?")).await;
+        assert_eq!(exchange.body()["spec"]["holderIdentity"], json!("pod-a"));
+        assert_eq!(exchange.body()["spec"]["leaseTransitions"], json!(3));
+        let body = exchange.body().clone();
+        exchange.respond(200, body);
+    });
+    assert!(held.unwrap());
+    api.assert_idle().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_dated_in_the_future_still_expires_when_nobody_renews_it() {
+    let (elector, mut api) = elector("pod-a");
+    // The holder's clock ran an hour ahead of ours, then the holder died.
+    let ahead = micro(
+        k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(3600),
+    );
+    let dead = lease("pod-b", &ahead, 2);
+    let (held, ()) = tokio::join!(elector.try_acquire_or_renew(), async {
+        api.expect(Method::GET, LEASE)
+            .await
+            .respond(200, dead.clone());
+    });
+    assert!(!held.unwrap());
+    tokio::time::advance(Duration::from_secs(15)).await;
+    let (held, ()) = tokio::join!(elector.try_acquire_or_renew(), async {
+        api.expect(Method::GET, LEASE)
+            .await
+            .respond(200, dead.clone());
+        let exchange = api.expect(Method::PUT, &format!("{LEASE}?")).await;
+        assert_eq!(exchange.body()["spec"]["holderIdentity"], json!("pod-a"));
+        let body = exchange.body().clone();
+        exchange.respond(200, body);
+    });
+    assert!(held.unwrap());
+    api.assert_idle().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn losing_the_race_to_an_expired_lease_is_not_leading() {
+    let (elector, mut api) = elector("pod-a");
+    let stale = lease("pod-b", &ago(60), 2);
+    let (held, ()) = tokio::join!(elector.try_acquire_or_renew(), async {
+        api.expect(Method::GET, LEASE)
+            .await
+            .respond(200, stale.clone());
+    });
+    assert!(!held.unwrap());
+    tokio::time::advance(Duration::from_secs(15)).await;
+    let (held, ()) = tokio::join!(elector.try_acquire_or_renew(), async {
+        api.expect(Method::GET, LEASE)
+            .await
+            .respond(200, stale.clone());
         api.expect(Method::PUT, &format!("{LEASE}?")).await.fail(
             409,
             "Conflict",

@@ -705,14 +705,27 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
             .iter()
             .filter_map(|m| live.iter().find(|r| r.name() == m.name))
             .collect();
-        let running = self.etcd_answers(&membership.members, &etcd).await;
-        if running {
+        let answered = self.etcd_answers(&membership.members, &etcd).await;
+        let running = answered.is_some();
+        if let Some(list) = answered {
             for replica in &replicas {
-                if self
-                    .etcd_join(key, replica, &membership.members, &etcd)
-                    .await?
-                    != Outcome::Unchanged
-                {
+                // A started voting member only needs its pod; any other joins first.
+                let voting = membership
+                    .members
+                    .iter()
+                    .find(|m| m.name == replica.name())
+                    .is_some_and(|me| {
+                        list.iter().any(|m| {
+                            m.peer_urls.contains(&me.peer_url) && m.started() && !m.is_learner
+                        })
+                    });
+                let outcome = if voting {
+                    self.pod(key, replica, self.etcd_pod(replica)?).await?
+                } else {
+                    self.etcd_join(key, replica, &membership.members, &etcd)
+                        .await?
+                };
+                if outcome != Outcome::Unchanged {
                     self.etcd_healthy(key, replica, &membership.members, &etcd)
                         .await?;
                 }
@@ -1051,15 +1064,19 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
         }
     }
 
-    /// Whether any member of the cluster answers a member list right now (one attempt each,
-    /// no waiting): the cluster is running and has a quorum to keep.
-    async fn etcd_answers(&self, members: &[EtcdMember], etcd: &EtcdClient<'_, N>) -> bool {
+    /// The member list of the first member that answers right now (one attempt each, no
+    /// waiting): when there is one, the cluster is running and has a quorum to keep.
+    async fn etcd_answers(
+        &self,
+        members: &[EtcdMember],
+        etcd: &EtcdClient<'_, N>,
+    ) -> Option<Vec<Member>> {
         for m in members {
-            if etcd.list(&m.client_url).await.is_ok() {
-                return true;
+            if let Ok(list) = etcd.list(&m.client_url).await {
+                return Some(list);
             }
         }
-        false
+        None
     }
 
     /// Waits (until the deadline) for the member of replica `r`, whose pod was just created

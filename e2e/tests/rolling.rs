@@ -86,6 +86,34 @@ fn etcd_server_certificates(world: &World) -> Vec<(String, String)> {
     found
 }
 
+/// Asserts a rolling run: 3 pods replaced (one per replica), the 4 others unchanged, the 2
+/// files (certificate, key) of each replica written, and the progress lines (without the
+/// hypervisor) for which `step` holds exactly `expected`, in that order.
+fn assert_rolled(
+    test: &str,
+    run: &oi_e2e::Run,
+    summary: &oi_e2e::Summary,
+    step: impl Fn(&str) -> bool,
+    expected: [&str; 6],
+) {
+    assert_eq!(
+        (
+            summary.pods_replaced,
+            summary.pods_unchanged,
+            summary.files_written
+        ),
+        (3, 4, 6),
+        "{test}: {summary}"
+    );
+    let steps: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with('[') && step(l))
+        .filter_map(|l| l.split("] ").nth(1))
+        .collect();
+    assert_eq!(steps, expected, "{test}: {}", run.stderr);
+}
+
 #[test]
 fn reissued_certificates_restart_etcd_members_then_api_servers_one_at_a_time() {
     let test = "reissued_certificates_restart_etcd_members_then_api_servers_one_at_a_time";
@@ -111,27 +139,13 @@ fn reissued_certificates_restart_etcd_members_then_api_servers_one_at_a_time() {
     let (run, summary, _) = reconcile_until_ready(&edited, 1).unwrap();
     eprintln!("{test}: {summary}\n{}", run.stderr);
     // Only the etcd pods read the etcd serving certificate: the Kubernetes control plane pods
-    // and the ingress keep running; the 2 files (certificate, key) of each replica change.
-    assert_eq!(
-        (
-            summary.pods_replaced,
-            summary.pods_unchanged,
-            summary.files_written
-        ),
-        (3, 4, 6),
-        "{test}: {summary}"
-    );
-
-    // The etcd steps in the order they happened: each member's pod replaced, then that
-    // member healthy, before the next member's pod.
-    let steps: Vec<&str> = run
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with('[') && (l.contains("-etcd") || l.contains("etcd member")))
-        .filter_map(|l| l.split("] ").nth(1))
-        .collect();
-    assert_eq!(
-        steps,
+    // and the ingress keep running. Each member's pod is replaced, then that member is
+    // healthy, before the next member's pod.
+    assert_rolled(
+        test,
+        &run,
+        &summary,
+        |l| l.contains("-etcd") || l.contains("etcd member"),
         [
             "c1/c1-control-plane-0: replaced pod c1-control-plane-0-etcd",
             "c1/c1-control-plane-0: etcd member healthy",
@@ -140,8 +154,6 @@ fn reissued_certificates_restart_etcd_members_then_api_servers_one_at_a_time() {
             "c1/c1-control-plane-2: replaced pod c1-control-plane-2-etcd",
             "c1/c1-control-plane-2: etcd member healthy",
         ],
-        "{test}: {}",
-        run.stderr
     );
 
     // Every member serves its new certificate; same members; the data is there.
@@ -196,23 +208,11 @@ fn reissued_certificates_restart_etcd_members_then_api_servers_one_at_a_time() {
         failed.load(Ordering::SeqCst),
         run.stderr
     );
-    assert_eq!(
-        (
-            summary.pods_replaced,
-            summary.pods_unchanged,
-            summary.files_written
-        ),
-        (3, 4, 6),
-        "{test}: {summary}"
-    );
-    let steps: Vec<&str> = run
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with('[') && (l.contains(" pod ") || l.contains("ready")))
-        .filter_map(|l| l.split("] ").nth(1))
-        .collect();
-    assert_eq!(
-        steps,
+    assert_rolled(
+        test,
+        &run,
+        &summary,
+        |l| l.contains(" pod ") || l.contains("ready"),
         [
             "c1/c1-control-plane-0: replaced pod c1-control-plane-0",
             "c1/c1-control-plane-0: kube-apiserver ready",
@@ -221,8 +221,6 @@ fn reissued_certificates_restart_etcd_members_then_api_servers_one_at_a_time() {
             "c1/c1-control-plane-2: replaced pod c1-control-plane-2",
             "c1/c1-control-plane-2: kube-apiserver ready",
         ],
-        "{test}: {}",
-        run.stderr
     );
     let world = World::parse(&run.stdout).unwrap();
     let kubeconfig = admin_kubeconfig(&world, "c1", dir.path()).unwrap();

@@ -120,6 +120,29 @@ pub struct EtcdClient<'a, N> {
 }
 
 impl<N: Network> EtcdClient<'_, N> {
+    /// One request to the member at `endpoint`, with the engine's client certificate.
+    async fn request(
+        &self,
+        endpoint: &str,
+        method: &Method,
+        path: &str,
+        body: Option<&str>,
+    ) -> Result<crate::https::HttpsResponse, EtcdError> {
+        self.network
+            .request(HttpsRequest {
+                base: endpoint,
+                method,
+                path,
+                body,
+                tls: self.tls,
+            })
+            .await
+            .map_err(|e| EtcdError::Unreachable {
+                endpoint: endpoint.to_string(),
+                reason: e.reason,
+            })
+    }
+
     async fn call(
         &self,
         endpoint: &str,
@@ -128,19 +151,8 @@ impl<N: Network> EtcdClient<'_, N> {
     ) -> Result<Vec<u8>, EtcdError> {
         let path = format!("/v3/cluster/member/{operation}");
         let response = self
-            .network
-            .request(HttpsRequest {
-                base: endpoint,
-                method: &Method::POST,
-                path: &path,
-                body: Some(&body),
-                tls: self.tls,
-            })
-            .await
-            .map_err(|e| EtcdError::Unreachable {
-                endpoint: endpoint.to_string(),
-                reason: e.reason,
-            })?;
+            .request(endpoint, &Method::POST, &path, Some(&body))
+            .await?;
         if !(200..300).contains(&response.status) {
             let message = match serde_json::from_slice::<ErrorBody>(&response.body) {
                 Ok(b) if !b.error.is_empty() => b.error,
@@ -195,19 +207,8 @@ impl<N: Network> EtcdClient<'_, N> {
     /// [`EtcdError::Unreachable`], or [`EtcdError::Body`] for an answer that is not etcd's.
     pub async fn healthy(&self, endpoint: &str) -> Result<bool, EtcdError> {
         let response = self
-            .network
-            .request(HttpsRequest {
-                base: endpoint,
-                method: &Method::GET,
-                path: "/health",
-                body: None,
-                tls: self.tls,
-            })
-            .await
-            .map_err(|e| EtcdError::Unreachable {
-                endpoint: endpoint.to_string(),
-                reason: e.reason,
-            })?;
+            .request(endpoint, &Method::GET, "/health", None)
+            .await?;
         #[derive(Deserialize)]
         struct Health {
             health: String,

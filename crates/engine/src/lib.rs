@@ -1025,19 +1025,24 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
         Ok(())
     }
 
+    /// The cluster's API server CA certificate (PEM), which `/readyz` answers are checked
+    /// against.
+    fn apiserver_ca(&self, key: &ObjectKey) -> String {
+        self.world
+            .clusters
+            .get(key)
+            .and_then(|c| c.spec.api_server.ca.as_ref())
+            .map(|c| c.certificate.clone())
+            .unwrap_or_default()
+    }
+
     /// Waits (until the deadline) for the API server of replica `r`, whose pod was just
     /// replaced, to answer `/readyz`.
     async fn apiserver_ready(&self, key: &ObjectKey, r: &Replica<'_>) -> Step {
         let Some(url) = r.url(self.world, names::APISERVER) else {
             return Ok(());
         };
-        let ca = self
-            .world
-            .clusters
-            .get(key)
-            .and_then(|c| c.spec.api_server.ca.as_ref())
-            .map(|c| c.certificate.clone())
-            .unwrap_or_default();
+        let ca = self.apiserver_ca(key);
         loop {
             match self.readyz(&url, &ca).await {
                 Ok(()) => {
@@ -1286,13 +1291,7 @@ impl<R: HypervisorRuntime, N: Network> Cx<'_, R, N> {
                 }
             }
         }
-        let ca = self
-            .world
-            .clusters
-            .get(key)
-            .and_then(|c| c.spec.api_server.ca.as_ref())
-            .map(|c| c.certificate.clone())
-            .unwrap_or_default();
+        let ca = self.apiserver_ca(key);
         let ca = ca.as_str();
         let checks = live.iter().filter_map(|r| {
             r.url(self.world, names::APISERVER)

@@ -363,13 +363,17 @@ async fn replicas_added_later_join_one_by_one_as_learners() {
     );
 }
 
-#[tokio::test]
-async fn a_running_clusters_etcd_pods_are_replaced_one_at_a_time_each_healthy_before_the_next() {
-    let h = Harness::new();
+/// A converged 3-replica cluster `c`, then a run over it in which the `certificate` server
+/// certificate of every replica is reissued (as on renewal); returns that run's report, its
+/// etcd membership and health log, and the progress lines (without the hypervisor) for
+/// which `step` holds.
+async fn reissue_all(
+    h: &Harness,
+    certificate: &str,
+    step: impl Fn(&str) -> bool,
+) -> (Report, Vec<String>, Vec<String>) {
     let report = h.run(world(1, &[("c", 3)])).await;
     assert!(report.all_ready(), "{:?}", report.clusters);
-    // Every replica's etcd serving certificate is reissued (as on renewal): every etcd pod
-    // must restart to read it.
     let mut w = report.world.clone();
     for i in 0..3 {
         let key = ObjectKey::new("default", format!("c-control-plane-{i}"));
@@ -379,13 +383,36 @@ async fn a_running_clusters_etcd_pods_are_replaced_one_at_a_time_each_healthy_be
             .unwrap()
             .status
             .server_certificates
-            .remove("etcd-server");
-        assert!(removed.is_some(), "{key:?} had no etcd-server certificate");
+            .remove(certificate);
+        assert!(
+            removed.is_some(),
+            "{key:?} had no {certificate} certificate"
+        );
     }
     h.connector.clear();
     h.network.clear_log();
     let report = h.run(w).await;
     assert!(report.all_ready(), "{:?}", report.clusters);
+    let steps = h
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| step(e))
+        .map(|e| e.split("] ").nth(1).unwrap_or(e).to_string())
+        .collect();
+    (report, h.network.log(), steps)
+}
+
+#[tokio::test]
+async fn a_running_clusters_etcd_pods_are_replaced_one_at_a_time_each_healthy_before_the_next() {
+    let h = Harness::new();
+    // Every replica's etcd serving certificate is reissued: every etcd pod must restart to
+    // read it.
+    let (report, log, etcd_steps) = reissue_all(&h, "etcd-server", |e| {
+        e.contains("-etcd") || e.contains("etcd member healthy")
+    })
+    .await;
     // Only the etcd pods read the etcd serving certificate: the Kubernetes control plane
     // pods and the ingress keep running.
     assert_eq!(
@@ -397,7 +424,7 @@ async fn a_running_clusters_etcd_pods_are_replaced_one_at_a_time_each_healthy_be
     // One member at a time: each is healthy again (etcd's own /health, asked until it says
     // so) before the next pod is touched; membership unchanged.
     assert_eq!(
-        h.network.log(),
+        log,
         [
             "health c-control-plane-0 false",
             "health c-control-plane-0 true",
@@ -407,14 +434,6 @@ async fn a_running_clusters_etcd_pods_are_replaced_one_at_a_time_each_healthy_be
             "health c-control-plane-2 true",
         ]
     );
-    let etcd_steps: Vec<String> = h
-        .events
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|e| e.contains("-etcd") || e.contains("etcd member healthy"))
-        .map(|e| e.split("] ").nth(1).unwrap_or(e).to_string())
-        .collect();
     assert_eq!(
         etcd_steps,
         [
@@ -438,41 +457,19 @@ async fn a_running_clusters_etcd_pods_are_replaced_one_at_a_time_each_healthy_be
 #[tokio::test]
 async fn a_running_clusters_api_servers_are_replaced_one_at_a_time_each_ready_before_the_next() {
     let h = Harness::new();
-    let report = h.run(world(1, &[("c", 3)])).await;
-    assert!(report.all_ready(), "{:?}", report.clusters);
     // Every replica's API serving certificate is reissued: the control plane pods restart,
     // the etcd pods (which do not read it) stay.
-    let mut w = report.world.clone();
-    for i in 0..3 {
-        let key = ObjectKey::new("default", format!("c-control-plane-{i}"));
-        let removed = w
-            .components
-            .get_mut(&key)
-            .unwrap()
-            .status
-            .server_certificates
-            .remove("apiserver");
-        assert!(removed.is_some(), "{key:?} had no apiserver certificate");
-    }
-    h.connector.clear();
-    h.network.clear_log();
-    let report = h.run(w).await;
-    assert!(report.all_ready(), "{:?}", report.clusters);
+    let (report, log, steps) = reissue_all(&h, "apiserver", |e| {
+        e.contains("pod") || e.contains("kube-apiserver ready")
+    })
+    .await;
     assert_eq!(
         (report.counts.pods_replaced, report.counts.pods_unchanged),
         (3, 4),
         "{:?}",
         report.counts
     );
-    assert_eq!(h.network.log(), Vec::<String>::new(), "etcd untouched");
-    let steps: Vec<String> = h
-        .events
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|e| e.contains("pod") || e.contains("kube-apiserver ready"))
-        .map(|e| e.split("] ").nth(1).unwrap_or(e).to_string())
-        .collect();
+    assert_eq!(log, Vec::<String>::new(), "etcd untouched");
     assert_eq!(
         steps,
         [

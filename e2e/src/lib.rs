@@ -18,6 +18,8 @@
 //! Binaries are found in the workspace target directory next to the test executable
 //! (`cargo nextest run --workspace` builds every binary of the workspace first).
 
+pub mod apiserver;
+
 use std::fmt;
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;

@@ -54,11 +54,16 @@ pub enum Op {
     Publish,
 }
 
-/// An object that was created, written or removed: what a watch would report.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// An object that was created, written or removed: what a watch would report. Changes are
+/// sent in the order of their resourceVersions.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Change {
     pub kind: Kind,
     pub key: ObjectKey,
+    /// The store's resourceVersion after the change (the object's own, unless removed).
+    pub resource_version: u64,
+    /// The object as the change left it; `None` once removed.
+    pub object: Option<Object>,
 }
 
 /// One successful mutating call (create, update, update_status or delete).
@@ -109,18 +114,35 @@ impl Inner {
 
     fn put<K: Stored>(&mut self, object: K, changes: &broadcast::Sender<Change>) {
         let key = object.key();
+        let object = object.into_object();
         self.objects
             .entry(K::KIND)
             .or_default()
-            .insert(key.clone(), object.into_object());
-        notify(changes, K::KIND, key);
+            .insert(key.clone(), object.clone());
+        self.notify(changes, K::KIND, key, Some(object));
     }
 
     fn remove(&mut self, kind: Kind, key: &ObjectKey, changes: &broadcast::Sender<Change>) {
         if let Some(objects) = self.objects.get_mut(&kind) {
             objects.remove(key);
         }
-        notify(changes, kind, key.clone());
+        self.notify(changes, kind, key.clone(), None);
+    }
+
+    fn notify(
+        &self,
+        changes: &broadcast::Sender<Change>,
+        kind: Kind,
+        key: ObjectKey,
+        object: Option<Object>,
+    ) {
+        // No subscriber is fine: nobody is watching.
+        let _ = changes.send(Change {
+            kind,
+            key,
+            resource_version: self.resource_version,
+            object,
+        });
     }
 
     fn next_resource_version(&mut self) -> String {
@@ -136,11 +158,6 @@ impl Inner {
     fn journal(&mut self, op: Op, kind: Kind, key: ObjectKey) {
         self.writes.push(Write { op, kind, key });
     }
-}
-
-fn notify(changes: &broadcast::Sender<Change>, kind: Kind, key: ObjectKey) {
-    // No subscriber is fine: nobody is watching.
-    let _ = changes.send(Change { kind, key });
 }
 
 /// Now, at second precision as Kubernetes timestamps have it.

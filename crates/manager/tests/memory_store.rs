@@ -4,7 +4,7 @@
 
 use oi_api::{
     Cluster, ClusterSpec, Component, ComponentRole, ComponentSpec, Hypervisor, HypervisorSpec,
-    Kind, LocalCriEndpoint, ObjectKey, ObjectMeta, PortRange, Resource,
+    Kind, LocalCriEndpoint, Object, ObjectKey, ObjectMeta, PortRange, Resource,
 };
 use oi_manager::memory::{Change, MemoryStore, Op, Write};
 use oi_manager::store::{EventType, ObjectEvent, Store, StoreError};
@@ -69,8 +69,29 @@ fn drain(changes: &mut tokio::sync::broadcast::Receiver<Change>) -> Vec<Change> 
     }
 }
 
-fn change(kind: Kind, key: ObjectKey) -> Change {
-    Change { kind, key }
+/// A change as `(kind, key, resourceVersion, the snapshot's resourceVersion and a spec or
+/// status detail)`: enough to tell which write each change reports.
+type Seen = (Kind, ObjectKey, u64, Option<(String, String)>);
+
+fn seen(change: Change) -> Seen {
+    let snapshot = change.object.map(|object| {
+        let version = object
+            .metadata()
+            .resource_version
+            .clone()
+            .unwrap_or_default();
+        let detail = match object {
+            Object::Cluster(c) => format!(
+                "replicas {:?} tokens {:?} deleting {}",
+                c.spec.control_plane_replicas,
+                c.status.join_tokens,
+                c.metadata.is_being_deleted()
+            ),
+            other => other.key().to_string(),
+        };
+        (version, detail)
+    });
+    (change.kind, change.key, change.resource_version, snapshot)
 }
 
 #[tokio::test]
@@ -434,16 +455,46 @@ async fn every_change_is_notified_in_order() {
     // Failed calls change nothing.
     assert!(store.update(&created).await.is_err());
 
+    let snapshot = |version: &str, detail: &str| Some((version.to_string(), detail.to_string()));
     assert_eq!(
-        drain(&mut changes),
+        drain(&mut changes)
+            .into_iter()
+            .map(seen)
+            .collect::<Vec<_>>(),
         vec![
-            change(Kind::Cluster, c1.clone()),
-            change(Kind::Cluster, c1.clone()),
-            change(Kind::Cluster, c1.clone()),
-            change(Kind::Cluster, c1.clone()),
-            change(Kind::Cluster, c1.clone()),
-            change(Kind::Hypervisor, ObjectKey::cluster_scoped("h1")),
-            change(Kind::Hypervisor, ObjectKey::cluster_scoped("h1")),
+            (
+                Kind::Cluster,
+                c1.clone(),
+                1,
+                snapshot("1", "replicas None tokens [] deleting false")
+            ),
+            (
+                Kind::Cluster,
+                c1.clone(),
+                2,
+                snapshot("2", "replicas Some(2) tokens [] deleting false")
+            ),
+            (
+                Kind::Cluster,
+                c1.clone(),
+                3,
+                snapshot("3", "replicas Some(2) tokens [\"t\"] deleting false")
+            ),
+            (
+                Kind::Cluster,
+                c1.clone(),
+                4,
+                snapshot("4", "replicas Some(2) tokens [\"t\"] deleting true")
+            ),
+            // Removed once its finalizers are gone: no snapshot.
+            (Kind::Cluster, c1.clone(), 5, None),
+            (
+                Kind::Hypervisor,
+                ObjectKey::cluster_scoped("h1"),
+                6,
+                snapshot("6", "h1")
+            ),
+            (Kind::Hypervisor, ObjectKey::cluster_scoped("h1"), 7, None),
         ]
     );
     assert_eq!(store.events().len(), 1);

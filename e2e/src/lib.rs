@@ -540,6 +540,25 @@ impl World {
         })
     }
 
+    /// The objects of a manager's store as `oi` would print them, for the same queries.
+    ///
+    /// # Errors
+    /// When they do not print (they always should).
+    pub fn of_store(store: &oi_manager::memory::MemoryStore) -> Result<Self> {
+        use oi_api::Resource as _;
+        let mut world = oi_api::World::default();
+        for h in store.objects::<oi_api::Hypervisor>() {
+            world.hypervisors.insert(h.key(), h);
+        }
+        for c in store.objects::<oi_api::Cluster>() {
+            world.clusters.insert(c.key(), c);
+        }
+        for c in store.objects::<oi_api::Component>() {
+            world.components.insert(c.key(), c);
+        }
+        World::parse(&world.to_yaml()?)
+    }
+
     /// Documents of a kind.
     pub fn of_kind<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
         self.documents

@@ -5,15 +5,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oi_api::common::{ConditionStatus, condition_types, find_condition};
 use oi_api::versions::INFRA;
-use oi_api::{Cluster, ClusterSpec, Component, Hypervisor, ObjectKey, ObjectMeta, Resource as _};
+use oi_api::{Cluster, ClusterSpec, Component, Hypervisor, ObjectKey, ObjectMeta};
 use oi_cri::ClientOptions;
-use oi_e2e::{Etcdctl, IMAGE_REPOSITORY, LocalSet, eventually, kubectl_version, prerequisites};
+use oi_e2e::{
+    Etcdctl, IMAGE_REPOSITORY, LocalSet, World, admin_kubeconfig, eventually, kubectl_version,
+    prerequisites,
+};
 use oi_engine::{CriConnector, EngineOptions, RealNetwork};
 use oi_manager::controller::{Action, Context, ManagerOptions, reconcile_cluster};
 use oi_manager::driver::Driver;
@@ -83,58 +85,8 @@ fn components(store: &MemoryStore, cluster: &str) -> Vec<Component> {
         .collect()
 }
 
-/// The store's objects as `oi` would print them, for the harness's queries.
-fn world(store: &MemoryStore) -> oi_e2e::World {
-    let mut w = oi_api::World::default();
-    for h in store.objects::<Hypervisor>() {
-        w.hypervisors.insert(h.key(), h);
-    }
-    for c in store.objects::<Cluster>() {
-        w.clusters.insert(c.key(), c);
-    }
-    for c in store.objects::<Component>() {
-        w.components.insert(c.key(), c);
-    }
-    oi_e2e::World::parse(&w.to_yaml().unwrap()).unwrap()
-}
-
-/// An admin kubeconfig minted from the Cluster in the store, as `oi cluster
-/// admin-kubeconfig` mints it: a `system:masters` client certificate from the API server
-/// client CA, the server being the cluster's ingress.
-fn admin_kubeconfig(cluster: &Cluster, dir: &Path) -> std::path::PathBuf {
-    let client_ca = cluster
-        .spec
-        .certificate_authorities
-        .api_server_client
-        .as_ref()
-        .unwrap();
-    let ca = oi_pki::CaKind::ApiServerClient
-        .load(&client_ca.certificate, &client_ca.private_key)
-        .unwrap();
-    let admin = oi_pki::LeafSpec::admin();
-    let minted = ca
-        .issue(
-            &admin,
-            time::OffsetDateTime::now_utc(),
-            time::Duration::hours(1),
-        )
-        .unwrap();
-    let text = oi_pki::kubeconfig(
-        &cluster.metadata.name,
-        &cluster.status.api_server_endpoint,
-        &cluster.spec.api_server.ca.as_ref().unwrap().certificate,
-        &admin.common_name,
-        &minted.certificate_pem,
-        &minted.private_key_pem,
-    )
-    .unwrap();
-    let path = dir.join("admin.kubeconfig");
-    oi_e2e::write_private(&path, &text).unwrap();
-    path
-}
-
 fn voting_members(store: &MemoryStore, replicas: usize) {
-    let etcd = Etcdctl::new(&world(store), "c1").unwrap();
+    let etcd = Etcdctl::new(&World::of_store(store).unwrap(), "c1").unwrap();
     eventually(Duration::from_secs(30), || {
         let members = etcd.started_members()?;
         anyhow::ensure!(
@@ -181,8 +133,7 @@ fn manager_brings_up_scales_and_deletes_a_cluster() {
     assert_eq!(components(&store, "c1").len(), 4);
     voting_members(&store, 3);
     let dir = tempfile::tempdir().unwrap();
-    let cluster: Cluster = store.object(&key).unwrap();
-    let kubeconfig = admin_kubeconfig(&cluster, dir.path());
+    let kubeconfig = admin_kubeconfig(&World::of_store(&store).unwrap(), "c1", dir.path()).unwrap();
     let version = eventually(Duration::from_secs(30), || kubectl_version(&kubeconfig)).unwrap();
     assert!(
         version.pointer("/serverVersion/gitVersion").is_some(),

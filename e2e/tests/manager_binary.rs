@@ -1,0 +1,439 @@
+//! The `oi-manager` binary, two replicas, against a management API server on loopback (the
+//! stand-in of `oi_e2e::apiserver`: no Kubernetes API server can run here), on real local
+//! hypervisors behind mutual-TLS CRI fronts: one replica leads on the Lease and brings a
+//! 3-replica Cluster up (kube-runtime watches, Components created with owner references,
+//! status through the status subresource, Events, metrics); the leader is SIGKILLed, the
+//! standby takes the Lease over and scales the cluster 3 → 1; the Cluster is deleted and
+//! nothing is left; SIGTERM releases the Lease and exits 0.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use oi_api::common::{ConditionStatus, condition_types, find_condition};
+use oi_api::{Cluster, ClusterSpec, Component, Hypervisor, ObjectKey, ObjectMeta};
+use oi_e2e::apiserver::ApiServer;
+use oi_e2e::{
+    Etcdctl, IMAGE_REPOSITORY, LocalSet, World, admin_kubeconfig, binary, eventually,
+    kubectl_version, prerequisites,
+};
+use oi_manager::store::Store as _;
+
+const LEASE_NAMESPACE: &str = "oneinfra-system";
+const LEASE: &str = "oi-manager.oneinfra.ereslibre.es";
+
+/// A port nothing listens on (bound, then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET path` on 127.0.0.1:`port`: status code and body.
+fn get(port: u16, path: &str) -> anyhow::Result<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+    )?;
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw)?;
+    let (head, body) = raw
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| anyhow::anyhow!("no HTTP answer: {raw:?}"))?;
+    let code = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no status in {head:?}"))?;
+    Ok((code, body.to_string()))
+}
+
+/// One `oi-manager run` replica.
+struct Manager {
+    identity: String,
+    child: Child,
+    log: PathBuf,
+    metrics: u16,
+    probes: u16,
+}
+
+impl Manager {
+    fn start(identity: &str, kubeconfig: &Path, dir: &Path) -> Manager {
+        let (metrics, probes) = (free_port(), free_port());
+        let log = dir.join(format!("{identity}.log"));
+        let child = Command::new(binary("oi-manager").unwrap())
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args([
+                &format!("--leader-election-identity={identity}"),
+                &format!("--leader-election-namespace={LEASE_NAMESPACE}"),
+                "--leader-election-lease-duration=3s",
+                "--leader-election-renew-deadline=2s",
+                "--leader-election-retry-period=500ms",
+                &format!("--metrics-bind-address=127.0.0.1:{metrics}"),
+                &format!("--health-probe-bind-address=127.0.0.1:{probes}"),
+                &format!("--image-repository={IMAGE_REPOSITORY}"),
+                "--max-wait=30s",
+                "--requeue-not-ready=1s",
+                "--backoff-min=500ms",
+                "--backoff-max=5s",
+                "--hypervisor-probe-interval=5s",
+                "--log=info,oi_manager=debug",
+            ])
+            .env_remove("KUBECONFIG")
+            .env_remove("POD_NAME")
+            .env_remove("POD_NAMESPACE")
+            .env_remove("OI_IMAGE_REPOSITORY")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Manager {
+            identity: identity.to_string(),
+            child,
+            log,
+            metrics,
+            probes,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn metrics(&self) -> anyhow::Result<String> {
+        let (code, body) = get(self.metrics, "/metrics")?;
+        anyhow::ensure!(code == 200, "/metrics answered {code}: {body}");
+        Ok(body)
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    fn exit(&mut self, within: Duration) -> ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not exit within {within:?}:\n{}",
+                self.identity,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn ready(server: &ApiServer, key: &ObjectKey) -> anyhow::Result<Cluster> {
+    let cluster: Cluster = server
+        .store()
+        .object(key)
+        .ok_or_else(|| anyhow::anyhow!("cluster {key} is gone"))?;
+    let condition = find_condition(
+        &cluster.status.conditions,
+        condition_types::RECONCILE_SUCCEEDED,
+    );
+    anyhow::ensure!(
+        condition.is_some_and(|c| c.status == ConditionStatus::True),
+        "not ready: {condition:?}"
+    );
+    Ok(cluster)
+}
+
+fn components(server: &ApiServer, cluster: &str) -> Vec<Component> {
+    server
+        .store()
+        .objects::<Component>()
+        .into_iter()
+        .filter(|c| c.spec.cluster == cluster)
+        .collect()
+}
+
+fn voting_members(server: &ApiServer, replicas: usize) {
+    let etcd = Etcdctl::new(&World::of_store(server.store()).unwrap(), "c1").unwrap();
+    eventually(Duration::from_secs(30), || {
+        let members = etcd.started_members()?;
+        anyhow::ensure!(
+            members.len() == replicas && members.iter().all(|(_, learner)| !learner),
+            "members: {members:?}"
+        );
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// The reasons of the Events the API server received, in order.
+fn event_reasons(server: &ApiServer) -> Vec<String> {
+    server
+        .events()
+        .iter()
+        .filter_map(|e| e["reason"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Panics with everything a failure needs: both logs and the Events.
+fn failed(what: &str, error: &anyhow::Error, managers: &[&Manager], server: &ApiServer) -> ! {
+    let logs: Vec<String> = managers
+        .iter()
+        .map(|m| {
+            let log = m.log();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            format!(
+                "--- {} (last 60 lines)\n{}",
+                m.identity,
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            )
+        })
+        .collect();
+    panic!(
+        "{what}: {error:#}\nevents: {:?}\n{}",
+        event_reasons(server),
+        logs.join("\n")
+    );
+}
+
+#[test]
+fn two_manager_replicas_bring_up_fail_over_scale_and_delete_a_cluster() {
+    let test = "two_manager_replicas_bring_up_fail_over_scale_and_delete_a_cluster";
+    if !prerequisites(test) {
+        return;
+    }
+    let set = LocalSet::create("mb", 3, 1, true).unwrap();
+    // Watches end every 20 s, as an API server ends them now and then: the replicas resume.
+    let server = ApiServer::start(Duration::from_secs(20)).unwrap();
+    let store = std::sync::Arc::clone(server.store());
+    // The administrator registers the hypervisors (remote, mutual-TLS CRI endpoints).
+    let hypervisors = oi_api::World::load(&set.manifests, "oi-local-hypervisor-set")
+        .unwrap()
+        .hypervisors;
+    assert_eq!(hypervisors.len(), 4);
+    for h in hypervisors.into_values() {
+        assert!(h.spec.remote_cri_endpoint.is_some(), "{h:?}");
+        store.insert(h);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server.write_kubeconfig(dir.path()).unwrap();
+    let a = Manager::start("replica-a", &kubeconfig, dir.path());
+    let b = Manager::start("replica-b", &kubeconfig, dir.path());
+
+    // One leads; both are ready (the standby can take over).
+    let leader = eventually(Duration::from_secs(30), || {
+        server
+            .lease_holder(LEASE_NAMESPACE, LEASE)
+            .ok_or_else(|| anyhow::anyhow!("no holder yet"))
+    })
+    .unwrap_or_else(|e| failed("leader election", &e, &[&a, &b], &server));
+    let (mut leader, mut standby) = if leader == a.identity {
+        (a, b)
+    } else {
+        assert_eq!(leader, b.identity);
+        (b, a)
+    };
+    for m in [&leader, &standby] {
+        eventually(Duration::from_secs(30), || {
+            let answer = get(m.probes, "/readyz")?;
+            anyhow::ensure!(answer == (200, "ok\n".to_string()), "{answer:?}");
+            Ok(())
+        })
+        .unwrap_or_else(|e| failed("/readyz", &e, &[&leader, &standby], &server));
+    }
+
+    // A 3-replica Cluster, declared as an administrator would.
+    let key = ObjectKey::new("team-a", "c1");
+    server
+        .block_on(store.create(&Cluster::new(
+            ObjectMeta::namespaced("team-a", "c1"),
+            ClusterSpec {
+                control_plane_replicas: Some(3),
+                ..ClusterSpec::default()
+            },
+        )))
+        .unwrap();
+    let started = Instant::now();
+    let cluster = eventually(Duration::from_secs(240), || ready(&server, &key))
+        .unwrap_or_else(|e| failed("c1 ready", &e, &[&leader, &standby], &server));
+    eprintln!(
+        "{test}: c1 ready after {:.1?} (leader {})",
+        started.elapsed(),
+        leader.identity
+    );
+    let uid = cluster.metadata.uid.clone().unwrap();
+    let created = components(&server, "c1");
+    assert_eq!(created.len(), 4, "{created:?}");
+    for c in &created {
+        let owner = &c.metadata.owner_references;
+        assert!(
+            owner.len() == 1 && owner[0].uid == uid && owner[0].kind == "Cluster",
+            "{}: {owner:?}",
+            c.metadata.name
+        );
+        assert_eq!(
+            c.metadata.finalizers,
+            [oi_manager::controller::FINALIZER],
+            "{}",
+            c.metadata.name
+        );
+    }
+    assert_eq!(
+        cluster.metadata.finalizers,
+        [oi_manager::controller::FINALIZER]
+    );
+    voting_members(&server, 3);
+    let kubeconfig_c1 =
+        admin_kubeconfig(&World::of_store(&store).unwrap(), "c1", dir.path()).unwrap();
+    let version = eventually(Duration::from_secs(30), || kubectl_version(&kubeconfig_c1)).unwrap();
+    assert!(
+        version.pointer("/serverVersion/gitVersion").is_some(),
+        "{version}"
+    );
+    // What went over the wire: Components created under the Cluster's namespace, the
+    // Cluster's status written through its status subresource.
+    let requests = server.requests();
+    let base = "/apis/cluster.oneinfra.ereslibre.es/v1alpha1/namespaces/team-a";
+    let posts = requests
+        .iter()
+        .filter(|r| r.starts_with(&format!("POST {base}/components?")))
+        .count();
+    assert_eq!(posts, 4, "{requests:#?}");
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.starts_with(&format!("PUT {base}/clusters/c1/status?"))),
+        "{requests:#?}"
+    );
+    let reasons = event_reasons(&server);
+    assert_eq!(
+        reasons.iter().filter(|r| *r == "ComponentCreated").count(),
+        4,
+        "{reasons:?}"
+    );
+    assert!(reasons.contains(&"ClusterReady".to_string()), "{reasons:?}");
+    // The leader's metrics: leading, every hypervisor reachable, reconciles counted.
+    let metrics = leader.metrics().unwrap();
+    assert!(metrics.contains("\noi_manager_leader 1\n"), "{metrics}");
+    for h in store.objects::<Hypervisor>() {
+        let reachable = format!(
+            "oi_manager_hypervisor_reachable{{hypervisor=\"{}\"}} 1",
+            h.metadata.name
+        );
+        assert!(metrics.contains(&reachable), "{metrics}");
+    }
+    assert!(
+        metrics.contains("oi_manager_reconciles_total{controller=\"cluster\"}"),
+        "{metrics}"
+    );
+    let standby_metrics = standby.metrics().unwrap();
+    assert!(
+        standby_metrics.contains("\noi_manager_leader 0\n"),
+        "{standby_metrics}"
+    );
+
+    // The leader dies without a word: the standby takes the Lease once it expires.
+    leader.signal("-KILL");
+    leader.exit(Duration::from_secs(10));
+    let killed = Instant::now();
+    eventually(Duration::from_secs(30), || {
+        let holder = server.lease_holder(LEASE_NAMESPACE, LEASE);
+        anyhow::ensure!(
+            holder.as_deref() == Some(standby.identity.as_str()),
+            "held by {holder:?}"
+        );
+        Ok(())
+    })
+    .unwrap_or_else(|e| failed("takeover", &e, &[&standby], &server));
+    eprintln!(
+        "{test}: {} took over {:.1?} after the leader was killed",
+        standby.identity,
+        killed.elapsed()
+    );
+
+    // Scaled 3 → 1 under the new leader: two replicas leave etcd and go.
+    let mut cluster: Cluster = store.object(&key).unwrap();
+    cluster.spec.control_plane_replicas = Some(1);
+    server.block_on(store.update(&cluster)).unwrap();
+    eventually(Duration::from_secs(180), || {
+        let names: Vec<String> = components(&server, "c1")
+            .into_iter()
+            .map(|c| c.metadata.name)
+            .collect();
+        anyhow::ensure!(
+            names == ["c1-control-plane-0", "c1-ingress"],
+            "components: {names:?}"
+        );
+        ready(&server, &key).map(drop)
+    })
+    .unwrap_or_else(|e| failed("scale 3 -> 1", &e, &[&standby], &server));
+    voting_members(&server, 1);
+    let version = eventually(Duration::from_secs(30), || kubectl_version(&kubeconfig_c1)).unwrap();
+    assert!(version.pointer("/serverVersion/gitVersion").is_some());
+    let reasons = event_reasons(&server);
+    assert_eq!(
+        reasons.iter().filter(|r| *r == "ComponentDeleted").count(),
+        2,
+        "{reasons:?}"
+    );
+
+    // Deleted: nothing left in the API, on the hypervisors or in their port allocations.
+    server.block_on(store.delete::<Cluster>(&key)).unwrap();
+    eventually(Duration::from_secs(120), || {
+        anyhow::ensure!(
+            store.object::<Cluster>(&key).is_none(),
+            "the Cluster is still there"
+        );
+        let left = components(&server, "c1").len();
+        anyhow::ensure!(left == 0, "{left} components left");
+        Ok(())
+    })
+    .unwrap_or_else(|e| failed("deletion", &e, &[&standby], &server));
+    for h in store.objects::<Hypervisor>() {
+        assert_eq!(h.status.allocated_ports, [], "{}", h.metadata.name);
+        assert!(
+            h.status.files.is_empty(),
+            "{}: {:?}",
+            h.metadata.name,
+            h.status.files
+        );
+    }
+    for (hypervisor, ls) in set.containers().unwrap() {
+        // Only the header: c1 was the only cluster.
+        assert_eq!(ls.lines().count(), 1, "{hypervisor} still runs:\n{ls}");
+    }
+    assert!(
+        event_reasons(&server).contains(&"ClusterDeleted".to_string()),
+        "{:?}",
+        event_reasons(&server)
+    );
+
+    // SIGTERM: the leader finishes, releases the Lease and exits 0.
+    standby.signal("-TERM");
+    let status = standby.exit(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{}", standby.log());
+    assert_eq!(server.lease_holder(LEASE_NAMESPACE, LEASE), None);
+    assert_eq!(server.broken(), None);
+    drop(set);
+}

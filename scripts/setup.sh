@@ -36,6 +36,15 @@ else
   echo "setup: all ${#PACKAGES[@]} packages present, apt-get not run"
 fi
 
+# kubectl is not in Debian 12's archive; machines of this project's kind come with it. The demo,
+# the e2e scenarios and the kustomize test use it.
+if ! command -v kubectl >/dev/null 2>&1; then
+  echo "setup: kubectl is missing (the demo and the tests call it); install it first, e.g. from" \
+    "https://kubernetes.io/docs/tasks/tools/install-kubectl-linux/" >&2
+  exit 1
+fi
+echo "setup: kubectl present ($(kubectl version --client 2>/dev/null | head -n 1))"
+
 if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo not found on PATH; install the Rust toolchain first" >&2
   exit 1

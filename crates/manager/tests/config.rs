@@ -440,3 +440,42 @@ fn the_deployment_runs_what_the_binary_serves() {
         }
     }
 }
+
+/// kustomize itself (kubectl's, as `kubectl apply -k config` runs it) builds the base into
+/// exactly the objects read above, none changed.
+#[test]
+fn kubectl_kustomize_builds_the_base_unchanged() {
+    let test = "kubectl_kustomize_builds_the_base_unchanged";
+    if !oi_testsupport::require(
+        test,
+        "command `kubectl` on PATH",
+        oi_testsupport::have_command("kubectl"),
+    ) {
+        return;
+    }
+    let out = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(config_dir())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl kustomize: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let built: BTreeMap<(String, String), Value> =
+        serde_yaml::Deserializer::from_str(&String::from_utf8(out.stdout).unwrap())
+            .map(|doc| {
+                let value: serde_yaml::Value = serde::Deserialize::deserialize(doc).unwrap();
+                let value = serde_json::to_value(value).unwrap();
+                (
+                    (
+                        value["kind"].as_str().unwrap().to_string(),
+                        value["metadata"]["name"].as_str().unwrap().to_string(),
+                    ),
+                    value,
+                )
+            })
+            .collect();
+    assert_eq!(built, base());
+}

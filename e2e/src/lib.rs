@@ -18,8 +18,6 @@
 //! Binaries are found in the workspace target directory next to the test executable
 //! (`cargo nextest run --workspace` builds every binary of the workspace first).
 
-pub mod apiserver;
-
 use std::fmt;
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
@@ -912,6 +910,67 @@ impl Etcdctl {
         started.sort();
         Ok(started)
     }
+
+    /// Waits up to `timeout` for exactly `count` started members, all voting; returns them.
+    ///
+    /// # Errors
+    /// The last member list (or etcdctl's error) when time runs out.
+    pub fn wait_voting_members(
+        &self,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<Vec<(String, bool)>> {
+        eventually(timeout, || {
+            let members = self.started_members()?;
+            ensure!(
+                members.len() == count && members.iter().all(|(_, learner)| !learner),
+                "want {count} voting members, have: {members:?}"
+            );
+            Ok(members)
+        })
+    }
+}
+
+/// After the only cluster on `set` was deleted through a manager's `store`: each hypervisor's
+/// ports released (and some freed), no file entry, no container left.
+///
+/// # Errors
+/// Naming the first hypervisor with something left, or when `ctr` fails.
+pub fn nothing_left(store: &oi_manager::memory::MemoryStore, set: &LocalSet) -> Result<()> {
+    for h in store.objects::<oi_api::Hypervisor>() {
+        let (name, status) = (&h.metadata.name, &h.status);
+        ensure!(
+            status.allocated_ports.is_empty(),
+            "{name}: ports still allocated: {:?}",
+            status.allocated_ports
+        );
+        ensure!(!status.freed_ports.is_empty(), "{name}: no port was freed");
+        ensure!(
+            status.files.is_empty(),
+            "{name}: files left: {:?}",
+            status.files
+        );
+    }
+    for (hypervisor, ls) in set.containers()? {
+        // Only the header line.
+        ensure!(ls.lines().count() == 1, "{hypervisor} still runs:\n{ls}");
+    }
+    Ok(())
+}
+
+/// The `oi_manager_hypervisor_reachable` lines `/metrics` shows when every hypervisor in
+/// `store` is reachable.
+pub fn all_reachable_metrics(store: &oi_manager::memory::MemoryStore) -> Vec<String> {
+    store
+        .objects::<oi_api::Hypervisor>()
+        .iter()
+        .map(|h| {
+            format!(
+                "oi_manager_hypervisor_reachable{{hypervisor=\"{}\"}} 1",
+                h.metadata.name
+            )
+        })
+        .collect()
 }
 
 /// Retries `f` until it succeeds or `timeout` passes; returns the last error then.

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use oi_api::common::{ConditionStatus, condition_types, find_condition};
 use oi_api::versions::INFRA;
-use oi_api::{Cluster, ClusterSpec, Component, Hypervisor, ObjectKey, ObjectMeta};
+use oi_api::{Cluster, ClusterSpec, Component, ObjectKey, ObjectMeta};
 use oi_cri::ClientOptions;
 use oi_e2e::{
-    Etcdctl, IMAGE_REPOSITORY, LocalSet, World, admin_kubeconfig, eventually, kubectl_version,
-    prerequisites,
+    Etcdctl, IMAGE_REPOSITORY, LocalSet, World, admin_kubeconfig, all_reachable_metrics,
+    eventually, kubectl_version, nothing_left, prerequisites,
 };
 use oi_engine::{CriConnector, EngineOptions, RealNetwork};
 use oi_manager::controller::{Action, Context, ManagerOptions, reconcile_cluster};
@@ -86,16 +86,10 @@ fn components(store: &MemoryStore, cluster: &str) -> Vec<Component> {
 }
 
 fn voting_members(store: &MemoryStore, replicas: usize) {
-    let etcd = Etcdctl::new(&World::of_store(store).unwrap(), "c1").unwrap();
-    eventually(Duration::from_secs(30), || {
-        let members = etcd.started_members()?;
-        anyhow::ensure!(
-            members.len() == replicas && members.iter().all(|(_, learner)| !learner),
-            "members: {members:?}"
-        );
-        Ok(())
-    })
-    .unwrap();
+    Etcdctl::new(&World::of_store(store).unwrap(), "c1")
+        .unwrap()
+        .wait_voting_members(replicas, Duration::from_secs(30))
+        .unwrap();
 }
 
 #[test]
@@ -151,11 +145,7 @@ fn manager_brings_up_scales_and_deletes_a_cluster() {
         "{reasons:?}"
     );
     let metrics = ctx.metrics.encode();
-    for h in store.objects::<Hypervisor>() {
-        let reachable = format!(
-            "oi_manager_hypervisor_reachable{{hypervisor=\"{}\"}} 1",
-            h.metadata.name
-        );
+    for reachable in all_reachable_metrics(&store) {
         assert!(metrics.contains(&reachable), "{metrics}");
     }
 
@@ -192,24 +182,7 @@ fn manager_brings_up_scales_and_deletes_a_cluster() {
     run_until(&runtime, &ctx, Duration::from_secs(120), |s| {
         s.object::<Cluster>(&key).is_none() && components(s, "c1").is_empty()
     });
-    for h in store.objects::<Hypervisor>() {
-        assert_eq!(h.status.allocated_ports, [], "{}", h.metadata.name);
-        assert!(
-            !h.status.freed_ports.is_empty(),
-            "{}: ports freed",
-            h.metadata.name
-        );
-        assert!(
-            h.status.files.is_empty(),
-            "{}: {:?}",
-            h.metadata.name,
-            h.status.files
-        );
-    }
-    for (hypervisor, ls) in set.containers().unwrap() {
-        // Only the header: c1 was the only cluster.
-        assert_eq!(ls.lines().count(), 1, "{hypervisor} still runs:\n{ls}");
-    }
+    nothing_left(&store, &set).unwrap();
     assert!(
         store.events().iter().any(|e| e.reason == "ClusterDeleted"),
         "{:?}",

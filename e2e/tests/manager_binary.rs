@@ -15,25 +15,16 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use oi_api::common::{ConditionStatus, condition_types, find_condition};
-use oi_api::{Cluster, ClusterSpec, Component, Hypervisor, ObjectKey, ObjectMeta};
-use oi_e2e::apiserver::ApiServer;
+use oi_api::{Cluster, ClusterSpec, Component, ObjectKey, ObjectMeta};
 use oi_e2e::{
-    Etcdctl, IMAGE_REPOSITORY, LocalSet, World, admin_kubeconfig, binary, eventually,
-    kubectl_version, prerequisites,
+    Etcdctl, IMAGE_REPOSITORY, LocalSet, World, admin_kubeconfig, all_reachable_metrics, binary,
+    eventually, kubectl_version, nothing_left, prerequisites,
 };
+use oi_manager::apiserver_standin::{ApiServer, Options};
 use oi_manager::store::Store as _;
 
 const LEASE_NAMESPACE: &str = "oneinfra-system";
 const LEASE: &str = "oi-manager.oneinfra.ereslibre.es";
-
-/// A port nothing listens on (bound, then released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// `GET path` on 127.0.0.1:`port`: status code and body.
 fn get(port: u16, path: &str) -> anyhow::Result<(u16, String)> {
@@ -66,7 +57,10 @@ struct Manager {
 
 impl Manager {
     fn start(identity: &str, kubeconfig: &Path, dir: &Path) -> Manager {
-        let (metrics, probes) = (free_port(), free_port());
+        let (metrics, probes) = (
+            oi_testsupport::free_loopback_port(),
+            oi_testsupport::free_loopback_port(),
+        );
         let log = dir.join(format!("{identity}.log"));
         let child = Command::new(binary("oi-manager").unwrap())
             .arg("run")
@@ -175,16 +169,10 @@ fn components(server: &ApiServer, cluster: &str) -> Vec<Component> {
 }
 
 fn voting_members(server: &ApiServer, replicas: usize) {
-    let etcd = Etcdctl::new(&World::of_store(server.store()).unwrap(), "c1").unwrap();
-    eventually(Duration::from_secs(30), || {
-        let members = etcd.started_members()?;
-        anyhow::ensure!(
-            members.len() == replicas && members.iter().all(|(_, learner)| !learner),
-            "members: {members:?}"
-        );
-        Ok(())
-    })
-    .unwrap();
+    Etcdctl::new(&World::of_store(server.store()).unwrap(), "c1")
+        .unwrap()
+        .wait_voting_members(replicas, Duration::from_secs(30))
+        .unwrap();
 }
 
 /// The reasons of the Events the API server received, in order.
@@ -225,7 +213,11 @@ fn two_manager_replicas_bring_up_fail_over_scale_and_delete_a_cluster() {
     }
     let set = LocalSet::create("mb", 3, 1, true).unwrap();
     // Watches end every 20 s, as an API server ends them now and then: the replicas resume.
-    let server = ApiServer::start(Duration::from_secs(20)).unwrap();
+    let server = ApiServer::start(Options {
+        watch_timeout: Duration::from_secs(20),
+        ..Options::default()
+    })
+    .unwrap();
     let store = std::sync::Arc::clone(server.store());
     // The administrator registers the hypervisors (remote, mutual-TLS CRI endpoints).
     let hypervisors = oi_api::World::load(&set.manifests, "oi-local-hypervisor-set")
@@ -336,11 +328,7 @@ fn two_manager_replicas_bring_up_fail_over_scale_and_delete_a_cluster() {
     // The leader's metrics: leading, every hypervisor reachable, reconciles counted.
     let metrics = leader.metrics().unwrap();
     assert!(metrics.contains("\noi_manager_leader 1\n"), "{metrics}");
-    for h in store.objects::<Hypervisor>() {
-        let reachable = format!(
-            "oi_manager_hypervisor_reachable{{hypervisor=\"{}\"}} 1",
-            h.metadata.name
-        );
+    for reachable in all_reachable_metrics(&store) {
         assert!(metrics.contains(&reachable), "{metrics}");
     }
     assert!(
@@ -410,19 +398,7 @@ fn two_manager_replicas_bring_up_fail_over_scale_and_delete_a_cluster() {
         Ok(())
     })
     .unwrap_or_else(|e| failed("deletion", &e, &[&standby], &server));
-    for h in store.objects::<Hypervisor>() {
-        assert_eq!(h.status.allocated_ports, [], "{}", h.metadata.name);
-        assert!(
-            h.status.files.is_empty(),
-            "{}: {:?}",
-            h.metadata.name,
-            h.status.files
-        );
-    }
-    for (hypervisor, ls) in set.containers().unwrap() {
-        // Only the header: c1 was the only cluster.
-        assert_eq!(ls.lines().count(), 1, "{hypervisor} still runs:\n{ls}");
-    }
+    nothing_left(&store, &set).unwrap();
     assert!(
         event_reasons(&server).contains(&"ClusterDeleted".to_string()),
         "{:?}",

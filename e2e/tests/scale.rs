@@ -17,15 +17,8 @@ fn converge(world: &str, replicas: usize, key: &str, value: &str) -> World {
     let (status, message) = world.condition("c1", "ReconcileSucceeded").unwrap();
     assert_eq!(status, "True", "{message}");
     let etcd = Etcdctl::new(&world, "c1").unwrap();
-    eventually(Duration::from_secs(30), || {
-        let members = etcd.started_members()?;
-        anyhow::ensure!(
-            members.len() == replicas && members.iter().all(|(_, learner)| !learner),
-            "members: {members:?}"
-        );
-        Ok(())
-    })
-    .unwrap();
+    etcd.wait_voting_members(replicas, Duration::from_secs(30))
+        .unwrap();
     let got = etcd
         .run(&["get", key, "--print-value-only"])
         .unwrap()

@@ -42,15 +42,9 @@ fn three_replicas(test: &str, tag: &str, tcp: bool) {
     );
 
     let etcd = Etcdctl::new(&world, "c1").unwrap();
-    let members = eventually(Duration::from_secs(20), || {
-        let members = etcd.started_members()?;
-        anyhow::ensure!(
-            members.len() == 3 && members.iter().all(|(_, learner)| !learner),
-            "members: {members:?}"
-        );
-        Ok(members)
-    })
-    .unwrap();
+    let members = etcd
+        .wait_voting_members(3, Duration::from_secs(20))
+        .unwrap();
     eprintln!("{test}: etcd members {members:?}");
 
     let second = reconcile(&first.stdout, &[]).unwrap();

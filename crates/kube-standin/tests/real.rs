@@ -5,7 +5,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -85,14 +84,6 @@ fn write(dir: &Path, name: &str, content: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, content).unwrap();
     path
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 // ---------------------------------------------------------------- processes
@@ -204,8 +195,8 @@ fn start_etcd(dir: &Path) -> Etcd {
     let server_key = write(dir, "etcd-server.key", &server_key);
     let client_cert = write(dir, "apiserver-etcd-client.crt", &client_cert);
     let client_key = write(dir, "apiserver-etcd-client.key", &client_key);
-    let client_port = free_port();
-    let peer_port = free_port();
+    let client_port = oi_testsupport::free_loopback_port();
+    let peer_port = oi_testsupport::free_loopback_port();
     let url = format!("https://127.0.0.1:{client_port}");
     let peer = format!("http://127.0.0.1:{peer_port}");
     let mut command = Command::new("etcd");
@@ -283,7 +274,7 @@ fn apiserver_args(dir: &Path, etcd: &Etcd, port: u16) -> (Vec<String>, Ca, Strin
 }
 
 fn start_apiserver(dir: &Path, etcd: &Etcd) -> ApiServer {
-    let port = free_port();
+    let port = oi_testsupport::free_loopback_port();
     let (args, client_ca, serving_ca_pem) = apiserver_args(dir, etcd, port);
     let mut command = standin_as(dir, "kube-apiserver");
     command.args(&args);
@@ -512,7 +503,7 @@ fn apiserver_refuses_anonymous_health_checks_when_anonymous_auth_is_off() {
     }
     let dir = tempfile::tempdir().unwrap();
     let etcd = start_etcd(dir.path());
-    let port = free_port();
+    let port = oi_testsupport::free_loopback_port();
     let (args, client_ca, serving_ca_pem) = apiserver_args(dir.path(), &etcd, port);
     let mut command = standin_as(dir.path(), "kube-apiserver");
     command.args(&args).arg("--anonymous-auth=false");
@@ -555,7 +546,7 @@ fn controller_stand_ins_check_their_kubeconfig_credentials() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let etcd = start_etcd(d);
-    let port = free_port();
+    let port = oi_testsupport::free_loopback_port();
     let (args, client_ca, serving_ca_pem) = apiserver_args(d, &etcd, port);
     let mut command = standin_as(d, "kube-apiserver");
     command.args(&args);
@@ -601,7 +592,7 @@ fn controller_stand_ins_check_their_kubeconfig_credentials() {
     );
     let healthz_cert = write(d, "cm-serving.crt", &healthz_cert);
     let healthz_key = write(d, "cm-serving.key", &healthz_key);
-    let cm_port = free_port();
+    let cm_port = oi_testsupport::free_loopback_port();
 
     let mut command = standin_as(d, "kube-controller-manager");
     command.env("KUBE_STANDIN_GRACE_SECONDS", "30").args([
@@ -701,7 +692,7 @@ fn apiserver_exits_1_when_a_key_does_not_match_its_certificate() {
     let other = Ca::new("other");
 
     // The serving key replaced by another key.
-    let (args, _, _) = apiserver_args(d, &etcd, free_port());
+    let (args, _, _) = apiserver_args(d, &etcd, oi_testsupport::free_loopback_port());
     let (_, wrong_key) = other.leaf("x", &[], &[], Usage::Server);
     write(d, "apiserver.key", &wrong_key);
     let output = standin_as(d, "kube-apiserver")
@@ -717,7 +708,7 @@ fn apiserver_exits_1_when_a_key_does_not_match_its_certificate() {
     );
 
     // A proxy client certificate with somebody else's key.
-    let (args, _, _) = apiserver_args(d, &etcd, free_port());
+    let (args, _, _) = apiserver_args(d, &etcd, oi_testsupport::free_loopback_port());
     let (proxy_cert, _) = other.leaf("front-proxy-client", &[], &[], Usage::Client);
     let (_, proxy_key) = other.leaf("front-proxy-client", &[], &[], Usage::Client);
     let proxy_cert = write(d, "front-proxy-client.crt", &proxy_cert);
@@ -740,7 +731,7 @@ fn apiserver_exits_1_when_a_key_does_not_match_its_certificate() {
     );
 
     // Half a pair is refused by flag validation.
-    let (args, _, _) = apiserver_args(d, &etcd, free_port());
+    let (args, _, _) = apiserver_args(d, &etcd, oi_testsupport::free_loopback_port());
     let output = standin_as(d, "kube-apiserver")
         .args(&args)
         .arg(format!(

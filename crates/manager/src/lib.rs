@@ -6,6 +6,8 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+#[cfg(any(test, feature = "standin"))]
+pub mod apiserver_standin;
 pub mod controller;
 pub mod driver;
 pub mod http;

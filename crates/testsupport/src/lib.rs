@@ -67,3 +67,15 @@ pub fn require_root_and_commands(test: &str, commands: &[&str]) -> bool {
         .iter()
         .all(|c| require(test, &format!("command `{c}` on PATH"), have_command(c)))
 }
+
+/// A TCP port on 127.0.0.1 that nothing listens on at the time of the call (bound, then
+/// released), for a process under test to listen on.
+///
+/// # Panics
+/// When no port can be bound on loopback at all.
+pub fn free_loopback_port() -> u16 {
+    match std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
+        Ok(address) => address.port(),
+        Err(e) => panic!("cannot bind a port on 127.0.0.1: {e}"),
+    }
+}

@@ -1,7 +1,7 @@
-//! A management cluster's API server, as far as `oi-manager run` uses one, on loopback: no
-//! Kubernetes API server can run on these machines, so the scenarios drive the real
-//! `oi-manager` binary (kube-rs client, kube-runtime watches and controllers, Lease leader
-//! election, events) against this one.
+//! Test support (feature `standin`): a management cluster's API server, as far as
+//! `oi-manager run` uses one, on loopback. No Kubernetes API server can run on our machines,
+//! so tests drive the real `oi-manager` binary (kube-rs client, kube-runtime watches and
+//! controllers, Lease leader election, events) against this one.
 //!
 //! ```text
 //!  oi-manager run ──HTTP──► ApiServer ──► MemoryStore: the oneinfra kinds, with the API
@@ -29,6 +29,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use crate::kube_store::api_resource;
+use crate::memory::{Change, MemoryStore};
+use crate::store::{Store as _, StoreError, Stored};
 use anyhow::{Context as _, Result};
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
@@ -36,9 +39,6 @@ use http_body_util::{BodyExt as _, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use oi_api::{Cluster, Component, Hypervisor, Kind, NodeJoinRequest, Object, ObjectKey};
-use oi_manager::kube_store::api_resource;
-use oi_manager::memory::{Change, MemoryStore};
-use oi_manager::store::{Store as _, StoreError, Stored};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
@@ -73,28 +73,47 @@ struct Shared {
     lease_version: Mutex<u64>,
     events: Mutex<Vec<Value>>,
     requests: Mutex<Vec<String>>,
-    watch_timeout: Duration,
+    options: Options,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// How the stand-in behaves.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Every watch ends after this long at the latest (kube-runtime then resumes it from the
+    /// last resourceVersion it saw), so that resuming is exercised too.
+    pub watch_timeout: Duration,
+    /// Whether the oneinfra CRDs are installed; without them their paths answer 404.
+    pub crds: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            watch_timeout: Duration::from_secs(30),
+            crds: true,
+        }
+    }
+}
+
 /// The API server stand-in; it stops when dropped.
 pub struct ApiServer {
     pub address: SocketAddr,
     shared: Arc<Shared>,
-    runtime: tokio::runtime::Runtime,
+    /// Its own runtime, so that synchronous tests can use it too; `None` once dropped.
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl ApiServer {
-    /// Starts serving on `127.0.0.1:0`. Every watch ends after `watch_timeout` at the latest
-    /// (kube-runtime then resumes it from the last resourceVersion it saw), so that resuming
-    /// is exercised too.
+    /// Starts serving on `127.0.0.1:0`, on a runtime of its own (so that synchronous and
+    /// async tests alike can use it).
     ///
     /// # Errors
     /// When the runtime cannot be built or the port cannot be bound.
-    pub fn start(watch_timeout: Duration) -> Result<ApiServer> {
+    pub fn start(options: Options) -> Result<ApiServer> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("apiserver")
@@ -115,19 +134,23 @@ impl ApiServer {
             lease_version: Mutex::default(),
             events: Mutex::default(),
             requests: Mutex::default(),
-            watch_timeout,
+            options,
         });
         let changes = store.subscribe();
         runtime.spawn(record(Arc::clone(&shared), changes));
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")
             .context("binding the API server to 127.0.0.1")?;
+        listener.set_nonblocking(true)?;
         let address = listener.local_addr()?;
+        let listener = {
+            let _entered = runtime.enter();
+            tokio::net::TcpListener::from_std(listener)?
+        };
         runtime.spawn(serve(Arc::clone(&shared), listener));
         Ok(ApiServer {
             address,
             shared,
-            runtime,
+            runtime: Some(runtime),
         })
     }
 
@@ -136,9 +159,16 @@ impl ApiServer {
         &self.shared.store
     }
 
-    /// Runs `future` on the server's runtime (for the store's async calls).
+    /// Runs `future` on the server's runtime (for the store's async calls from a synchronous
+    /// test).
+    ///
+    /// # Panics
+    /// When called from an async context (as any `block_on`).
     pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
-        self.runtime.block_on(future)
+        match &self.runtime {
+            Some(runtime) => runtime.block_on(future),
+            None => unreachable!("the runtime is only taken on drop"),
+        }
     }
 
     /// Writes a kubeconfig for this server to `dir/kubeconfig`.
@@ -147,9 +177,9 @@ impl ApiServer {
     /// When the file cannot be written.
     pub fn write_kubeconfig(&self, dir: &Path) -> Result<PathBuf> {
         let path = dir.join("kubeconfig");
-        crate::write_private(
+        std::fs::write(
             &path,
-            &format!(
+            format!(
                 "apiVersion: v1\nkind: Config\n\
                  clusters:\n- name: management\n  cluster:\n    server: http://{}\n\
                  users:\n- name: admin\n  user: {{}}\n\
@@ -157,7 +187,8 @@ impl ApiServer {
                  current-context: management\n",
                 self.address
             ),
-        )?;
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
         Ok(path)
     }
 
@@ -166,6 +197,26 @@ impl ApiServer {
         lock(&self.shared.leases)
             .get(&(namespace.to_string(), name.to_string()))
             .cloned()
+    }
+
+    /// Another replica takes (or creates) the Lease `namespace/name`: `holder` renewed it just
+    /// now, for `duration_seconds`.
+    pub fn put_lease(&self, namespace: &str, name: &str, holder: &str, duration_seconds: i64) {
+        let now = time::OffsetDateTime::now_utc()
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default();
+        let version = self.shared.next_lease_version();
+        lock(&self.shared.leases).insert(
+            (namespace.to_string(), name.to_string()),
+            json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": name, "namespace": namespace, "resourceVersion": version},
+                "spec": {
+                    "holderIdentity": holder, "leaseDurationSeconds": duration_seconds,
+                    "acquireTime": now, "renewTime": now,
+                },
+            }),
+        );
     }
 
     /// The holder of the Lease `namespace/name`, if it exists and is held.
@@ -194,15 +245,11 @@ impl ApiServer {
 
 impl Drop for ApiServer {
     fn drop(&mut self) {
-        // Open watches hold connections: do not wait for them.
-        let runtime = std::mem::replace(
-            &mut self.runtime,
-            match tokio::runtime::Builder::new_current_thread().build() {
-                Ok(runtime) => runtime,
-                Err(_) => return,
-            },
-        );
-        runtime.shutdown_background();
+        // Open watches hold connections: do not wait for them (and do not block, which an
+        // async test's context forbids).
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
     }
 }
 
@@ -222,6 +269,12 @@ async fn record(shared: Arc<Shared>, mut changes: broadcast::Receiver<Change>) {
 }
 
 impl Shared {
+    fn next_lease_version(&self) -> String {
+        let mut version = lock(&self.lease_version);
+        *version += 1;
+        version.to_string()
+    }
+
     fn append(&self, change: Change) {
         let mut feed = lock(&self.feed);
         let slot = (change.kind, change.key.clone());
@@ -417,7 +470,8 @@ impl Shared {
                         );
                     }
                 };
-                let Some(kind) = kind_at(group, version, plural) else {
+                let Some(kind) = kind_at(group, version, plural).filter(|_| self.options.crds)
+                else {
                     return failure(
                         404,
                         "NotFound",
@@ -630,8 +684,8 @@ impl Shared {
         };
         let timeout = timeout_seconds
             .and_then(|t| t.parse::<u64>().ok())
-            .map_or(self.watch_timeout, |t| {
-                Duration::from_secs(t).min(self.watch_timeout)
+            .map_or(self.options.watch_timeout, |t| {
+                Duration::from_secs(t).min(self.options.watch_timeout)
             });
         let matches = move |e: &Entry| {
             e.kind == kind && namespace.as_ref().is_none_or(|ns| e.key.namespace == *ns)
@@ -705,11 +759,7 @@ impl Shared {
         body: Value,
     ) -> Response<Body> {
         let key = |name: &str| (namespace.to_string(), name.to_string());
-        let next_version = || {
-            let mut version = lock(&self.lease_version);
-            *version += 1;
-            version.to_string()
-        };
+        let next_version = || self.next_lease_version();
         let mut leases = lock(&self.leases);
         match (method, name) {
             (&Method::GET, Some(name)) => match leases.get(&key(name)) {
@@ -808,6 +858,3 @@ fn line(value: &Value) -> Frame<Bytes> {
 fn frame(entry: &Entry) -> Frame<Bytes> {
     line(&json!({"type": entry.type_, "object": &*entry.object}))
 }
-
-#[cfg(test)]
-mod tests;

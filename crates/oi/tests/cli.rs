@@ -340,8 +340,19 @@ fn cluster_inject_is_reproducible_but_for_key_material() {
         "-f",
         path_str(&hypervisors),
     ];
-    let first = ok(&args, b"");
-    let second = ok(&args, b"");
+    // The VPN is recorded, but nothing runs it yet: said on stderr, the world still written.
+    let inject = || {
+        let out = oi(&args, b"");
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(
+            stderr(&out),
+            "warning: cluster default/c1 has its VPN enabled, but no WireGuard endpoint is run \
+             yet: its port and status.vpnServerEndpoint are allocated, nothing listens\n"
+        );
+        stdout(&out)
+    };
+    let first = inject();
+    let second = inject();
     assert_ne!(first, second, "keys are fresh on every run");
     assert_eq!(mask_key_material(&first), mask_key_material(&second));
     assert!(mask_key_material(&first).len() < first.len() / 2);
@@ -352,6 +363,11 @@ fn cluster_inject_is_reproducible_but_for_key_material() {
         ["api.example.com", "192.0.2.1"]
     );
     assert_eq!(cluster.spec.vpn.cidr, "10.0.0.0/16");
+    assert!(
+        cluster.status.vpn_server_endpoint.ends_with(":30001"),
+        "{}",
+        cluster.status.vpn_server_endpoint
+    );
 }
 
 #[test]

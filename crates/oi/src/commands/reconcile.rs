@@ -146,7 +146,10 @@ pub fn run(
     }
     match not_ready(&report) {
         Some(why) => Err(NotReady(why).into()),
-        None => Ok(None),
+        None => {
+            let notes = crate::commands::vpn_warnings(&report.world, None);
+            Ok((!notes.is_empty()).then(|| notes.join("\n")))
+        }
     }
 }
 

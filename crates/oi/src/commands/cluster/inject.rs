@@ -54,7 +54,9 @@ pub fn run(
         return Err(error.into());
     }
     manifests::finish(&prepared.world, output)?;
-    Ok(warnings(&prepared.failures))
+    let mut notes = warnings(&prepared.failures);
+    notes.extend(crate::commands::vpn_warnings(&prepared.world, Some(&key)));
+    Ok((!notes.is_empty()).then(|| notes.join("\n")))
 }
 
 /// The Cluster the flags describe, before defaults and preparation.
@@ -82,14 +84,9 @@ fn cluster(args: &ClusterInjectArgs) -> Cluster {
 }
 
 /// One `warning:` line per other cluster that could not be prepared.
-fn warnings(
-    failures: &std::collections::BTreeMap<ObjectKey, oi_reconcile::Error>,
-) -> Option<String> {
-    (!failures.is_empty()).then(|| {
-        failures
-            .iter()
-            .map(|(key, error)| format!("warning: cluster {key} left unprepared: {error}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    })
+fn warnings(failures: &std::collections::BTreeMap<ObjectKey, oi_reconcile::Error>) -> Vec<String> {
+    failures
+        .iter()
+        .map(|(key, error)| format!("warning: cluster {key} left unprepared: {error}"))
+        .collect()
 }

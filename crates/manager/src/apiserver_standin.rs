@@ -315,14 +315,12 @@ impl Shared {
 }
 
 fn object_value(object: &Object) -> Value {
-    let value = match object {
-        Object::Hypervisor(o) => serde_json::to_value(o),
-        Object::Cluster(o) => serde_json::to_value(o),
-        Object::Component(o) => serde_json::to_value(o),
-        Object::NodeJoinRequest(o) => serde_json::to_value(o),
-    };
-    // Our types always serialize (they were deserialized or built by us).
-    value.unwrap_or(Value::Null)
+    match object {
+        Object::Hypervisor(o) => to_json(o),
+        Object::Cluster(o) => to_json(o),
+        Object::Component(o) => to_json(o),
+        Object::NodeJoinRequest(o) => to_json(o),
+    }
 }
 
 async fn serve(shared: Arc<Shared>, listener: tokio::net::TcpListener) {
@@ -759,7 +757,6 @@ impl Shared {
         body: Value,
     ) -> Response<Body> {
         let key = |name: &str| (namespace.to_string(), name.to_string());
-        let next_version = || self.next_lease_version();
         let mut leases = lock(&self.leases);
         match (method, name) {
             (&Method::GET, Some(name)) => match leases.get(&key(name)) {
@@ -786,7 +783,7 @@ impl Shared {
                         &format!("leases.coordination.k8s.io \"{name}\" already exists"),
                     );
                 }
-                lease["metadata"]["resourceVersion"] = json!(next_version());
+                lease["metadata"]["resourceVersion"] = json!(self.next_lease_version());
                 lease["metadata"]["namespace"] = json!(namespace);
                 leases.insert(key(&name), lease.clone());
                 json_response(StatusCode::CREATED, &lease)
@@ -811,7 +808,7 @@ impl Shared {
                     );
                 }
                 let mut lease = body;
-                lease["metadata"]["resourceVersion"] = json!(next_version());
+                lease["metadata"]["resourceVersion"] = json!(self.next_lease_version());
                 leases.insert(key(name), lease.clone());
                 json_response(StatusCode::OK, &lease)
             }
@@ -840,6 +837,7 @@ impl Shared {
     }
 }
 
+/// Our types always serialize (they were deserialized or built by us).
 fn to_json<K: Stored>(object: &K) -> Value {
     serde_json::to_value(object).unwrap_or(Value::Null)
 }

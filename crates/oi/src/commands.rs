@@ -45,6 +45,11 @@ impl GlobalArgs {
     }
 }
 
+/// Lines for stderr as one note, or none when there are none.
+pub fn note(lines: Vec<String>) -> Option<String> {
+    (!lines.is_empty()).then(|| lines.join("\n"))
+}
+
 /// One `warning:` line per cluster of `world` (of `only`, when given) with its VPN enabled: the
 /// VPN's port, keys and `status.vpnServerEndpoint` are kept, but no WireGuard endpoint runs
 /// yet, and a user must not believe otherwise.

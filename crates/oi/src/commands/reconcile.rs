@@ -61,7 +61,7 @@ pub fn not_ready(report: &Report) -> Option<String> {
             )
         })
         .collect();
-    (!lines.is_empty()).then(|| lines.join("\n"))
+    crate::commands::note(lines)
 }
 
 /// The plan of `--dry-run`, for a person.
@@ -146,10 +146,10 @@ pub fn run(
     }
     match not_ready(&report) {
         Some(why) => Err(NotReady(why).into()),
-        None => {
-            let notes = crate::commands::vpn_warnings(&report.world, None);
-            Ok((!notes.is_empty()).then(|| notes.join("\n")))
-        }
+        None => Ok(crate::commands::note(crate::commands::vpn_warnings(
+            &report.world,
+            None,
+        ))),
     }
 }
 

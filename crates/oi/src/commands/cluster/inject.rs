@@ -56,7 +56,7 @@ pub fn run(
     manifests::finish(&prepared.world, output)?;
     let mut notes = warnings(&prepared.failures);
     notes.extend(crate::commands::vpn_warnings(&prepared.world, Some(&key)));
-    Ok((!notes.is_empty()).then(|| notes.join("\n")))
+    Ok(crate::commands::note(notes))
 }
 
 /// The Cluster the flags describe, before defaults and preparation.

@@ -1,5 +1,5 @@
 //! The `oi-manager` binary, two replicas, against a management API server on loopback (the
-//! stand-in of `oi_e2e::apiserver`: no Kubernetes API server can run here), on real local
+//! stand-in `oi_manager::apiserver_standin`: no Kubernetes API server can run here), on real local
 //! hypervisors behind mutual-TLS CRI fronts: one replica leads on the Lease and brings a
 //! 3-replica Cluster up (kube-runtime watches, Components created with owner references,
 //! status through the status subresource, Events, metrics); the leader is SIGKILLed, the
@@ -23,8 +23,9 @@ use oi_e2e::{
 use oi_manager::apiserver_standin::{ApiServer, Options};
 use oi_manager::store::Store as _;
 
-const LEASE_NAMESPACE: &str = "oneinfra-system";
-const LEASE: &str = "oi-manager.oneinfra.ereslibre.es";
+use oi_manager::run::{
+    DEFAULT_LEADER_ELECTION_ID as LEASE, DEFAULT_LEADER_ELECTION_NAMESPACE as LEASE_NAMESPACE,
+};
 
 /// `GET path` on 127.0.0.1:`port`: status code and body.
 fn get(port: u16, path: &str) -> anyhow::Result<(u16, String)> {

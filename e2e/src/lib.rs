@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
 use oi_local_hypervisor_set::state::SetState;
 use oi_local_hypervisor_set::{Paths, RealSystem, System as _};
-use serde_yaml::Value;
+use serde_yaml_ng::Value;
 
 /// Host commands every scenario needs.
 pub const REQUIRED_COMMANDS: [&str; 8] = [
@@ -525,7 +525,7 @@ impl World {
     /// When it is not YAML.
     pub fn parse(text: &str) -> Result<Self> {
         let mut documents = Vec::new();
-        for doc in serde_yaml::Deserializer::from_str(text) {
+        for doc in serde_yaml_ng::Deserializer::from_str(text) {
             let value = <Value as serde::Deserialize>::deserialize(doc)
                 .context("the world is not a YAML stream")?;
             if !value.is_null() {
@@ -666,7 +666,7 @@ impl World {
         let mut text = String::new();
         for document in &documents {
             text.push_str("---\n");
-            text.push_str(&serde_yaml::to_string(document).context("cannot write YAML")?);
+            text.push_str(&serde_yaml_ng::to_string(document).context("cannot write YAML")?);
         }
         Ok(text)
     }

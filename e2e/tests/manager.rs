@@ -122,7 +122,13 @@ fn manager_brings_up_scales_and_deletes_a_cluster() {
 
     // Up: 3 replicas and the ingress, ready, reachable through the ingress.
     let started = Instant::now();
-    run_until(&runtime, &ctx, Duration::from_secs(300), |s| ready(s, &key));
+    // Ready, and every hypervisor probed: under load a probe can finish after the cluster is
+    // ready (both run in the driver at once), so the metrics are part of the condition.
+    let metrics = Arc::clone(&ctx.metrics);
+    run_until(&runtime, &ctx, Duration::from_secs(300), |s| {
+        let encoded = metrics.encode();
+        ready(s, &key) && all_reachable_metrics(s).iter().all(|m| encoded.contains(m))
+    });
     eprintln!("c1 ready after {:.1?}", started.elapsed());
     assert_eq!(components(&store, "c1").len(), 4);
     voting_members(&store, 3);

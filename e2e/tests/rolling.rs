@@ -20,7 +20,7 @@ use oi_e2e::{
     Etcdctl, LocalSet, World, admin_kubeconfig, eventually, inject_cluster, prerequisites,
     reconcile_until_ready, server_git_version, str_at,
 };
-use serde_yaml::Value;
+use serde_yaml_ng::Value;
 
 /// The member IDs and names, as etcdctl lists them.
 fn member_ids(etcd: &Etcdctl) -> Vec<(String, String)> {
@@ -61,7 +61,7 @@ fn without_server_certificates(world: &World, certificate: &str) -> (String, usi
             dropped += 1;
         }
         text.push_str("---\n");
-        text.push_str(&serde_yaml::to_string(&document).unwrap());
+        text.push_str(&serde_yaml_ng::to_string(&document).unwrap());
     }
     (text, dropped)
 }

@@ -98,12 +98,12 @@ pub fn custom_resource_definition(kind: Kind) -> Value {
 ///
 /// # Errors
 ///
-/// [`ManifestError::Serialize`] if serde_yaml refuses a value.
+/// [`ManifestError::Serialize`] if serde_yaml_ng refuses a value.
 pub fn crds_yaml() -> Result<String, ManifestError> {
     let docs = Kind::ALL
         .into_iter()
         .map(|kind| {
-            serde_yaml::to_string(&custom_resource_definition(kind)).map_err(|e| {
+            serde_yaml_ng::to_string(&custom_resource_definition(kind)).map_err(|e| {
                 ManifestError::Serialize {
                     kind,
                     name: "CustomResourceDefinition".to_string(),

@@ -121,11 +121,11 @@ fn at_location(line: Option<usize>, column: Option<usize>) -> String {
 /// mistyped field, as a [`ManifestError`].
 pub fn parse_manifests(text: &str, source_name: &str) -> Result<Vec<Document>, ManifestError> {
     let mut documents = Vec::new();
-    for (index, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
+    for (index, de) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let position = index + 1;
-        let mut value = serde_yaml::Value::deserialize(de)
+        let mut value = serde_yaml_ng::Value::deserialize(de)
             .map_err(|e| yaml_error(&e, source_name, position))?;
-        // Resolve `<<` merge keys, which serde_yaml leaves as ordinary keys.
+        // Resolve `<<` merge keys, which serde_yaml_ng leaves as ordinary keys.
         value
             .apply_merge()
             .map_err(|e| yaml_error(&e, source_name, position))?;
@@ -140,7 +140,7 @@ pub fn parse_manifests(text: &str, source_name: &str) -> Result<Vec<Document>, M
     Ok(documents)
 }
 
-fn yaml_error(e: &serde_yaml::Error, source_name: &str, position: usize) -> ManifestError {
+fn yaml_error(e: &serde_yaml_ng::Error, source_name: &str, position: usize) -> ManifestError {
     let location = e.location();
     ManifestError::Yaml {
         source_name: source_name.to_string(),
@@ -151,7 +151,7 @@ fn yaml_error(e: &serde_yaml::Error, source_name: &str, position: usize) -> Mani
     }
 }
 
-/// serde_yaml appends " at line L column C" to its messages; the location has its own fields.
+/// serde_yaml_ng appends " at line L column C" to its messages; the location has its own fields.
 fn strip_location(message: &str) -> String {
     match message.find(" at line ") {
         Some(i) => message[..i].to_string(),
@@ -161,7 +161,7 @@ fn strip_location(message: &str) -> String {
 
 /// One document's value to its objects: none for an empty document, several for a list.
 fn parse_value(
-    value: serde_yaml::Value,
+    value: serde_yaml_ng::Value,
     source_name: &str,
     position: usize,
 ) -> Result<Vec<Object>, ManifestError> {
@@ -179,7 +179,7 @@ fn parse_value(
         )?]);
     }
     // `kubectl get <kind> -o yaml` writes `kind: List` with the objects under `items`.
-    let serde_yaml::Value::Mapping(mut mapping) = value else {
+    let serde_yaml_ng::Value::Mapping(mut mapping) = value else {
         // Header::read only succeeds on mappings.
         return Err(ManifestError::NotAnObject {
             source_name: source_name.to_string(),
@@ -209,8 +209,8 @@ fn parse_value(
         }
     }
     let items = match mapping.remove("items") {
-        None | Some(serde_yaml::Value::Null) => Vec::new(),
-        Some(serde_yaml::Value::Sequence(items)) => items,
+        None | Some(serde_yaml_ng::Value::Null) => Vec::new(),
+        Some(serde_yaml_ng::Value::Sequence(items)) => items,
         Some(_) => {
             return Err(field_error(
                 "items".to_string(),
@@ -252,11 +252,11 @@ struct Header {
 
 impl Header {
     fn read(
-        value: &serde_yaml::Value,
+        value: &serde_yaml_ng::Value,
         source_name: &str,
         position: usize,
     ) -> Result<Header, ManifestError> {
-        let serde_yaml::Value::Mapping(mapping) = value else {
+        let serde_yaml_ng::Value::Mapping(mapping) = value else {
             return Err(ManifestError::NotAnObject {
                 source_name: source_name.to_string(),
                 position,
@@ -265,12 +265,12 @@ impl Header {
         let name = mapping
             .get("metadata")
             .and_then(|m| m.get("name"))
-            .and_then(serde_yaml::Value::as_str)
+            .and_then(serde_yaml_ng::Value::as_str)
             .map(str::to_string);
         let type_field = |field: &'static str| {
             mapping
                 .get(field)
-                .and_then(serde_yaml::Value::as_str)
+                .and_then(serde_yaml_ng::Value::as_str)
                 .map(str::to_string)
                 .ok_or_else(|| ManifestError::MissingTypeField {
                     source_name: source_name.to_string(),
@@ -289,7 +289,7 @@ impl Header {
 
 /// One object's value to its type; `prefix` is prepended to field paths (list items).
 fn parse_object(
-    value: serde_yaml::Value,
+    value: serde_yaml_ng::Value,
     header: Header,
     source_name: &str,
     position: usize,
@@ -345,7 +345,7 @@ struct Typed<'a> {
 impl Typed<'_> {
     fn deserialize<T: DeserializeOwned>(
         &self,
-        value: serde_yaml::Value,
+        value: serde_yaml_ng::Value,
     ) -> Result<T, ManifestError> {
         serde_path_to_error::deserialize(value).map_err(|e| {
             let path = e.path().to_string();
@@ -389,7 +389,7 @@ impl Serialize for Object {
 
 /// One object as a YAML document (no `---` separator).
 pub(crate) fn resource_yaml<T: Serialize + Resource>(object: &T) -> Result<String, ManifestError> {
-    serde_yaml::to_string(object).map_err(|e| ManifestError::Serialize {
+    serde_yaml_ng::to_string(object).map_err(|e| ManifestError::Serialize {
         kind: T::KIND,
         name: object.key().to_string(),
         message: e.to_string(),
@@ -401,7 +401,7 @@ impl Object {
     ///
     /// # Errors
     ///
-    /// [`ManifestError::Serialize`] if serde_yaml refuses a value.
+    /// [`ManifestError::Serialize`] if serde_yaml_ng refuses a value.
     pub fn to_yaml(&self) -> Result<String, ManifestError> {
         match self {
             Object::Hypervisor(o) => resource_yaml(o),

@@ -214,7 +214,7 @@ impl World {
     ///
     /// # Errors
     ///
-    /// [`ManifestError::Serialize`] if serde_yaml refuses a value.
+    /// [`ManifestError::Serialize`] if serde_yaml_ng refuses a value.
     pub fn to_yaml(&self) -> Result<String, ManifestError> {
         let mut docs = Vec::with_capacity(self.len());
         for o in self.hypervisors.values() {

@@ -31,7 +31,7 @@ pub enum KubeconfigError {
         path: String,
         /// Why.
         #[source]
-        source: serde_yaml::Error,
+        source: serde_yaml_ng::Error,
     },
     /// Something the stand-in needs is absent or unusable.
     #[error("kubeconfig {path}: {what}")]
@@ -153,7 +153,7 @@ pub fn load(path: &Path) -> Result<Kubeconfig, KubeconfigError> {
         path: shown.clone(),
         source,
     })?;
-    let raw: Raw = serde_yaml::from_slice(&text).map_err(|source| KubeconfigError::Yaml {
+    let raw: Raw = serde_yaml_ng::from_slice(&text).map_err(|source| KubeconfigError::Yaml {
         path: shown.clone(),
         source,
     })?;

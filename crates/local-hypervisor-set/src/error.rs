@@ -90,7 +90,7 @@ pub enum Error {
     #[error("processes {pids:?} of set {set} survived SIGKILL")]
     Unkillable { set: String, pids: Vec<u32> },
     #[error("cannot render the hypervisor manifests")]
-    Manifest(#[source] serde_yaml::Error),
+    Manifest(#[source] serde_yaml_ng::Error),
 }
 
 /// The crate's result type.

@@ -66,11 +66,11 @@ pub fn hypervisor(state: &HypervisorState, endpoint: Endpoint<'_>) -> Hypervisor
 /// Multi-document YAML, in the given order.
 ///
 /// # Errors
-/// [`Error::Manifest`] if serde_yaml refuses a value.
+/// [`Error::Manifest`] if serde_yaml_ng refuses a value.
 pub fn to_yaml(hypervisors: &[Hypervisor]) -> Result<String> {
     let docs = hypervisors
         .iter()
-        .map(serde_yaml::to_string)
+        .map(serde_yaml_ng::to_string)
         .collect::<Result<Vec<_>, _>>()
         .map_err(Error::Manifest)?;
     Ok(docs.join("---\n"))
@@ -124,7 +124,7 @@ mod tests {
             },
         );
         let yaml = to_yaml(&[h]).unwrap();
-        let back: Hypervisor = serde_yaml::from_str(&yaml).unwrap();
+        let back: Hypervisor = serde_yaml_ng::from_str(&yaml).unwrap();
         let remote = back.spec.remote_cri_endpoint.unwrap();
         assert_eq!(remote.cri_endpoint_uri, "tcp://10.154.43.3:27000");
         assert_eq!(remote.ca_certificate, "CA");

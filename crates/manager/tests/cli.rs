@@ -46,10 +46,10 @@ fn crds_prints_every_crd() {
     assert_eq!(out.stderr, b"");
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert_eq!(stdout, oi_api::crd::crds_yaml().unwrap());
-    let printed: Vec<Value> = serde_yaml::Deserializer::from_str(&stdout)
+    let printed: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&stdout)
         .map(|doc| {
             serde_json::to_value(
-                <serde_yaml::Value as serde::Deserialize>::deserialize(doc).unwrap(),
+                <serde_yaml_ng::Value as serde::Deserialize>::deserialize(doc).unwrap(),
             )
             .unwrap()
         })

@@ -30,9 +30,9 @@ fn config_dir() -> PathBuf {
 fn documents(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    serde_yaml::Deserializer::from_str(&text)
+    serde_yaml_ng::Deserializer::from_str(&text)
         .map(|doc| {
-            let value: serde_yaml::Value = serde::Deserialize::deserialize(doc)
+            let value: serde_yaml_ng::Value = serde::Deserialize::deserialize(doc)
                 .unwrap_or_else(|e| panic!("{} is not YAML: {e}", path.display()));
             serde_json::to_value(value).unwrap()
         })
@@ -66,10 +66,10 @@ fn crds_are_what_oi_manager_crds_prints() {
         .collect();
     // `oi-manager crds` prints these, in this order.
     let printed: Vec<Value> =
-        serde_yaml::Deserializer::from_str(&oi_api::crd::crds_yaml().unwrap())
+        serde_yaml_ng::Deserializer::from_str(&oi_api::crd::crds_yaml().unwrap())
             .map(|doc| {
                 serde_json::to_value(
-                    <serde_yaml::Value as serde::Deserialize>::deserialize(doc).unwrap(),
+                    <serde_yaml_ng::Value as serde::Deserialize>::deserialize(doc).unwrap(),
                 )
                 .unwrap()
             })
@@ -81,7 +81,7 @@ fn crds_are_what_oi_manager_crds_prints() {
 
     if std::env::var_os("OI_UPDATE_GOLDEN").is_some() {
         for (file, crd) in &generated {
-            std::fs::write(dir.join(file), serde_yaml::to_string(crd).unwrap()).unwrap();
+            std::fs::write(dir.join(file), serde_yaml_ng::to_string(crd).unwrap()).unwrap();
         }
     }
     let how = "config/crd is out of date: regenerate it with \
@@ -464,9 +464,9 @@ fn kubectl_kustomize_builds_the_base_unchanged() {
         String::from_utf8_lossy(&out.stderr)
     );
     let built: BTreeMap<(String, String), Value> =
-        serde_yaml::Deserializer::from_str(&String::from_utf8(out.stdout).unwrap())
+        serde_yaml_ng::Deserializer::from_str(&String::from_utf8(out.stdout).unwrap())
             .map(|doc| {
-                let value: serde_yaml::Value = serde::Deserialize::deserialize(doc).unwrap();
+                let value: serde_yaml_ng::Value = serde::Deserialize::deserialize(doc).unwrap();
                 let value = serde_json::to_value(value).unwrap();
                 (
                     (

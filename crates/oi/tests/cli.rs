@@ -402,7 +402,7 @@ fn cluster_inject_in_a_namespace_with_rsa_keys() {
 // admin kubeconfig and CA
 
 /// Decodes a kubeconfig `*-data` field.
-fn kubeconfig_data(kubeconfig: &serde_yaml::Value, section: &str, field: &str) -> String {
+fn kubeconfig_data(kubeconfig: &serde_yaml_ng::Value, section: &str, field: &str) -> String {
     let entry = &kubeconfig[section][0][&section[..section.len() - 1]][field];
     let b64 = entry
         .as_str()
@@ -438,7 +438,7 @@ fn admin_kubeconfig_client_certificate_chains_to_the_client_ca() {
 
     let world = load(&world_text);
     let cluster = &world.clusters[&ObjectKey::new("default", "c1")];
-    let kubeconfig: serde_yaml::Value = serde_yaml::from_str(&kubeconfig_text).unwrap();
+    let kubeconfig: serde_yaml_ng::Value = serde_yaml_ng::from_str(&kubeconfig_text).unwrap();
     assert_eq!(
         kubeconfig["clusters"][0]["cluster"]["server"].as_str(),
         Some("https://10.0.1.21:30000")

@@ -102,7 +102,7 @@ pub fn kubeconfig(
             },
         }],
     };
-    serde_yaml::to_string(&config).map_err(|source| Error::Kubeconfig {
+    serde_yaml_ng::to_string(&config).map_err(|source| Error::Kubeconfig {
         cluster_name: cluster_name.to_owned(),
         user_name: user_name.to_owned(),
         source,
@@ -160,7 +160,7 @@ users:
             "c",
         )
         .unwrap();
-        let parsed: serde_yaml::Value = serde_yaml::from_str(&rendered).unwrap();
+        let parsed: serde_yaml_ng::Value = serde_yaml_ng::from_str(&rendered).unwrap();
         assert_eq!(parsed["clusters"][0]["name"].as_str(), Some("yes"));
         assert_eq!(
             parsed["users"][0]["name"].as_str(),

@@ -187,7 +187,7 @@ pub enum Error {
         user_name: String,
         /// The underlying failure.
         #[source]
-        source: serde_yaml::Error,
+        source: serde_yaml_ng::Error,
     },
     /// A symmetric key of a length AES-GCM here does not take.
     #[error("symmetric key of {length} bytes (expected 16 or 32)")]

@@ -390,8 +390,8 @@ fn kubeconfig_embeds_a_verifiable_client_certificate() {
         &admin.private_key_pem,
     )
     .unwrap();
-    let doc: serde_yaml::Value = serde_yaml::from_str(&rendered).unwrap();
-    let data = |v: &serde_yaml::Value| {
+    let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&rendered).unwrap();
+    let data = |v: &serde_yaml_ng::Value| {
         String::from_utf8(
             base64::engine::general_purpose::STANDARD
                 .decode(v.as_str().unwrap())

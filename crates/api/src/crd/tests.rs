@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
 use serde::Deserialize;
-use serde_yaml::{Mapping, Value};
+use serde_yaml_ng::{Mapping, Value};
 
 use super::*;
 use crate::manifest::parse_manifests;
@@ -44,11 +44,11 @@ fn object_schema(doc: &Value) -> Value {
 
 fn oneinfra_schema(file: &str) -> Value {
     let text = std::fs::read_to_string(oneinfra_crd_dir().join(file)).unwrap();
-    object_schema(&serde_yaml::from_str(&text).unwrap())
+    object_schema(&serde_yaml_ng::from_str(&text).unwrap())
 }
 
 fn our_schema(kind: Kind) -> Value {
-    object_schema(&serde_yaml::to_value(custom_resource_definition(kind)).unwrap())
+    object_schema(&serde_yaml_ng::to_value(custom_resource_definition(kind)).unwrap())
 }
 
 /// A sample value for every property of `schema`.
@@ -98,11 +98,11 @@ fn assert_round_trips(schema: &Value, kind: Kind, what: &str) {
     let mut object = sample(schema, "");
     object["apiVersion"] = kind.api_version().into();
     object["kind"] = kind.as_str().into();
-    object["metadata"] = serde_yaml::from_str("{name: sample}").unwrap();
-    let text = serde_yaml::to_string(&object).unwrap();
+    object["metadata"] = serde_yaml_ng::from_str("{name: sample}").unwrap();
+    let text = serde_yaml_ng::to_string(&object).unwrap();
     let docs = parse_manifests(&text, what).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(docs.len(), 1);
-    let written: Value = serde_yaml::from_str(&docs[0].object.to_yaml().unwrap()).unwrap();
+    let written: Value = serde_yaml_ng::from_str(&docs[0].object.to_yaml().unwrap()).unwrap();
     assert_eq!(written, object, "{what}");
 }
 
@@ -231,7 +231,7 @@ fn crds_golden() {
         std::fs::write(&golden, &out).unwrap();
     }
     assert_eq!(out, std::fs::read_to_string(&golden).unwrap());
-    let names: Vec<String> = serde_yaml::Deserializer::from_str(&out)
+    let names: Vec<String> = serde_yaml_ng::Deserializer::from_str(&out)
         .map(|d| {
             let v = Value::deserialize(d).unwrap();
             v["metadata"]["name"].as_str().unwrap().to_string()

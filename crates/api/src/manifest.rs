@@ -28,6 +28,17 @@ pub enum ManifestError {
         column: Option<usize>,
         message: String,
     },
+    /// Collections nested deeper than [`MAX_NESTING_DEPTH`].
+    #[error(
+        "{source_name}: document {position}: collections nested deeper than {limit} levels at line {line}, column {column}"
+    )]
+    TooDeep {
+        source_name: String,
+        position: usize,
+        line: usize,
+        column: usize,
+        limit: usize,
+    },
     /// A document is not a mapping.
     #[error(
         "{source_name}: document {position}: not an object (expected a mapping with apiVersion and kind)"
@@ -109,6 +120,65 @@ fn at_location(line: Option<usize>, column: Option<usize>) -> String {
     }
 }
 
+/// How deeply collections (mappings, sequences) may nest in a manifest. Ours nest fewer than
+/// ten levels. The bound is what keeps parsing linear: libyaml (behind serde_yaml_ng) spends
+/// time proportional to the nesting depth on every token of a flow collection, so that
+/// `a: [[[...]]]` of 400 KB took over a minute.
+pub const MAX_NESTING_DEPTH: usize = 64;
+
+/// Checks the YAML syntax of `text` and the depth of its collections with saphyr's parser,
+/// which is linear on any input, before libyaml sees it: a syntax error or a nesting deeper
+/// than [`MAX_NESTING_DEPTH`] is reported with its document position, line and column.
+fn check_structure(text: &str, source_name: &str) -> Result<(), ManifestError> {
+    use saphyr_parser::{Event, Parser};
+    let mut parser = Parser::new_from_str(text);
+    let mut position = 0;
+    let mut depth = 0;
+    while let Some(next) = parser.next_event() {
+        let (event, span) = match next {
+            Ok(event) => event,
+            // saphyr's scanner reads ahead; it refuses more than 255 open flow collections
+            // before its parser reaches our limit.
+            Err(e) if e.info() == "recursion limit exceeded" => {
+                return Err(ManifestError::TooDeep {
+                    source_name: source_name.to_string(),
+                    position: position.max(1),
+                    line: e.marker().line(),
+                    column: e.marker().col() + 1,
+                    limit: MAX_NESTING_DEPTH,
+                });
+            }
+            Err(e) => {
+                return Err(ManifestError::Yaml {
+                    source_name: source_name.to_string(),
+                    position: position.max(1),
+                    line: Some(e.marker().line()),
+                    column: Some(e.marker().col() + 1),
+                    message: e.info().to_string(),
+                });
+            }
+        };
+        match event {
+            Event::DocumentStart(_) => position += 1,
+            Event::SequenceStart(..) | Event::MappingStart(..) => {
+                depth += 1;
+                if depth > MAX_NESTING_DEPTH {
+                    return Err(ManifestError::TooDeep {
+                        source_name: source_name.to_string(),
+                        position: position.max(1),
+                        line: span.start.line(),
+                        column: span.start.col() + 1,
+                        limit: MAX_NESTING_DEPTH,
+                    });
+                }
+            }
+            Event::SequenceEnd | Event::MappingEnd => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Parses multi-document YAML. Empty documents are skipped but counted: a document's
 /// position is its 1-based index among all documents of `text`. A `List` document (as
 /// `kubectl get -o yaml` writes) yields each of its items, all at the list's position, with
@@ -120,6 +190,7 @@ fn at_location(line: Option<usize>, column: Option<usize>) -> String {
 /// The first malformed document, unknown kind or apiVersion, or unknown, missing or
 /// mistyped field, as a [`ManifestError`].
 pub fn parse_manifests(text: &str, source_name: &str) -> Result<Vec<Document>, ManifestError> {
+    check_structure(text, source_name)?;
     let mut documents = Vec::new();
     for (index, de) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let position = index + 1;

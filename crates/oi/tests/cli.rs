@@ -862,7 +862,7 @@ fn bad_input_is_reported_exactly_and_writes_nothing() {
             "malformed yaml",
             &inject,
             "kind: Hypervisor\nspec: [\n",
-            "error: stdin: document 1: malformed yaml at line 3, column 1: did not find expected node content\n",
+            "error: stdin: document 1: malformed yaml at line 3, column 1: while parsing a node, did not find expected node content\n",
         ),
         bad(
             "unknown kind",

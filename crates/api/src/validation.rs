@@ -19,6 +19,8 @@ use crate::world::{Document, Object};
 pub const MAX_LABEL_LEN: usize = 63;
 /// Longest DNS-1123 subdomain (hypervisors, node join requests).
 pub const MAX_SUBDOMAIN_LEN: usize = 253;
+/// Most control plane replicas a cluster may have: etcd's largest recommended cluster.
+pub const MAX_CONTROL_PLANE_REPLICAS: u32 = 7;
 /// Longest cluster name: component and pod names are derived from it, and must still fit
 /// in a 63 character label (and label value) with a suffix of up to 31 characters.
 pub const MAX_CLUSTER_NAME_LEN: usize = 32;
@@ -80,6 +82,33 @@ pub enum Reason {
     NotAControlPlaneReplica,
     #[error("{replicas} replicas; at least 1 is needed")]
     InvalidReplicas { replicas: u32 },
+    #[error(
+        "{replicas} replicas; at most {max} (each runs an etcd member, and etcd clusters of more than {max} members only get slower)"
+    )]
+    TooManyReplicas { replicas: u32, max: u32 },
+    #[error("{value} is not a unicast address")]
+    NotUnicast { value: String },
+    #[error(
+        "{value} is also the address of hypervisor {other:?}: hypervisors share no address (host ports are allocated per hypervisor)"
+    )]
+    DuplicateAddress { value: String, other: String },
+    #[error("port {port} is outside spec.portRange {low}-{high}")]
+    PortOutsideRange { port: u16, low: u32, high: u32 },
+    #[error("port {port} is also allocated to {holder}")]
+    PortTaken { port: u16, holder: String },
+    #[error(
+        "{owner} holds port {port} in hypervisor {hypervisor}'s status, but this says {claimed}"
+    )]
+    PortDisagrees {
+        owner: String,
+        hypervisor: String,
+        port: u16,
+        claimed: u16,
+    },
+    /// Key material that does not parse, does not match or does not chain (the problem as
+    /// the PKI crate words it).
+    #[error("{problem}")]
+    KeyMaterial { problem: String },
     #[error("unsupported Kubernetes version {version:?}; supported: {}", .supported.join(", "))]
     UnsupportedVersion {
         version: String,
@@ -240,13 +269,22 @@ pub fn validate_hypervisor(hypervisor: &Hypervisor) -> Vec<FieldError> {
     }
     if spec.ip_address.is_empty() {
         errors.push(FieldError::new("spec.ipAddress", Reason::Required));
-    } else if spec.ip_address.parse::<IpAddr>().is_err() {
-        errors.push(FieldError::new(
-            "spec.ipAddress",
-            Reason::InvalidIp {
-                value: spec.ip_address.clone(),
-            },
-        ));
+    } else {
+        match spec.ip_address.parse::<IpAddr>() {
+            Err(_) => errors.push(FieldError::new(
+                "spec.ipAddress",
+                Reason::InvalidIp {
+                    value: spec.ip_address.clone(),
+                },
+            )),
+            Ok(ip) if !is_unicast(ip) => errors.push(FieldError::new(
+                "spec.ipAddress",
+                Reason::NotUnicast {
+                    value: spec.ip_address.clone(),
+                },
+            )),
+            Ok(_) => {}
+        }
     }
     let range = spec.port_range;
     let mut ports_ok = true;
@@ -295,11 +333,19 @@ pub fn validate_cluster(cluster: &Cluster) -> Vec<FieldError> {
             },
         ));
     }
-    if let Some(replicas @ 0) = spec.control_plane_replicas {
-        errors.push(FieldError::new(
+    match spec.control_plane_replicas {
+        Some(replicas @ 0) => errors.push(FieldError::new(
             "spec.controlPlaneReplicas",
             Reason::InvalidReplicas { replicas },
-        ));
+        )),
+        Some(replicas) if replicas > MAX_CONTROL_PLANE_REPLICAS => errors.push(FieldError::new(
+            "spec.controlPlaneReplicas",
+            Reason::TooManyReplicas {
+                replicas,
+                max: MAX_CONTROL_PLANE_REPLICAS,
+            },
+        )),
+        _ => {}
     }
     let cluster_cidr = check_cidr(
         &mut errors,
@@ -452,6 +498,12 @@ fn check_name(errors: &mut Vec<FieldError>, field: &str, value: &str, rule: Name
             },
         ));
     }
+}
+
+/// An address one host can be reached at: not unspecified (`0.0.0.0`, `::`), multicast or
+/// the IPv4 broadcast address.
+pub fn is_unicast(ip: IpAddr) -> bool {
+    !ip.is_unspecified() && !ip.is_multicast() && ip != IpAddr::V4(std::net::Ipv4Addr::BROADCAST)
 }
 
 /// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters.

@@ -12,14 +12,22 @@ use time::format_description::well_known::Rfc3339;
 
 /// oneinfra: Kubernetes control planes as a service, on machines you already own.
 ///
-/// Commands read manifests from stdin (or `-f FILE`; nothing when stdin is a terminal) and
-/// write the updated manifests to stdout (or `-o FILE`), so they compose with pipes:
+/// Commands read manifests from stdin or `-f FILE` and write the updated manifests to stdout
+/// or `-o FILE`, so they compose with pipes. Manifests hold every private key of the clusters
+/// and hypervisors: keep them in files written with `-o` (mode 0600 from their creation),
+/// not in files a shell redirection creates.
 ///
-///   oi hypervisor inject --name h1 ... | oi hypervisor inject --name h2 --public ... \
+/// Examples:
+///
+///   oi hypervisor inject -f /dev/null --name h1 --ip-address 192.0.2.10 \
+///       --local-cri-endpoint /run/containerd/containerd.sock \
+///     | oi hypervisor inject --name h2 --public --ip-address 192.0.2.11 \
+///       --local-cri-endpoint /run/containerd/containerd.sock \
 ///     | oi cluster inject --name c1 -o world.yaml
-///   oi cluster admin-kubeconfig -f world.yaml > c1.kubeconfig
+///   oi reconcile -f world.yaml -o world.yaml
+///   oi cluster admin-kubeconfig -f world.yaml -o c1.kubeconfig
 #[derive(Debug, Parser)]
-#[command(name = "oi", version, max_term_width = 100)]
+#[command(name = "oi", version, max_term_width = 100, verbatim_doc_comment)]
 pub struct Cli {
     #[command(flatten)]
     pub globals: GlobalArgs,
@@ -31,9 +39,13 @@ pub struct Cli {
 /// Flags every command accepts.
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
-    /// Write the output to FILE instead of stdout: atomically (a temporary file in the same
-    /// directory, fsync, rename), with mode 0600, and only if the command succeeds. FILE may
-    /// be one of the inputs.
+    /// Write the output to FILE instead of stdout, only if the command succeeds: a regular
+    /// file is replaced atomically (a temporary file beside it, mode 0600 from its creation,
+    /// fsync, rename; a symlink is followed and kept), a FIFO or a device is written through.
+    /// FILE is checked before any work: a directory, a socket, a read-only file or an
+    /// unwritable directory is refused. Commands writing the same FILE take turns (a lock
+    /// beside it), and a FILE changed meanwhile by another program is not overwritten. FILE
+    /// may be one of the inputs when the output is manifests.
     #[arg(short, long, global = true, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
@@ -69,8 +81,9 @@ pub enum Command {
     Completion(CompletionArgs),
 
     /// Apply the world to the hypervisors: bring clusters up, scale and delete them, and print
-    /// the updated manifests (status, ports, certificates). Progress and a summary go to
-    /// stderr; exits non-zero (after writing the manifests) when a cluster is not ready.
+    /// the updated manifests (status, ports, certificates; private keys included: use -o).
+    /// Progress and a summary go to stderr; exits non-zero (after writing the manifests) when
+    /// a cluster is not ready.
     Reconcile(ReconcileArgs),
 }
 
@@ -83,7 +96,7 @@ pub struct ReconcileArgs {
     #[arg(long, short)]
     pub quiet: bool,
 
-    /// How long to wait for every cluster to become ready (e.g. 500ms, 60s, 2m).
+    /// How long to wait for every cluster to become ready (e.g. 500ms, 60s, 2m; at most 24h).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     pub max_wait: std::time::Duration,
 
@@ -92,6 +105,8 @@ pub struct ReconcileArgs {
     pub image_repository: Option<String>,
 
     /// Print what would be done on each hypervisor (read-only calls only) and change nothing.
+    /// Exits non-zero when a cluster cannot be planned or a hypervisor cannot be reached. Its
+    /// output is the plan, not manifests: -o may not name one of the inputs.
     #[arg(long)]
     pub dry_run: bool,
 }
@@ -99,19 +114,66 @@ pub struct ReconcileArgs {
 /// Where manifests come from.
 #[derive(Debug, Args)]
 pub struct InputArgs {
-    /// Read manifests from FILE instead of stdin. Repeatable; `-` is stdin.
+    /// Read manifests from FILE instead of stdin. Repeatable; `-` is stdin. Without it, stdin
+    /// must not be a terminal (to start from an empty world: -f /dev/null).
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     pub files: Vec<PathBuf>,
+
+    /// Refuse an input larger than SIZE (bytes, or with KiB, MiB, GiB).
+    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = oi_cli_io::parse_size)]
+    pub max_input_size: u64,
+}
+
+impl InputArgs {
+    /// Whether stdin is read: no `-f`, or `-f -`.
+    pub fn reads_stdin(&self) -> bool {
+        self.files.is_empty() || self.files.iter().any(|f| f.as_os_str() == "-")
+    }
+}
+
+impl Command {
+    /// The manifests the command reads, if it reads any.
+    pub fn input(&self) -> Option<&InputArgs> {
+        match self {
+            Command::Cluster(ClusterCommand::Inject(a)) => Some(&a.input),
+            Command::Cluster(
+                ClusterCommand::AdminKubeconfig(a) | ClusterCommand::ApiserverCa(a),
+            ) => Some(&a.input),
+            Command::Cluster(ClusterCommand::Delete(a)) => Some(&a.input),
+            Command::Hypervisor(HypervisorCommand::Inject(a)) => Some(&a.input),
+            Command::JoinToken(JoinTokenCommand::Inject(a)) => Some(&a.input),
+            Command::Reconcile(a) => Some(&a.input),
+            Command::JoinToken(JoinTokenCommand::Generate)
+            | Command::Version(_)
+            | Command::Completion(_) => None,
+        }
+    }
+
+    /// Whether the output is manifests (the world, updated), which may replace an input.
+    pub fn prints_manifests(&self) -> bool {
+        match self {
+            Command::Cluster(ClusterCommand::Inject(_) | ClusterCommand::Delete(_))
+            | Command::Hypervisor(_)
+            | Command::JoinToken(JoinTokenCommand::Inject(_)) => true,
+            Command::Reconcile(a) => !a.dry_run,
+            Command::Cluster(
+                ClusterCommand::AdminKubeconfig(_) | ClusterCommand::ApiserverCa(_),
+            )
+            | Command::JoinToken(JoinTokenCommand::Generate)
+            | Command::Version(_)
+            | Command::Completion(_) => false,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
     /// Add a cluster to the manifests, with its PKI, control plane components and ingress
-    /// scheduled on the hypervisors, and print all manifests.
+    /// scheduled on the hypervisors, and print all manifests (private keys included: use -o).
     Inject(ClusterInjectArgs),
 
     /// Print a kubeconfig for the cluster's administrator (a new client certificate on
-    /// every call).
+    /// every call; its private key is in the output: use -o FILE, created 0600).
     AdminKubeconfig(ClusterSelectArgs),
 
     /// Print the certificate (PEM) of the CA that signs the cluster's API server certificate.
@@ -187,7 +249,8 @@ pub struct ClusterSelectArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum HypervisorCommand {
-    /// Add a hypervisor to the manifests and print all manifests.
+    /// Add a hypervisor to the manifests and print all manifests (private keys included: use
+    /// -o).
     Inject(HypervisorInjectArgs),
 }
 
@@ -240,10 +303,11 @@ pub struct HypervisorInjectArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum JoinTokenCommand {
-    /// Add a new bootstrap token to a cluster and print all manifests (the token on stderr).
+    /// Add a new bootstrap token to a cluster and print all manifests (private keys included:
+    /// use -o; the token, a secret too, on stderr).
     Inject(JoinTokenInjectArgs),
 
-    /// Print a new bootstrap token.
+    /// Print a new bootstrap token (a secret: whoever has it can ask to join).
     Generate,
 }
 
@@ -307,22 +371,37 @@ fn parse_rfc3339(s: &str) -> Result<OffsetDateTime, String> {
     OffsetDateTime::parse(s, &Rfc3339).map_err(|e| format!("not an RFC 3339 time: {e}"))
 }
 
-/// `500ms`, `60s`, `2m`, `1h`, or plain seconds.
+/// The longest duration a flag takes: a day.
+const MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// `500ms`, `60s`, `2m`, `1h`, or plain seconds; at most [`MAX_DURATION`].
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     use std::time::Duration;
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (number, unit) = s.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("expected a duration like 60s or 2m, got {s:?}"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "" | "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
-        _ => Err(format!("unknown unit {unit:?} (use ms, s, m or h)")),
+    let too_long = || format!("{s} is longer than the most allowed, 24h");
+    let n: u64 = match number.parse() {
+        Ok(n) => n,
+        // Digits only, so the number can only be too large.
+        Err(_) if !number.is_empty() => return Err(too_long()),
+        Err(_) => return Err(format!("expected a duration like 60s or 2m, got {s:?}")),
+    };
+    let millis_per_unit: u64 = match unit {
+        "ms" => 1,
+        "" | "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(format!("unknown unit {unit:?} (use ms, s, m or h)")),
+    };
+    let duration = n
+        .checked_mul(millis_per_unit)
+        .map(Duration::from_millis)
+        .ok_or_else(too_long)?;
+    if duration > MAX_DURATION {
+        return Err(too_long());
     }
+    Ok(duration)
 }
 
 /// `LOW-HIGH`, both ports. Order is checked by hypervisor validation, like in manifests.
@@ -372,6 +451,17 @@ mod tests {
         assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("5d").is_err());
+        assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
+        let too_long = |s: &str| Err(format!("{s} is longer than the most allowed, 24h"));
+        assert_eq!(parse_duration("25h"), too_long("25h"));
+        assert_eq!(
+            parse_duration("99999999999999999h"),
+            too_long("99999999999999999h")
+        );
+        assert_eq!(
+            parse_duration("99999999999999999999999"),
+            too_long("99999999999999999999999")
+        );
     }
 
     #[test]

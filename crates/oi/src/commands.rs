@@ -1,6 +1,6 @@
 //! The commands, one module per subcommand. Each is a function of its arguments, the
 //! [`Context`] (time and randomness, as inputs), stdin and an output buffer; none touches the
-//! file system except through [`crate::io`].
+//! file system except through [`oi_cli_io`].
 
 pub mod cluster;
 pub mod completion;
@@ -68,6 +68,33 @@ pub fn vpn_warnings(world: &oi_api::World, only: Option<&oi_api::ObjectKey>) -> 
         .collect()
 }
 
+/// One `warning:` line per live cluster of `world` (of `only`, when given) whose replicas
+/// share a hypervisor so that losing it stops the control plane.
+pub fn availability_warnings(
+    world: &oi_api::World,
+    only: Option<&oi_api::ObjectKey>,
+) -> Vec<String> {
+    oi_reconcile::schedule::not_highly_available(world)
+        .into_iter()
+        .filter(|n| only.is_none_or(|k| *k == n.cluster))
+        .map(|n| {
+            format!(
+                "warning: cluster {} is not highly available: {} of its {} control plane \
+                 replicas run on hypervisor {} (losing it loses etcd's quorum); give each \
+                 replica a private hypervisor of its own",
+                n.cluster, n.on_busiest, n.replicas, n.busiest
+            )
+        })
+        .collect()
+}
+
+/// A command that failed after producing its output: the output is written (nothing is
+/// lost: a reconcile's ports, certificates and status; a dry run's plan), then `oi` exits 1
+/// with this message.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct OutputThenFail(pub String);
+
 /// Runs a command, its output going to `output` (the caller writes it out only on success).
 /// Returns a note for stderr, to be shown once the output is written.
 ///
@@ -88,13 +115,13 @@ pub fn dispatch(
             no_note(cluster::admin_kubeconfig::run(args, ctx, input, output))
         }
         Command::Cluster(ClusterCommand::ApiserverCa(args)) => {
-            no_note(cluster::apiserver_ca::run(args, input, output))
+            no_note(cluster::apiserver_ca::run(args, ctx, input, output))
         }
         Command::Cluster(ClusterCommand::Delete(args)) => {
             no_note(cluster::delete::run(args, ctx, input, output))
         }
         Command::Hypervisor(HypervisorCommand::Inject(args)) => {
-            no_note(hypervisor::inject::run(args, input, output))
+            no_note(hypervisor::inject::run(args, ctx, input, output))
         }
         Command::JoinToken(JoinTokenCommand::Inject(args)) => {
             join_token::inject::run(args, ctx, input, output).map(Some)

@@ -1,13 +1,15 @@
 //! `oi`: the oneinfra command line.
 //!
 //! Every command reads manifests (stdin, or `-f FILE`s), does its work in memory, and only
-//! when it succeeded writes its whole output at once (stdout, or `-o FILE` atomically):
+//! when it succeeded writes its whole output at once (stdout, or `-o FILE`; see `oi_cli_io`
+//! for how an output cannot destroy what it replaces):
 //!
 //! ```text
-//! stdin / -f FILE... ──► command (pure: args, now, seed) ──► buffer ──► stdout / -o FILE
-//!                                   │ error                               (tempfile+fsync+rename)
-//!                                   ▼
-//!                        `error: ...` on stderr, exit 1, nothing written
+//! -o FILE resolved and checked, locked ─► stdin / -f FILE... (bounded) ─► command (pure:
+//!   (refused before any work)              args, now, seed) ─► buffer ─► stdout / -o FILE
+//!                                                    │ error             (tempfile + fsync
+//!                                                    ▼                    + rename)
+//!                                  `error: ...` on stderr, exit 1, nothing written
 //! ```
 
 // Tests: a failed unwrap is a failed test.
@@ -15,15 +17,15 @@
 
 mod args;
 mod commands;
-mod io;
 mod manifests;
 
 use std::io::{IsTerminal as _, Read};
 use std::process::ExitCode;
 
 use clap::Parser as _;
+use oi_cli_io::{FileId, Target};
 
-use crate::args::Cli;
+use crate::args::{Cli, InputArgs};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -38,11 +40,30 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let ctx = cli.globals.context();
-    let mut buffer = Vec::new();
+    let given = cli.globals.output.as_deref();
+    // Before any work: an output that cannot be written, or must not be, fails now, not
+    // after a reconcile has run on the hypervisors.
+    let target = Target::resolve(given)?;
     let stdin = std::io::stdin();
-    // Nobody types manifests: a terminal on stdin means "no input", so that the first
-    // `oi hypervisor inject` of a world does not wait for an end of file.
-    let input: Box<dyn Read> = if stdin.is_terminal() {
+    let terminal = stdin.is_terminal();
+    if let Some(input) = cli.command.input() {
+        // Nobody types manifests: a terminal on stdin is a forgotten `-f`, never an empty
+        // world (which `-o world.yaml` would then write over the real one).
+        if terminal && input.reads_stdin() {
+            return Err(oi_cli_io::Error::NoInput.into());
+        }
+        if let Some(given) = given
+            && !cli.command.prints_manifests()
+        {
+            target.refuse_if_input(given, &input_ids(input))?;
+        }
+    }
+    let shown = given.map(|p| p.display().to_string()).unwrap_or_default();
+    let guard = target.lock(&holder(), |held_by| {
+        eprintln!("oi: waiting for {shown}: another command is writing it ({held_by})");
+    })?;
+    let mut buffer = Vec::new();
+    let input: Box<dyn Read> = if terminal {
         Box::new(std::io::empty())
     } else {
         Box::new(stdin.lock())
@@ -50,21 +71,45 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let note = match commands::dispatch(&cli.command, &ctx, input, &mut buffer) {
         Ok(note) => note,
         // A reconcile that did not converge still wrote its manifests to the buffer (ports,
-        // certificates, status): write them, so nothing is lost, then fail.
-        Err(err) if err.is::<commands::reconcile::NotReady>() => {
-            io::emit(&buffer, cli.globals.output.as_deref())?;
+        // certificates, status), a dry run that could not see everything its plan: write
+        // them, so nothing is lost, then fail.
+        Err(err) if err.is::<commands::OutputThenFail>() => {
+            guard.write(&buffer)?;
             return Err(err);
         }
         Err(err) => return Err(err),
     };
-    match io::emit(&buffer, cli.globals.output.as_deref()) {
+    match guard.write(&buffer) {
         // Like ripgrep: a reader that went away (`oi ... | head`) is not our failure. Only
         // the final write to stdout may end this way; a broken pipe anywhere else is an error.
-        Err(err) if cli.globals.output.is_none() && io::is_broken_pipe(&err) => return Ok(()),
+        Err(err) if *guard.target() == Target::Stdout && err.is_broken_pipe() => return Ok(()),
         result => result?,
     }
     if let Some(note) = note {
         eprintln!("{note}");
     }
     Ok(())
+}
+
+/// The identities of the files a command reads (stdin too, when it is a file), with the
+/// names they were given.
+fn input_ids(input: &InputArgs) -> Vec<(String, FileId)> {
+    let mut ids: Vec<(String, FileId)> = input
+        .files
+        .iter()
+        .filter(|f| f.as_os_str() != "-")
+        .filter_map(|f| oi_cli_io::file_id(f).map(|id| (f.display().to_string(), id)))
+        .collect();
+    if input.reads_stdin()
+        && let Some(id) = oi_cli_io::stdin_id()
+    {
+        ids.push(("stdin".to_string(), id));
+    }
+    ids
+}
+
+/// What this process writes into a lock it holds, for a command that has to wait for it.
+fn holder() -> String {
+    let words: Vec<String> = std::env::args().take(4).collect();
+    format!("pid {}: {}", std::process::id(), words.join(" "))
 }

@@ -1,34 +1,88 @@
 //! From input sources to a [`World`] and back: what every manifest-editing command shares.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 
-use oi_api::{Cluster, LoadError, Object, ObjectKey, World};
+use oi_api::{Cluster, Kind, LoadError, Object, ObjectKey, ValidationError, World};
+use time::OffsetDateTime;
 
 use crate::args::InputArgs;
-use crate::io;
 
-/// Reads and parses every input into one world (defaulted and validated by the api crate).
+/// Reads and parses every input into one world (defaulted and validated by the api crate),
+/// then verifies everything verifiable at `now` ([`oi_reconcile::verify::verify_world`]: key
+/// material, addresses, ports), so that nothing broken reaches a hypervisor.
 ///
 /// # Errors
 /// When an input cannot be read, a document does not parse, or the world is invalid
-/// (duplicate names, bad fields), the message naming the source and document.
-pub fn load(input: &InputArgs, stdin: impl Read) -> anyhow::Result<World> {
-    let sources = io::read_sources(&input.files, stdin)?;
+/// (duplicate names, bad fields, broken key material), every message naming the source and
+/// document.
+pub fn load(input: &InputArgs, stdin: impl Read, now: OffsetDateTime) -> anyhow::Result<World> {
+    let (world, located) = load_located(input, stdin)?;
+    let invalid: Vec<ValidationError> = oi_reconcile::verify::verify_world(&world, now)
+        .into_iter()
+        .map(|f| {
+            let (source_name, position) = located
+                .get(&(f.kind, f.object.clone()))
+                .cloned()
+                .unwrap_or_default();
+            ValidationError {
+                source_name,
+                position,
+                kind: f.kind,
+                object: f.object,
+                field: f.error.field,
+                reason: f.error.reason,
+            }
+        })
+        .collect();
+    if !invalid.is_empty() {
+        return Err(LoadError::Invalid(invalid).into());
+    }
+    Ok(world)
+}
+
+/// [`load`] without the verification: for marking a cluster deleted, which must work however
+/// broken its key material is.
+///
+/// # Errors
+/// As [`load`], but for the verification.
+pub fn load_unverified(input: &InputArgs, stdin: impl Read) -> anyhow::Result<World> {
+    Ok(load_located(input, stdin)?.0)
+}
+
+/// Where each object came from: its source's name and its document's position.
+type Located = BTreeMap<(Kind, ObjectKey), (String, usize)>;
+
+fn load_located(input: &InputArgs, stdin: impl Read) -> anyhow::Result<(World, Located)> {
+    let sources = oi_cli_io::read_sources(&input.files, stdin, input.max_input_size)?;
     let mut documents = Vec::new();
     for source in &sources {
         documents.extend(oi_api::parse_manifests(&source.text, &source.name)?);
     }
+    let located: Located = documents
+        .iter()
+        .map(|d| {
+            (
+                (d.object.kind(), d.object.key()),
+                (d.source_name.clone(), d.position),
+            )
+        })
+        .collect();
     let mut world = World::from_documents(documents).map_err(LoadError::Invalid)?;
     world.apply_defaults();
-    Ok(world)
+    Ok((world, located))
 }
 
-/// Checks an object a command made from its flags, as if it came in a manifest.
+/// Checks an object a command made from its flags, as if it came in a manifest (its key
+/// material too).
 ///
 /// # Errors
 /// Every invalid field, one per line.
 pub fn validate_new(object: &Object) -> anyhow::Result<()> {
-    let errors = oi_api::validate_object(object);
+    let mut errors = oi_api::validate_object(object);
+    if let Object::Hypervisor(h) = object {
+        errors.extend(oi_reconcile::verify::verify_hypervisor(h));
+    }
     if errors.is_empty() {
         return Ok(());
     }

@@ -550,21 +550,45 @@ fn cluster_must_be_chosen_among_several() {
 // ---------------------------------------------------------------------------------------------
 // hypervisor inject, join tokens, versions, completion
 
+/// The PEM files of a mutual-TLS front, as `oi hypervisor inject` reads them: `ca.crt` (a CA),
+/// `client.crt` and `client.key` (a client certificate it signed, and its key).
+struct Front {
+    ca: String,
+    client: String,
+    client_key: String,
+}
+
+fn front_certificates(dir: &Path) -> Front {
+    let now = time::macros::datetime!(2026-11-22 00:00:00 UTC);
+    let ca = oi_pki::CertificateAuthority::generate(
+        "front-ca",
+        oi_pki::KeyAlgorithm::EcdsaP256,
+        now,
+        time::Duration::days(365),
+    )
+    .unwrap();
+    let client = ca
+        .issue(
+            &oi_pki::LeafSpec::client(oi_pki::CaKind::ApiServerClient, "oi", &[]),
+            now,
+            time::Duration::days(365),
+        )
+        .unwrap();
+    let front = Front {
+        ca: ca.certificate_pem().to_string(),
+        client: client.certificate_pem,
+        client_key: client.private_key_pem,
+    };
+    fs::write(dir.join("ca.crt"), &front.ca).unwrap();
+    fs::write(dir.join("client.crt"), &front.client).unwrap();
+    fs::write(dir.join("client.key"), &front.client_key).unwrap();
+    front
+}
+
 #[test]
 fn hypervisor_inject_builds_a_world_clusters_can_be_injected_into() {
     let dir = tempfile::tempdir().unwrap();
-    for name in ["ca.crt", "client.crt"] {
-        fs::write(
-            dir.path().join(name),
-            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
-        )
-        .unwrap();
-    }
-    fs::write(
-        dir.path().join("client.key"),
-        "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n",
-    )
-    .unwrap();
+    let front = front_certificates(dir.path());
     let file = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
 
     let world = ok(
@@ -611,24 +635,23 @@ spec:
   remoteCRIEndpoint:
     criEndpointURI: tcp://10.0.1.21:27000
     caCertificate: |
-      -----BEGIN CERTIFICATE-----
-      MIIB
-      -----END CERTIFICATE-----
-    clientCertificate:
+{}    clientCertificate:
       certificate: |
-        -----BEGIN CERTIFICATE-----
-        MIIB
-        -----END CERTIFICATE-----
-      privateKey: |
-        -----BEGIN PRIVATE KEY-----
-        MIIE
-        -----END PRIVATE KEY-----
-  public: true
+{}      privateKey: |
+{}  public: true
   ipAddress: 10.0.1.21
   portRange:
     low: 30000
     high: 65000
 ";
+    let indent = |pem: &str, n: usize| -> String {
+        pem.lines()
+            .map(|l| format!("{}{l}\n", " ".repeat(n)))
+            .collect()
+    };
+    let expected_public = expected_public.replacen("{}", &indent(&front.ca, 6), 1);
+    let expected_public = expected_public.replacen("{}", &indent(&front.client, 8), 1);
+    let expected_public = expected_public.replacen("{}", &indent(&front.client_key, 8), 1);
     let expected = format!(
         "\
 apiVersion: infra.oneinfra.ereslibre.es/v1alpha1
@@ -992,8 +1015,9 @@ For more information, try '--help'.
 #[test]
 fn other_unprepared_clusters_are_warned_about() {
     let hypervisor = |name: &str, public: bool, high: u32| {
+        let ip = if public { "10.0.0.2" } else { "10.0.0.1" };
         format!(
-            "apiVersion: infra.oneinfra.ereslibre.es/v1alpha1\nkind: Hypervisor\nmetadata:\n  name: {name}\nspec:\n  localCRIEndpoint:\n    criEndpointPath: /run/{name}.sock\n  public: {public}\n  ipAddress: 10.0.0.1\n  portRange:\n    low: 30000\n    high: {high}\n---\n"
+            "apiVersion: infra.oneinfra.ereslibre.es/v1alpha1\nkind: Hypervisor\nmetadata:\n  name: {name}\nspec:\n  localCRIEndpoint:\n    criEndpointPath: /run/{name}.sock\n  public: {public}\n  ipAddress: {ip}\n  portRange:\n    low: 30000\n    high: {high}\n---\n"
         )
     };
     // One private hypervisor with room for one control plane replica (three ports).
@@ -1019,6 +1043,6 @@ fn other_unprepared_clusters_are_warned_about() {
         world.clusters[&ObjectKey::new("default", "b")]
             .status
             .api_server_endpoint,
-        "https://10.0.0.1:30000"
+        "https://10.0.0.2:30000"
     );
 }

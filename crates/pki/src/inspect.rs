@@ -212,7 +212,7 @@ pub fn needs_renewal(
     renewal_reason(&info, wanted_sans, now, threshold)
 }
 
-fn parse(der: &[u8]) -> Result<X509Certificate<'_>> {
+pub(crate) fn parse(der: &[u8]) -> Result<X509Certificate<'_>> {
     let (rest, cert) = X509Certificate::from_der(der).map_err(|e| Error::InvalidCertificate {
         reason: e.to_string(),
     })?;

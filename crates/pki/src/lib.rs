@@ -46,6 +46,7 @@
 //! [`SymmetricKey`] and the join key carry node join requests.
 
 mod ca;
+mod check;
 mod cluster;
 mod inspect;
 mod join;
@@ -54,6 +55,7 @@ mod kubeconfig;
 mod leaf;
 
 pub use ca::{BACKDATE, CertificateAuthority, CertificatePem};
+pub use check::{check_ca, check_ca_certificate, check_key_pair, check_leaf, check_wireguard_keys};
 pub use cluster::{CaKind, ClusterPki, JOIN_KEY_FIELD, SERVICE_ACCOUNT_FIELD, join_key_algorithm};
 pub use inspect::{
     CertificateInfo, KeyUsages, RenewalReason, inspect_certificate, is_signed_by, needs_renewal,
@@ -117,12 +119,43 @@ pub enum Error {
         /// Its subject CN.
         common_name: String,
     },
-    /// A CA whose private key is not the one of its certificate.
-    #[error("private key does not match the certificate of CA {common_name:?}")]
+    /// A private key that is not the one of its certificate.
+    #[error("the private key is not the one of certificate {common_name:?}")]
     KeyMismatch {
-        /// The CA's subject CN.
+        /// The certificate's subject CN.
         common_name: String,
     },
+    /// A leaf certificate that is a CA.
+    #[error("certificate {common_name:?} is a CA (basicConstraints CA:TRUE), not a leaf")]
+    LeafIsACa {
+        /// Its subject CN.
+        common_name: String,
+    },
+    /// A leaf not signed by the CA that should have signed it.
+    #[error("certificate {common_name:?} is not signed by CA {issuer:?}")]
+    NotSignedBy {
+        /// The leaf's subject CN.
+        common_name: String,
+        /// The CA's subject CN.
+        issuer: String,
+    },
+    /// A public key PEM that does not parse.
+    #[error("invalid public key: {reason}")]
+    InvalidPublicKey {
+        /// Why it was refused.
+        reason: String,
+    },
+    /// A WireGuard key that is not base64 of 32 bytes.
+    #[error("invalid WireGuard {which} key: {reason}")]
+    InvalidWireguardKey {
+        /// `private` or `public`.
+        which: &'static str,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// A public key that is not the public half of its private key.
+    #[error("the public key is not the one of the private key")]
+    PublicKeyMismatch,
     /// A CA asked to sign after its own expiry.
     #[error("CA {common_name:?} expired at {not_after}")]
     CaExpired {

@@ -141,11 +141,11 @@ pub(crate) fn plan<'a>(
     Ok(jobs)
 }
 
-/// The CA of a kind from the cluster spec.
-fn load_ca(key: &ObjectKey, cluster: &Cluster, kind: CaKind) -> Result<CertificateAuthority> {
+/// The field of the cluster spec that holds the CA of `kind` ([`CaKind::manifest_field`]).
+pub fn ca_slot(cluster: &Cluster, kind: CaKind) -> &Option<Certificate> {
     let spec = &cluster.spec;
     let cas = &spec.certificate_authorities;
-    let slot = match kind {
+    match kind {
         CaKind::ApiServer => &spec.api_server.ca,
         CaKind::ApiServerClient => &cas.api_server_client,
         CaKind::CertificateSigner => &cas.certificate_signer,
@@ -154,8 +154,29 @@ fn load_ca(key: &ObjectKey, cluster: &Cluster, kind: CaKind) -> Result<Certifica
         CaKind::EtcdServer => &spec.etcd_server.ca,
         CaKind::EtcdClient => &cas.etcd_client,
         CaKind::EtcdPeer => &cas.etcd_peer,
-    };
-    let ca = slot.as_ref().ok_or_else(|| Error::Pki {
+    }
+}
+
+/// The CA that signs the leaf certificate stored under `name` (a component's
+/// `serverCertificates`/`clientCertificates`, the cluster's `clientCertificates`), as
+/// [`plan`] issues them; `None` for a name it does not issue.
+pub fn issuer_of(name: &str) -> Option<CaKind> {
+    Some(match name {
+        certs::APISERVER => CaKind::ApiServer,
+        certs::ETCD_SERVER => CaKind::EtcdServer,
+        certs::ETCD_PEER => CaKind::EtcdPeer,
+        certs::APISERVER_ETCD_CLIENT => LeafSpec::apiserver_etcd_client().issuer,
+        certs::APISERVER_KUBELET_CLIENT => LeafSpec::apiserver_kubelet_client().issuer,
+        certs::CONTROLLER_MANAGER => LeafSpec::controller_manager().issuer,
+        certs::SCHEDULER => LeafSpec::scheduler().issuer,
+        ADMIN => LeafSpec::admin().issuer,
+        _ => return None,
+    })
+}
+
+/// The CA of a kind from the cluster spec.
+fn load_ca(key: &ObjectKey, cluster: &Cluster, kind: CaKind) -> Result<CertificateAuthority> {
+    let ca = ca_slot(cluster, kind).as_ref().ok_or_else(|| Error::Pki {
         cluster: key.clone(),
         field: kind.manifest_field(),
         message: "absent".into(),

@@ -38,6 +38,7 @@ pub mod render;
 pub mod schedule;
 #[cfg(test)]
 mod testutil;
+pub mod verify;
 
 pub use prepare::{
     Options, Prepared, control_plane_name, ingress_name, prepare, prepare_with, remove_cluster,

@@ -49,7 +49,7 @@ impl PortOwner {
         }
     }
 
-    fn from_status(a: &HypervisorPortAllocation) -> Self {
+    pub(crate) fn from_status(a: &HypervisorPortAllocation) -> Self {
         // oneinfra releases before namespaced clusters wrote no namespace: `default`.
         let ns = if a.cluster_namespace.is_empty() {
             DEFAULT_NAMESPACE

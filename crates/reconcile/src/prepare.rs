@@ -34,6 +34,7 @@ use crate::certificates::{self, Job, Target};
 use crate::par::parallel_map;
 use crate::ports::{PortAllocator, PortOwner, names};
 use crate::schedule::{Candidate, Domain, Spread, ZONE_LABEL, place};
+use crate::verify::{verify_cluster, verify_component, verify_hypervisor};
 use crate::{Error, Result, url_host as host};
 
 /// Settings of [`prepare_with`].
@@ -150,7 +151,7 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &Options) ->
         .map(|h| Hv {
             name: h.metadata.name.clone(),
             public: h.spec.public,
-            valid: validate_hypervisor(h).is_empty(),
+            valid: validate_hypervisor(h).is_empty() && verify_hypervisor(h).is_empty(),
             zone: h.metadata.labels.get(ZONE_LABEL).cloned(),
             ip: h.spec.ip_address.clone(),
             ports: PortAllocator::from_hypervisor(h),
@@ -319,7 +320,8 @@ impl ClusterPrep<'_> {
         existing: &[&Component],
     ) -> Result<(Cluster, Vec<Component>, Vec<Job>)> {
         for c in existing {
-            let errors = validate_component(c);
+            let mut errors = validate_component(c);
+            errors.extend(verify_component(c, Some(&cluster)));
             if !errors.is_empty() {
                 return Err(Error::Invalid {
                     object: c.key(),
@@ -754,7 +756,8 @@ fn validate_and_init_pki(
     now: OffsetDateTime,
     options: &Options,
 ) -> Result<Cluster> {
-    let errors = validate_cluster(cluster);
+    let mut errors = validate_cluster(cluster);
+    errors.extend(verify_cluster(cluster, now));
     if !errors.is_empty() {
         return Err(Error::Invalid {
             object: key.clone(),

@@ -122,6 +122,62 @@ pub fn place<'a>(
     chosen
 }
 
+/// A cluster whose control plane does not survive the loss of one hypervisor because its
+/// replicas share one: more of them run on `busiest` than etcd's quorum can lose. (An even
+/// number of replicas on distinct hypervisors is the user's choice, not reported.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotHighlyAvailable {
+    pub cluster: oi_api::ObjectKey,
+    /// Live control plane replicas placed.
+    pub replicas: usize,
+    /// The hypervisor holding the most of them (the first by name among equals).
+    pub busiest: String,
+    /// How many it holds.
+    pub on_busiest: usize,
+}
+
+/// The live clusters of `world` whose placed replicas share a hypervisor so that losing it
+/// loses etcd's quorum.
+pub fn not_highly_available(world: &oi_api::World) -> Vec<NotHighlyAvailable> {
+    let mut per_cluster: BTreeMap<oi_api::ObjectKey, BTreeMap<&str, usize>> = BTreeMap::new();
+    for c in world.components.values() {
+        if c.spec.role != oi_api::ComponentRole::ControlPlane || c.metadata.is_being_deleted() {
+            continue;
+        }
+        if let Some(h) = c.spec.hypervisor.as_deref() {
+            *per_cluster
+                .entry(c.cluster_key())
+                .or_default()
+                .entry(h)
+                .or_default() += 1;
+        }
+    }
+    per_cluster
+        .into_iter()
+        .filter(|(key, _)| {
+            world
+                .clusters
+                .get(key)
+                .is_some_and(|c| !c.is_being_deleted())
+        })
+        .filter_map(|(cluster, counts)| {
+            let replicas: usize = counts.values().sum();
+            let (busiest, on_busiest) =
+                counts.iter().fold(
+                    ("", 0),
+                    |best, (h, n)| if *n > best.1 { (*h, *n) } else { best },
+                );
+            // etcd keeps a quorum of `replicas / 2 + 1`: it can lose `(replicas - 1) / 2`.
+            (on_busiest >= 2 && on_busiest > (replicas - 1) / 2).then(|| NotHighlyAvailable {
+                cluster,
+                replicas,
+                busiest: busiest.to_string(),
+                on_busiest,
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

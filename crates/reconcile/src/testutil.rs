@@ -4,7 +4,10 @@
 
 use std::sync::OnceLock;
 
-use oi_api::{Certificate, Cluster, KeyPair, World};
+use oi_api::{
+    Certificate, Cluster, ClusterSpec, Hypervisor, HypervisorSpec, KeyPair, LocalCriEndpoint,
+    ObjectMeta, PortRange, Resource as _, World,
+};
 use oi_pki::{CertificateAuthority, ClusterPki, KeyAlgorithm, KeyPairPem};
 use time::{Duration, macros::datetime};
 
@@ -64,4 +67,63 @@ pub fn without_issued(world: &World) -> World {
         c.status.client_certificates.clear();
     }
     w
+}
+
+/// A hypervisor with a local CRI endpoint, optionally in a zone.
+pub fn hypervisor(
+    name: &str,
+    public: bool,
+    ip: &str,
+    zone: Option<&str>,
+    range: (u32, u32),
+) -> Hypervisor {
+    let mut meta = ObjectMeta::named(name);
+    if let Some(z) = zone {
+        meta.labels
+            .insert(crate::schedule::ZONE_LABEL.into(), z.into());
+    }
+    Hypervisor::new(
+        meta,
+        HypervisorSpec {
+            local_cri_endpoint: Some(LocalCriEndpoint {
+                cri_endpoint_path: format!("/run/{name}/containerd.sock"),
+            }),
+            remote_cri_endpoint: None,
+            public,
+            ip_address: ip.into(),
+            port_range: PortRange {
+                low: range.0,
+                high: range.1,
+            },
+        },
+    )
+}
+
+pub fn cluster(name: &str, replicas: u32, vpn: bool) -> Cluster {
+    let mut spec = ClusterSpec {
+        control_plane_replicas: Some(replicas),
+        ..ClusterSpec::default()
+    };
+    spec.vpn.enabled = vpn;
+    with_pki(Cluster::new(ObjectMeta::named(name), spec))
+}
+
+pub fn world(hypervisors: Vec<Hypervisor>, clusters: Vec<Cluster>) -> World {
+    let mut w = World::default();
+    for h in hypervisors {
+        w.hypervisors.insert(h.key(), h);
+    }
+    for c in clusters {
+        w.clusters.insert(c.key(), c);
+    }
+    w
+}
+
+pub fn basic() -> Vec<Hypervisor> {
+    vec![
+        hypervisor("private-1", false, "10.0.0.1", None, (30000, 30099)),
+        hypervisor("private-2", false, "10.0.0.2", None, (30000, 30099)),
+        hypervisor("private-3", false, "10.0.0.3", None, (30000, 30099)),
+        hypervisor("public-1", true, "192.0.2.1", None, (40000, 40099)),
+    ]
 }

@@ -656,5 +656,8 @@ fn nesting_up_to_the_limit_is_accepted() {
     );
     // The structure check passes; the unknown field `x` is what the typed parse refuses.
     let err = parse_manifests(&text, "deep.yaml").unwrap_err();
-    assert!(matches!(&err, ManifestError::Field { path, .. } if path == "x"), "{err:?}");
+    assert!(
+        matches!(&err, ManifestError::Field { path, .. } if path == "x"),
+        "{err:?}"
+    );
 }

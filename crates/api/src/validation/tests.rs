@@ -595,3 +595,46 @@ fn an_etcd_member_record_must_name_its_replica_and_only_a_replica_has_one() {
         "{message}"
     );
 }
+
+#[test]
+fn replicas_are_bounded_by_etcds_largest_cluster() {
+    assert_eq!(errors(&cluster("c1", "  controlPlaneReplicas: 7\n")), []);
+    for replicas in [8, 1000] {
+        assert_eq!(
+            errors(&cluster(
+                "c1",
+                &format!("  controlPlaneReplicas: {replicas}\n")
+            )),
+            [cluster_error(
+                "c1",
+                "spec.controlPlaneReplicas",
+                Reason::TooManyReplicas { replicas, max: 7 }
+            )]
+        );
+    }
+}
+
+#[test]
+fn hypervisor_addresses_are_unicast() {
+    for value in ["0.0.0.0", "::", "224.0.0.1", "ff02::1", "255.255.255.255"] {
+        let spec = LOCAL.replace("192.0.2.10", &format!("\"{value}\""));
+        assert_eq!(
+            errors(&hypervisor("h1", &spec)),
+            [hv_error(
+                "h1",
+                "spec.ipAddress",
+                Reason::NotUnicast {
+                    value: value.into()
+                }
+            )],
+            "{value}"
+        );
+    }
+    for value in ["127.0.0.1", "10.0.0.1", "2001:db8::1"] {
+        assert_eq!(
+            errors(&hypervisor("h1", &LOCAL.replace("192.0.2.10", value))),
+            [],
+            "{value}"
+        );
+    }
+}

@@ -20,13 +20,8 @@ use oi_engine::{CriConnector, DryRun, EngineOptions, Event, RealNetwork, Report}
 use oi_reconcile::render::RenderOptions;
 
 use crate::args::ReconcileArgs;
-use crate::commands::Context;
+use crate::commands::{Context, OutputThenFail};
 use crate::manifests;
-
-/// Some cluster is not ready: the manifests are written anyway, then `oi` exits 1.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct NotReady(pub String);
 
 /// The summary line (its shape is relied upon by scripts and the end-to-end tests).
 pub fn summary(report: &Report) -> String {
@@ -93,16 +88,48 @@ pub fn render_plan(plan: &DryRun) -> String {
     out
 }
 
+/// Why a dry run is incomplete, if it is: clusters that cannot be planned, hypervisors that
+/// cannot be reached.
+pub fn dry_run_incomplete(plan: &DryRun) -> Option<String> {
+    let unreachable: Vec<&str> = plan
+        .hypervisors
+        .iter()
+        .filter(|(_, p)| p.unreachable.is_some())
+        .map(|(h, _)| h.as_str())
+        .collect();
+    let mut lines = Vec::new();
+    if !plan.failures.is_empty() {
+        lines.push(format!(
+            "{} clusters cannot be planned ({})",
+            plan.failures.len(),
+            plan.failures
+                .keys()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if !unreachable.is_empty() {
+        lines.push(format!(
+            "{} hypervisors cannot be reached ({})",
+            unreachable.len(),
+            unreachable.join(", ")
+        ));
+    }
+    (!lines.is_empty()).then(|| format!("the dry run is incomplete: {}", lines.join("; ")))
+}
+
 /// # Errors
-/// When the manifests do not load or the async runtime cannot start; [`NotReady`] (after the
-/// manifests were written to `output`) when a cluster is not ready after `--max-wait`.
+/// When the manifests do not load or the async runtime cannot start; [`OutputThenFail`]
+/// (after the manifests were written to `output`) when a cluster is not ready after
+/// `--max-wait`, and (after the plan was) when a dry run is incomplete.
 pub fn run(
     args: &ReconcileArgs,
     ctx: &Context,
     input: impl Read,
     output: &mut impl Write,
 ) -> anyhow::Result<Option<String>> {
-    let world = manifests::load(&args.input, input)?;
+    let world = manifests::load(&args.input, input, ctx.now)?;
     let repository = args.image_repository.clone().filter(|r| !r.is_empty());
     let options = EngineOptions {
         render: RenderOptions {
@@ -124,7 +151,10 @@ pub fn run(
     if args.dry_run {
         let plan = runtime.block_on(oi_engine::dry_run(world, ctx.now, &options, &connector));
         output.write_all(render_plan(&plan).as_bytes())?;
-        return Ok(None);
+        return match dry_run_incomplete(&plan) {
+            Some(why) => Err(OutputThenFail(why).into()),
+            None => Ok(None),
+        };
     }
     let quiet = args.quiet;
     let progress = move |e: &Event| {
@@ -144,12 +174,17 @@ pub fn run(
     if !quiet {
         eprintln!("{}", summary(&report));
     }
+    let mut warnings = crate::commands::vpn_warnings(&report.world, None);
+    warnings.extend(crate::commands::availability_warnings(&report.world, None));
     match not_ready(&report) {
-        Some(why) => Err(NotReady(why).into()),
-        None => Ok(crate::commands::note(crate::commands::vpn_warnings(
-            &report.world,
-            None,
-        ))),
+        // The warnings go first: the error line is the last thing printed.
+        Some(why) => {
+            if let Some(note) = crate::commands::note(warnings) {
+                eprintln!("{note}");
+            }
+            Err(OutputThenFail(why).into())
+        }
+        None => Ok(crate::commands::note(warnings)),
     }
 }
 

@@ -2,74 +2,15 @@
 
 use super::*;
 
-use crate::testutil::{shared_pki, with_pki, without_issued};
+use crate::testutil::{basic, cluster, hypervisor, shared_pki, without_issued, world};
 
-use oi_api::{
-    ClusterSpec, Hypervisor, HypervisorSpec, LocalCriEndpoint, PortRange, validation::Reason,
-};
+use oi_api::{Hypervisor, validation::Reason};
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
 use time::macros::datetime;
 
 const NOW: OffsetDateTime = datetime!(2026-11-22 03:00:00 UTC);
 const LATER: OffsetDateTime = datetime!(2026-11-23 03:00:00 UTC);
-
-fn hypervisor(
-    name: &str,
-    public: bool,
-    ip: &str,
-    zone: Option<&str>,
-    range: (u32, u32),
-) -> Hypervisor {
-    let mut meta = ObjectMeta::named(name);
-    if let Some(z) = zone {
-        meta.labels.insert(ZONE_LABEL.into(), z.into());
-    }
-    Hypervisor::new(
-        meta,
-        HypervisorSpec {
-            local_cri_endpoint: Some(LocalCriEndpoint {
-                cri_endpoint_path: format!("/run/{name}/containerd.sock"),
-            }),
-            remote_cri_endpoint: None,
-            public,
-            ip_address: ip.into(),
-            port_range: PortRange {
-                low: range.0,
-                high: range.1,
-            },
-        },
-    )
-}
-
-fn cluster(name: &str, replicas: u32, vpn: bool) -> Cluster {
-    let mut spec = ClusterSpec {
-        control_plane_replicas: Some(replicas),
-        ..ClusterSpec::default()
-    };
-    spec.vpn.enabled = vpn;
-    with_pki(Cluster::new(ObjectMeta::named(name), spec))
-}
-
-fn world(hypervisors: Vec<Hypervisor>, clusters: Vec<Cluster>) -> World {
-    let mut w = World::default();
-    for h in hypervisors {
-        w.hypervisors.insert(h.key(), h);
-    }
-    for c in clusters {
-        w.clusters.insert(c.key(), c);
-    }
-    w
-}
-
-fn basic() -> Vec<Hypervisor> {
-    vec![
-        hypervisor("private-1", false, "10.0.0.1", None, (30000, 30099)),
-        hypervisor("private-2", false, "10.0.0.2", None, (30000, 30099)),
-        hypervisor("private-3", false, "10.0.0.3", None, (30000, 30099)),
-        hypervisor("public-1", true, "192.0.2.1", None, (40000, 40099)),
-    ]
-}
 
 fn key(name: &str) -> ObjectKey {
     ObjectKey::new("default", name)
@@ -763,25 +704,31 @@ fn leaf_certificates_are_issued_kept_and_renewed() {
 }
 
 #[test]
-fn unusable_ca_is_reported_and_leaves_are_not_issued() {
+fn unusable_ca_fails_verification_and_the_cluster_is_left_as_it_was() {
     let mut c = cluster("c1", 1, false);
     c.spec.certificate_authorities.etcd_peer = Some(Certificate {
         certificate: "not a certificate".into(),
         private_key: "not a key".into(),
     });
-    let p = prepare(world(basic(), vec![c, cluster("c2", 1, false)]), NOW);
-    let Error::Pki { cluster, field, .. } = &p.failures[&key("c1")] else {
+    let p = prepare(
+        world(basic(), vec![c.clone(), cluster("c2", 1, false)]),
+        NOW,
+    );
+    let Error::Invalid { object, errors } = &p.failures[&key("c1")] else {
         panic!("{:?}", p.failures);
     };
-    assert_eq!(
-        (cluster, *field),
-        (&key("c1"), "spec.certificateAuthorities.etcdPeer")
-    );
+    assert_eq!(object, &key("c1"));
+    let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(fields, ["spec.certificateAuthorities.etcdPeer.certificate"]);
     assert_eq!(p.failures.len(), 1);
-    // Placement and ports stand; the certificates of c1 were not written, c2's were.
-    let c1 = &p.world.components[&key("c1-control-plane-0")];
-    assert_eq!(c1.status.allocated_host_ports.len(), 3);
-    assert!(c1.status.server_certificates.is_empty());
+    // Nothing of c1 was placed or allocated; c2 was prepared.
+    let c1 = &p.world.clusters[&key("c1")];
+    assert_eq!(c1.status, c.status);
+    assert_eq!(
+        c1.spec.certificate_authorities,
+        c.spec.certificate_authorities
+    );
+    assert!(!p.world.components.contains_key(&key("c1-control-plane-0")));
     let c2 = &p.world.components[&key("c2-control-plane-0")];
     assert_eq!(c2.status.server_certificates.len(), 3);
 }
@@ -1010,4 +957,60 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn replicas_sharing_a_hypervisor_beyond_what_quorum_can_lose_are_not_highly_available() {
+    use crate::schedule::not_highly_available;
+    let private = |n: usize| -> Vec<Hypervisor> {
+        let mut hvs: Vec<Hypervisor> = (1..=n)
+            .map(|i| {
+                hypervisor(
+                    &format!("private-{i}"),
+                    false,
+                    &format!("10.0.0.{i}"),
+                    None,
+                    (30000, 30099),
+                )
+            })
+            .collect();
+        hvs.push(hypervisor(
+            "public-1",
+            true,
+            "192.0.2.1",
+            None,
+            (40000, 40099),
+        ));
+        hvs
+    };
+    let busiest = |hypervisors: usize, replicas: u32| {
+        let w = ok(world(
+            private(hypervisors),
+            vec![cluster("c", replicas, false)],
+        ));
+        not_highly_available(&w)
+            .into_iter()
+            .map(|n| (n.cluster.to_string(), n.replicas, n.busiest, n.on_busiest))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        busiest(1, 3),
+        [("default/c".to_string(), 3, "private-1".to_string(), 3)]
+    );
+    assert_eq!(
+        busiest(2, 3),
+        [("default/c".to_string(), 3, "private-1".to_string(), 2)]
+    );
+    assert_eq!(
+        busiest(1, 2),
+        [("default/c".to_string(), 2, "private-1".to_string(), 2)]
+    );
+    assert_eq!(busiest(3, 3), []);
+    assert_eq!(busiest(2, 2), []);
+    assert_eq!(
+        busiest(3, 5),
+        [],
+        "2+2+1: losing 2 of 5 keeps a quorum of 3"
+    );
+    assert_eq!(busiest(1, 1), []);
 }

@@ -26,7 +26,7 @@ pub fn run(
     input: impl Read,
     output: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let world = manifests::load(&args.input, input)?;
+    let world = manifests::load(&args.input, input, ctx.now)?;
     let (key, cluster) = manifests::select_cluster(&world, args.cluster.as_deref())?;
     let kubeconfig = admin_kubeconfig(key, cluster, ctx)
         .with_context(|| format!("cannot make an admin kubeconfig for cluster {key}"))?;

@@ -6,16 +6,18 @@ use std::io::{Read, Write};
 use anyhow::Context as _;
 
 use crate::args::ClusterSelectArgs;
+use crate::commands::Context;
 use crate::manifests;
 
 /// # Errors
 /// When the manifests do not load, the cluster is not found, or it has no PKI yet.
 pub fn run(
     args: &ClusterSelectArgs,
+    ctx: &Context,
     input: impl Read,
     output: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let world = manifests::load(&args.input, input)?;
+    let world = manifests::load(&args.input, input, ctx.now)?;
     let (key, cluster) = manifests::select_cluster(&world, args.cluster.as_deref())?;
     let ca = cluster
         .spec

@@ -18,7 +18,7 @@ pub fn run(
     input: impl Read,
     output: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let mut world = manifests::load(&args.input, input)?;
+    let mut world = manifests::load_unverified(&args.input, input)?;
     let key = ObjectKey::new(
         args.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE),
         args.name.as_str(),
@@ -42,7 +42,10 @@ mod tests {
 
     fn delete(name: &str, world: &str, now: time::OffsetDateTime) -> anyhow::Result<String> {
         let args = ClusterDeleteArgs {
-            input: InputArgs { files: vec![] },
+            input: InputArgs {
+                files: vec![],
+                max_input_size: oi_cli_io::DEFAULT_MAX_INPUT_BYTES,
+            },
             name: name.into(),
             namespace: None,
         };

@@ -26,7 +26,7 @@ pub fn run(
     input: impl Read,
     output: &mut impl Write,
 ) -> anyhow::Result<Option<String>> {
-    let mut world = manifests::load(&args.input, input)?;
+    let mut world = manifests::load(&args.input, input, ctx.now)?;
     let key = ObjectKey::new(
         args.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE),
         &args.name,
@@ -56,6 +56,10 @@ pub fn run(
     manifests::finish(&prepared.world, output)?;
     let mut notes = warnings(&prepared.failures);
     notes.extend(crate::commands::vpn_warnings(&prepared.world, Some(&key)));
+    notes.extend(crate::commands::availability_warnings(
+        &prepared.world,
+        Some(&key),
+    ));
     Ok(crate::commands::note(notes))
 }
 

@@ -1,6 +1,5 @@
 //! `oi hypervisor inject`: add a validated Hypervisor to the manifests and print them all.
 
-use std::fs;
 use std::io::{Read, Write};
 use std::path::Path;
 
@@ -11,17 +10,20 @@ use oi_api::{
 };
 
 use crate::args::HypervisorInjectArgs;
+use crate::commands::Context;
 use crate::manifests;
 
 /// # Errors
 /// When the manifests do not load, a hypervisor of that name exists, a PEM file cannot be
-/// read, or the new hypervisor is invalid.
+/// read, or the new hypervisor is invalid (its key material too: the CA must be a CA, the
+/// client key the client certificate's).
 pub fn run(
     args: &HypervisorInjectArgs,
+    ctx: &Context,
     input: impl Read,
     output: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let mut world = manifests::load(&args.input, input)?;
+    let mut world = manifests::load(&args.input, input, ctx.now)?;
     let hypervisor = hypervisor(args)?;
     let key = ObjectKey::cluster_scoped(&args.name);
     anyhow::ensure!(
@@ -67,11 +69,16 @@ fn hypervisor(args: &HypervisorInjectArgs) -> anyhow::Result<Hypervisor> {
     ))
 }
 
+/// The largest PEM file read: a certificate chain or an RSA-4096 key is a few KiB.
+const MAX_PEM_BYTES: u64 = 1 << 20;
+
 /// Reads a PEM file a flag names; clap makes the flag required with `--remote-cri-endpoint`.
 fn read_pem(path: Option<&Path>, flag: &str) -> anyhow::Result<String> {
     let path = path.with_context(|| format!("{flag} is required with --remote-cri-endpoint"))?;
-    let text = fs::read_to_string(path)
-        .with_context(|| format!("cannot read {flag} {}", path.display()))?;
+    let text = oi_cli_io::read_sources(&[path], std::io::empty(), MAX_PEM_BYTES)
+        .with_context(|| format!("cannot read {flag} {}", path.display()))?
+        .remove(0)
+        .text;
     anyhow::ensure!(
         text.contains("-----BEGIN "),
         "{flag} {} is not a PEM file",

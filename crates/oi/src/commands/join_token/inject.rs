@@ -18,7 +18,7 @@ pub fn run(
     input: impl Read,
     output: &mut impl Write,
 ) -> anyhow::Result<String> {
-    let mut world = manifests::load(&args.input, input)?;
+    let mut world = manifests::load(&args.input, input, ctx.now)?;
     let cluster = manifests::select_cluster_mut(&mut world, Some(&args.cluster))?;
     let token = super::generate_token(&mut ctx.rng());
     cluster.spec.join_tokens.push(token.clone());

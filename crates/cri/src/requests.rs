@@ -186,9 +186,11 @@ pub fn check_host_path(path: &str) -> Result<(), &'static str> {
 
 /// The shell script of the writer container. For each file `i` (0..`$OI_FILES`) it reads
 /// `$OI_F<i>_PATH`, `$OI_F<i>_MODE` and the base64 chunks `$OI_F<i>_D0..$OI_F<i>_D<n-1>`
-/// (n = `$OI_F<i>_N`), writes them decoded to a temporary file beside the target (umask 077,
-/// so a key is never readable by others, even briefly), sets the mode and renames it over the
-/// target. Only variable names are `eval`ed, never file contents.
+/// (n = `$OI_F<i>_N`), writes them decoded to a temporary file beside the target (made by
+/// `mktemp`: a name no other writer shares, even one running at once on the same hypervisor,
+/// whose PID namespace gives every writer PID 1; mode 0600 and umask 077, so a key is never
+/// readable by others, even briefly), sets the mode and renames it over the target. Only
+/// variable names are `eval`ed, never file contents.
 pub const WRITER_SCRIPT: &str = r#"set -eu
 umask 077
 tmp=""
@@ -199,7 +201,7 @@ while [ "$i" -lt "$OI_FILES" ]; do
   t="/host$p"
   d="${t%/*}"
   mkdir -p "$d"
-  tmp="$d/.oi-write.$i.$$"
+  tmp=$(mktemp "$d/.oi-write.XXXXXXXX")
   j=0
   while [ "$j" -lt "$n" ]; do
     eval "printf '%s' \"\$OI_F${i}_D${j}\""

@@ -235,6 +235,60 @@ fn writer_script_writes_contents_and_modes_atomically() {
     assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
 }
 
+/// Two writers at once on one hypervisor, each in its own PID namespace (as containers are:
+/// both are PID 1), writing the same file: each has its own temporary file, both succeed,
+/// and the file is whole, one or the other.
+#[test]
+fn concurrent_writers_share_no_temporary_file() {
+    if !oi_testsupport::require_root_and_commands(
+        "concurrent_writers_share_no_temporary_file",
+        &["unshare"],
+    ) {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("etc/oneinfra")).unwrap();
+    let contents: Vec<Vec<u8>> = (0..2u8).map(|i| vec![b'a' + i; 512 << 10]).collect();
+    for round in 0..5 {
+        let children: Vec<_> = contents
+            .iter()
+            .map(|content| {
+                let f = file("/etc/oneinfra/same.bin", content, 0o600);
+                let w = writer_container(&[&f], "toolbox");
+                let script = WRITER_SCRIPT.replace("/host", &root.path().to_string_lossy());
+                Command::new("unshare")
+                    .args(["--pid", "--fork", "sh", "-c", &script, "writer"])
+                    .env_clear()
+                    .env("PATH", "/usr/bin:/bin")
+                    .envs(&w.env)
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for child in children {
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "round {round}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let written = std::fs::read(root.path().join("etc/oneinfra/same.bin")).unwrap();
+        assert!(
+            contents.contains(&written),
+            "round {round}: the file is neither writer's content ({} bytes)",
+            written.len()
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(root.path().join("etc/oneinfra"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(left.len(), 1, "temporary files left: {left:?}");
+}
+
 #[test]
 fn writer_script_fails_on_bad_data() {
     let root = tempfile::tempdir().unwrap();

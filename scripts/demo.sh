@@ -8,6 +8,10 @@
 #   OI_DEMO_DIR   where manifests and kubeconfig go  (default: target/demo)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Everything this script writes holds private keys (the hypervisors' CRI client keys, every
+# CA of the cluster, the admin's key): files are private from their creation. oi and
+# oi-local-hypervisor-set create theirs with mode 0600 through -o; the umask covers the rest.
+umask 077
 
 set_name=${OI_DEMO_SET:-demo}
 dir=${OI_DEMO_DIR:-target/demo}
@@ -24,14 +28,13 @@ if "$bin/oi-local-hypervisor-set" list | awk 'NR > 1 { print $1 }' | grep -qx "$
 fi
 
 "$bin/oi-local-hypervisor-set" create --name "$set_name" --size-private 3 --size-public 1 --tcp \
-  > "$dir/hypervisors.yaml"
+  -o "$dir/hypervisors.yaml"
 "$bin/oi" cluster inject --name "$set_name" --control-plane-replicas 3 \
   -f "$dir/hypervisors.yaml" -o "$dir/world.yaml"
 # The offline image set lives under localhost/oneinfra (see HACKING.md).
 "$bin/oi" reconcile --image-repository localhost/oneinfra --max-wait 120s \
   -f "$dir/world.yaml" -o "$dir/world.yaml"
-"$bin/oi" cluster admin-kubeconfig -f "$dir/world.yaml" > "$dir/admin.kubeconfig"
-chmod 600 "$dir/admin.kubeconfig"
+"$bin/oi" cluster admin-kubeconfig -f "$dir/world.yaml" -o "$dir/admin.kubeconfig"
 echo "demo: kubectl --kubeconfig $dir/admin.kubeconfig version" >&2
 kubectl --kubeconfig "$dir/admin.kubeconfig" version >&2
 

@@ -19,8 +19,14 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Create a set and print its Hypervisor manifests on stdout.
+    /// Create a set and print its Hypervisor manifests on stdout, or write them to -o FILE.
+    /// With --tcp they hold each front's client private key (full control of the
+    /// hypervisor): use -o, which creates FILE with mode 0600, rather than a redirection.
     Create {
+        /// Write the manifests to FILE (atomically, mode 0600 from its creation; checked
+        /// before the set is created) instead of stdout.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
         /// Set name (lowercase letters, digits and '-', at most 20 characters).
         #[arg(long)]
         name: String,
@@ -52,12 +58,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let mut stderr = std::io::stderr();
     match cli.command {
         Command::Create {
+            output,
             name,
             size_private,
             size_public,
             tcp,
             images_dir,
         } => {
+            // Checked before anything is created: a set made for an output that cannot be
+            // written would be running with its keys lost.
+            let target = oi_cli_io::Target::resolve(output.as_deref())?;
+            let holder = format!("pid {}: oi-local-hypervisor-set create", std::process::id());
+            let shown = output
+                .as_deref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            let guard = target.lock(&holder, |held_by| {
+                eprintln!("oi-local-hypervisor-set: waiting for {shown}: another command is writing it ({held_by})");
+            })?;
             let args = CreateArgs {
                 name,
                 private: size_private,
@@ -65,8 +83,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 tcp,
                 images_dir,
             };
-            commands::create(&paths, &args, &mut stdout, &mut stderr)
+            let mut manifests = Vec::new();
+            commands::create(&paths, &args, &mut manifests, &mut stderr)
                 .with_context(|| format!("cannot create set {}", args.name))?;
+            guard.write(&manifests)?;
         }
         Command::Destroy { name } => {
             // "Nothing to do" is a success too: destroy converges.
@@ -90,6 +110,8 @@ fn main() -> ExitCode {
             if e.chain().any(|c| {
                 c.downcast_ref::<std::io::Error>()
                     .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+                    || c.downcast_ref::<oi_cli_io::Error>()
+                        .is_some_and(oi_cli_io::Error::is_broken_pipe)
             }) {
                 return ExitCode::SUCCESS;
             }

@@ -14,80 +14,15 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
-use oi_api::{ComponentRole, ObjectKey, World, versions};
+use oi_api::{ComponentRole, ObjectKey, versions};
 use pretty_assertions::assert_eq;
 
-/// The fixed clock of every test run.
-const NOW: &str = "2026-11-22T00:00:00Z";
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
-fn hypervisors() -> PathBuf {
-    fixture("hypervisors.yaml")
-}
+#[path = "support/oi.rs"]
+mod support;
+use support::*;
 
 fn samples_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/oneinfra/samples")
-}
-
-/// Runs `oi` with `args` (plus `--now`), feeding `stdin`.
-fn oi(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_oi"))
-        .args(args)
-        .args(["--now", NOW])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // A command that fails early may not read its input: a broken pipe here is fine.
-    let _ = child.stdin.take().unwrap().write_all(stdin);
-    child.wait_with_output().unwrap()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8(out.stderr.clone()).unwrap()
-}
-
-/// Runs `oi` and expects success with nothing on stderr; returns stdout.
-fn ok(args: &[&str], stdin: &[u8]) -> String {
-    let out = oi(args, stdin);
-    assert_eq!(stderr(&out), "", "oi {args:?} wrote to stderr");
-    assert!(out.status.success(), "oi {args:?}: {:?}", out.status);
-    stdout(&out)
-}
-
-fn path_str(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-/// A world of the fixture hypervisors with one cluster injected.
-fn injected(name: &str, replicas: u32) -> String {
-    ok(
-        &[
-            "cluster",
-            "inject",
-            "--name",
-            name,
-            "--control-plane-replicas",
-            &replicas.to_string(),
-            "-f",
-            path_str(&hypervisors()),
-        ],
-        b"",
-    )
-}
-
-fn load(text: &str) -> World {
-    World::load(text, "test output").unwrap()
 }
 
 /// The output with every secret or random value replaced: PEM bodies (keys, certificates

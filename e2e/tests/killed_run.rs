@@ -109,9 +109,14 @@ fn kill_when(
         "{test}: the killed run changed {}",
         world.display()
     );
+    // A killed command cannot remove its lock file (`.world.yaml.lock`, empty but for its
+    // holder's pid): the kernel released its lock, and the next command takes it and
+    // removes it. Anything else left is a leak.
+    let lock = oi_cli_io::Lock::path_for(world);
     let temporaries: Vec<_> = std::fs::read_dir(world.parent().unwrap())
         .unwrap()
         .filter_map(Result::ok)
+        .filter(|e| e.path() != lock)
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n != "world.yaml")
         .collect();
@@ -128,6 +133,11 @@ fn rerun_until_ready(test: &str, world: &Path, runs: usize) {
         let summary = run.summary().unwrap();
         eprintln!("{test}: rerun {attempt} {:.1?}: {summary}", run.elapsed);
         if run.success && summary.not_ready == 0 {
+            // The lock file a killed run left is gone with the rerun that took it.
+            assert!(
+                !oi_cli_io::Lock::path_for(world).exists(),
+                "{test}: a lock file is left after the rerun"
+            );
             return;
         }
         eprintln!("{test}: rerun {attempt} not ready:\n{}", run.stderr);

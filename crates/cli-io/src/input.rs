@@ -143,3 +143,39 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         None => Err(format!("{s} is too large")),
     }
 }
+
+/// The longest duration a flag takes: a day.
+pub const MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// A duration flag: `500ms`, `60s`, `2m`, `1h`, or plain seconds; at most [`MAX_DURATION`].
+///
+/// # Errors
+/// A message saying what was expected, or that it is longer than a day.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    use std::time::Duration;
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let too_long = || format!("{s} is longer than the most allowed, 24h");
+    let n: u64 = match number.parse() {
+        Ok(n) => n,
+        // Digits only, so the number can only be too large.
+        Err(_) if !number.is_empty() => return Err(too_long()),
+        Err(_) => return Err(format!("expected a duration like 60s or 2m, got {s:?}")),
+    };
+    let millis_per_unit: u64 = match unit {
+        "ms" => 1,
+        "" | "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(format!("unknown unit {unit:?} (use ms, s, m or h)")),
+    };
+    let duration = n
+        .checked_mul(millis_per_unit)
+        .map(Duration::from_millis)
+        .ok_or_else(too_long)?;
+    if duration > MAX_DURATION {
+        return Err(too_long());
+    }
+    Ok(duration)
+}

@@ -33,7 +33,8 @@ use std::io;
 use std::path::PathBuf;
 
 pub use input::{
-    DEFAULT_MAX_INPUT_BYTES, FileId, Source, file_id, parse_size, read_sources, stdin_id,
+    DEFAULT_MAX_INPUT_BYTES, FileId, MAX_DURATION, Source, file_id, parse_duration, parse_size,
+    read_sources, stdin_id,
 };
 pub use lock::Lock;
 pub use output::{Guard, Target};

@@ -338,3 +338,32 @@ fn sizes() {
     assert!(parse_size("99999999999999999999GiB").is_err());
     assert!(parse_size("18446744073709551615GiB").is_err());
 }
+
+#[test]
+fn durations() {
+    use std::time::Duration;
+    assert_eq!(parse_duration("60s"), Ok(Duration::from_secs(60)));
+    assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+    assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+    assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+    assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
+    assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+    assert_eq!(
+        parse_duration("soon"),
+        Err("expected a duration like 60s or 2m, got \"soon\"".to_string())
+    );
+    assert_eq!(
+        parse_duration("5d"),
+        Err("unknown unit \"d\" (use ms, s, m or h)".to_string())
+    );
+    let too_long = |s: &str| Err(format!("{s} is longer than the most allowed, 24h"));
+    assert_eq!(parse_duration("25h"), too_long("25h"));
+    assert_eq!(
+        parse_duration("99999999999999999h"),
+        too_long("99999999999999999h")
+    );
+    assert_eq!(
+        parse_duration("99999999999999999999999"),
+        too_long("99999999999999999999999")
+    );
+}

@@ -120,15 +120,15 @@ pub struct RunArgs {
     pub leader_election_identity: Option<String>,
 
     /// How long a Lease stays valid after its last renewal.
-    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = oi_cli_io::parse_duration)]
     pub leader_election_lease_duration: Duration,
 
     /// A leader that could not renew for this long steps down (and oi-manager exits).
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = oi_cli_io::parse_duration)]
     pub leader_election_renew_deadline: Duration,
 
     /// Delay between attempts to acquire or renew the Lease.
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = oi_cli_io::parse_duration)]
     pub leader_election_retry_period: Duration,
 
     /// Where /metrics is served.
@@ -144,27 +144,27 @@ pub struct RunArgs {
     pub image_repository: Option<String>,
 
     /// How long one reconcile waits for a cluster to become ready before requeueing it.
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = oi_cli_io::parse_duration)]
     pub max_wait: Duration,
 
     /// Next look at a ready cluster (drift check).
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = oi_cli_io::parse_duration)]
     pub requeue_ready: Duration,
 
     /// Next look at a cluster that is not ready yet.
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = oi_cli_io::parse_duration)]
     pub requeue_not_ready: Duration,
 
     /// How often each hypervisor's CRI endpoint is probed.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = oi_cli_io::parse_duration)]
     pub hypervisor_probe_interval: Duration,
 
     /// First delay after a failed reconcile, doubled per consecutive failure.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = oi_cli_io::parse_duration)]
     pub backoff_min: Duration,
 
     /// Longest delay after failed reconciles.
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = oi_cli_io::parse_duration)]
     pub backoff_max: Duration,
 
     /// How many reconciles run at once (all controllers together).
@@ -173,7 +173,7 @@ pub struct RunArgs {
 
     /// On SIGTERM, how long reconciles under way may take to finish before the process
     /// exits (then without releasing the Lease, which expires).
-    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = oi_cli_io::parse_duration)]
     pub shutdown_timeout: Duration,
 
     /// Log filter (tracing's EnvFilter syntax: `info`, `oi_manager=debug,kube=warn`).
@@ -347,23 +347,6 @@ pub fn default_identity() -> String {
         })
         .unwrap_or_else(|| "oi-manager".to_string());
     format!("{host}_{}", std::process::id())
-}
-
-/// `500ms`, `60s`, `2m`, `1h`, or plain seconds.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("expected a duration like 60s or 2m, got {s:?}"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "" | "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
-        "h" => Ok(Duration::from_secs(n.saturating_mul(3600))),
-        _ => Err(format!("unknown unit {unit:?} (use ms, s, m or h)")),
-    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -97,7 +97,7 @@ pub struct ReconcileArgs {
     pub quiet: bool,
 
     /// How long to wait for every cluster to become ready (e.g. 500ms, 60s, 2m; at most 24h).
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = oi_cli_io::parse_duration)]
     pub max_wait: std::time::Duration,
 
     /// Image repository override for every component image (air-gapped mirrors, tests).
@@ -371,39 +371,6 @@ fn parse_rfc3339(s: &str) -> Result<OffsetDateTime, String> {
     OffsetDateTime::parse(s, &Rfc3339).map_err(|e| format!("not an RFC 3339 time: {e}"))
 }
 
-/// The longest duration a flag takes: a day.
-const MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
-
-/// `500ms`, `60s`, `2m`, `1h`, or plain seconds; at most [`MAX_DURATION`].
-fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    use std::time::Duration;
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
-    let too_long = || format!("{s} is longer than the most allowed, 24h");
-    let n: u64 = match number.parse() {
-        Ok(n) => n,
-        // Digits only, so the number can only be too large.
-        Err(_) if !number.is_empty() => return Err(too_long()),
-        Err(_) => return Err(format!("expected a duration like 60s or 2m, got {s:?}")),
-    };
-    let millis_per_unit: u64 = match unit {
-        "ms" => 1,
-        "" | "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        _ => return Err(format!("unknown unit {unit:?} (use ms, s, m or h)")),
-    };
-    let duration = n
-        .checked_mul(millis_per_unit)
-        .map(Duration::from_millis)
-        .ok_or_else(too_long)?;
-    if duration > MAX_DURATION {
-        return Err(too_long());
-    }
-    Ok(duration)
-}
-
 /// `LOW-HIGH`, both ports. Order is checked by hypervisor validation, like in manifests.
 fn parse_port_range(s: &str) -> Result<(u32, u32), String> {
     let (low, high) = s
@@ -439,28 +406,6 @@ mod tests {
         assert_eq!(
             parse_port_range("1-70000"),
             Err("\"70000\" is not a port (1-65535)".to_string())
-        );
-    }
-
-    #[test]
-    fn durations() {
-        use std::time::Duration;
-        assert_eq!(parse_duration("60s"), Ok(Duration::from_secs(60)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
-        assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("5d").is_err());
-        assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
-        let too_long = |s: &str| Err(format!("{s} is longer than the most allowed, 24h"));
-        assert_eq!(parse_duration("25h"), too_long("25h"));
-        assert_eq!(
-            parse_duration("99999999999999999h"),
-            too_long("99999999999999999h")
-        );
-        assert_eq!(
-            parse_duration("99999999999999999999999"),
-            too_long("99999999999999999999999")
         );
     }
 

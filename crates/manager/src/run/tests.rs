@@ -235,23 +235,6 @@ fn inconsistent_flags_are_refused() {
 }
 
 #[test]
-fn durations() {
-    assert_eq!(parse_duration("60s"), Ok(Duration::from_secs(60)));
-    assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-    assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-    assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-    assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
-    assert_eq!(
-        parse_duration("soon"),
-        Err("expected a duration like 60s or 2m, got \"soon\"".to_string())
-    );
-    assert_eq!(
-        parse_duration("5d"),
-        Err("unknown unit \"d\" (use ms, s, m or h)".to_string())
-    );
-}
-
-#[test]
 fn default_identity_is_host_and_pid() {
     let identity = default_identity();
     let (host, pid) = identity.rsplit_once('_').unwrap();

@@ -747,6 +747,45 @@ async fn a_cluster_that_cannot_be_prepared_reports_it_once_and_backs_off() {
 }
 
 #[tokio::test]
+async fn a_cluster_with_broken_key_material_is_not_deployed_and_its_field_named() {
+    let h = Harness::new();
+    h.store.insert(cluster("c", 1));
+    reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    assert_eq!(
+        h.event_reasons().last().map(String::as_str),
+        Some("ClusterReady")
+    );
+    let pods = h.pods();
+    // The etcd peer CA's key replaced by the API server CA's: the CA no longer owns its key.
+    let mut c = h.cluster("c").unwrap();
+    let other_key = c.spec.api_server.ca.as_ref().unwrap().private_key.clone();
+    c.spec
+        .certificate_authorities
+        .etcd_peer
+        .as_mut()
+        .unwrap()
+        .private_key = other_key;
+    h.store.insert(c);
+    let calls = h.mutating_calls();
+    reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    let c = h.cluster("c").unwrap();
+    assert_eq!(
+        succeeded(&c),
+        Some((ConditionStatus::False, "PrepareFailed".into()))
+    );
+    let message = &find_condition(&c.status.conditions, condition_types::RECONCILE_SUCCEEDED)
+        .unwrap()
+        .message;
+    assert!(
+        message.contains("spec.certificateAuthorities.etcdPeer.privateKey")
+            && message.contains("the private key is not the one of certificate"),
+        "{message}"
+    );
+    assert_eq!(h.mutating_calls(), calls, "nothing was deployed");
+    assert_eq!(h.pods(), pods);
+}
+
+#[tokio::test]
 async fn concurrent_clusters_never_share_a_port() {
     let h = Harness::new();
     for name in ["a", "b", "c"] {

@@ -22,7 +22,7 @@ use oi_manager::driver::Driver;
 use oi_manager::memory::MemoryStore;
 use oi_manager::metrics::Metrics;
 use oi_manager::store::Store as _;
-use oi_reconcile::render::RenderOptions;
+use oi_planner::render::RenderOptions;
 
 type Ctx = Context<MemoryStore, CriConnector, RealNetwork>;
 

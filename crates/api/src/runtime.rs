@@ -1,5 +1,5 @@
 //! What a hypervisor should run, as plain data: the contract between the pure planner
-//! (`oi-reconcile` renders these) and the CRI client (`oi-cri` executes them).
+//! (`oi-planner` renders these) and the CRI client (`oi-cri` executes them).
 //!
 //! Every pod is a host-network pod. Its identity is `(namespace, name)`; `labels` select pods
 //! (by cluster, component); the content hash of the whole spec decides whether a running pod

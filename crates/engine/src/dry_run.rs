@@ -6,7 +6,7 @@ use futures::future::join_all;
 use oi_api::runtime::labels;
 use oi_api::{ObjectKey, World};
 use oi_cri::HypervisorRuntime;
-use oi_reconcile::render::{self, Rendered};
+use oi_planner::render::{self, Rendered};
 use time::OffsetDateTime;
 
 use crate::{
@@ -41,7 +41,7 @@ pub async fn dry_run<C: Connector>(
     options: &EngineOptions,
     connector: &C,
 ) -> DryRun {
-    let prepared = oi_reconcile::prepare_with(world, now, &options.prepare);
+    let prepared = oi_planner::prepare_with(world, now, &options.prepare);
     let world = prepared.world;
     let mut out = DryRun {
         failures: prepared

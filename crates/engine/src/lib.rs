@@ -49,8 +49,8 @@ use oi_api::hypervisor::CriEndpoint as ApiEndpoint;
 use oi_api::runtime::{HostFile, PodSpec, labels};
 use oi_api::{Component, ComponentRole, EtcdInitialClusterState, Hypervisor, ObjectKey, World};
 use oi_cri::{ClientOptions, CriClient, CriEndpoint, HypervisorRuntime, Outcome};
-use oi_reconcile::ports::names;
-use oi_reconcile::render::{self, EtcdMember, RenderOptions, Rendered};
+use oi_planner::ports::names;
+use oi_planner::render::{self, EtcdMember, RenderOptions, Rendered};
 use time::OffsetDateTime;
 
 pub use etcd::{EtcdClient, EtcdError, Member};
@@ -119,7 +119,7 @@ impl Connector for CriConnector {
 /// Settings of [`reconcile`].
 #[derive(Debug, Clone)]
 pub struct EngineOptions {
-    pub prepare: oi_reconcile::Options,
+    pub prepare: oi_planner::Options,
     pub render: RenderOptions,
     /// How long a cluster may take to become ready (etcd, API servers, ingress).
     pub max_wait: Duration,
@@ -136,7 +136,7 @@ pub struct EngineOptions {
 impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
-            prepare: oi_reconcile::Options::default(),
+            prepare: oi_planner::Options::default(),
             render: RenderOptions::default(),
             max_wait: Duration::from_secs(60),
             poll_interval: Duration::from_millis(250),
@@ -323,7 +323,7 @@ pub async fn reconcile<C: Connector, N: Network>(
     progress: &(dyn Fn(&Event) + Sync),
 ) -> Report {
     let started = Instant::now();
-    let prepared = oi_reconcile::prepare_with(world, now, &options.prepare);
+    let prepared = oi_planner::prepare_with(world, now, &options.prepare);
     let mut world = prepared.world;
     for (key, cluster) in world.clusters.iter_mut() {
         if !cluster.is_being_deleted() && !prepared.failures.contains_key(key) {
@@ -437,7 +437,7 @@ fn apply(world: &mut World, run: &ClusterRun, now: OffsetDateTime) {
         }
     }
     for component in &run.removed {
-        if let Some(c) = oi_reconcile::remove_component(world, component)
+        if let Some(c) = oi_planner::remove_component(world, component)
             && let Some(entry) = c
                 .spec
                 .hypervisor
@@ -448,7 +448,7 @@ fn apply(world: &mut World, run: &ClusterRun, now: OffsetDateTime) {
         }
     }
     if run.outcome.deleted {
-        oi_reconcile::remove_cluster(world, key);
+        oi_planner::remove_cluster(world, key);
         for h in world.hypervisors.values_mut() {
             if let Some(clusters) = h.status.files.get_mut(&key.namespace) {
                 clusters.remove(&key.name);

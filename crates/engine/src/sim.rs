@@ -25,7 +25,7 @@ use oi_api::{Component, EtcdInitialClusterState, EtcdMemberBootstrap, Hypervisor
 use oi_cri::ContainerState;
 use oi_cri::HypervisorRuntime as _;
 use oi_cri::fake::FakeRuntime;
-use oi_reconcile::ports::names;
+use oi_planner::ports::names;
 
 use crate::etcd::Member;
 use crate::https::{HttpsError, HttpsRequest, HttpsResponse, Network};

@@ -165,7 +165,7 @@ impl Harness {
     }
 
     async fn run(&self, world: World) -> Report {
-        let world = oi_reconcile::prepare(world, NOW).world;
+        let world = oi_planner::prepare(world, NOW).world;
         *self.network.source().0.lock().unwrap() = world.clone();
         self.events.lock().unwrap().clear();
         let progress = |e: &Event| self.events.lock().unwrap().push(e.to_string());
@@ -488,7 +488,7 @@ async fn a_cluster_planned_before_etcd_records_is_brought_up_as_it_was() {
     // A manifest written before `status.etcdMember` existed: placed, ports allocated, no
     // records. Its members were started one by one, so they are recorded that way.
     let h = Harness::new();
-    let mut w = oi_reconcile::prepare(world(1, &[("c", 3)]), NOW).world;
+    let mut w = oi_planner::prepare(world(1, &[("c", 3)]), NOW).world;
     for c in w.components.values_mut() {
         c.status.etcd_member = None;
     }
@@ -569,7 +569,7 @@ async fn deleting_a_cluster_removes_everything_and_frees_its_ports() {
 #[tokio::test]
 async fn an_unreachable_hypervisor_fails_only_its_clusters() {
     let h = Harness::new();
-    let w = oi_reconcile::prepare(world(2, &[("a", 1), ("b", 1)]), NOW).world;
+    let w = oi_planner::prepare(world(2, &[("a", 1), ("b", 1)]), NOW).world;
     let a_host = w.components[&ObjectKey::new("default", "a-control-plane-0")]
         .spec
         .hypervisor
@@ -664,7 +664,7 @@ fn only_the_pods_that_read_a_changed_file_restart() {
         labels: BTreeMap::new(),
         containers: vec![container(name, args)],
     };
-    let rendered = oi_reconcile::render::Rendered {
+    let rendered = oi_planner::render::Rendered {
         pods: vec![
             pod("etcd", &["--cert-file=/d/etcd.crt"]),
             pod("apiserver", &["--tls-cert-file=/d/api.crt"]),

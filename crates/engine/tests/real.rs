@@ -17,8 +17,8 @@ use oi_engine::{
 };
 use oi_local_hypervisor_set::Paths;
 use oi_local_hypervisor_set::commands::{CreateArgs, create, destroy};
-use oi_reconcile::ports::names;
-use oi_reconcile::render::{RenderOptions, certs, etcd_membership};
+use oi_planner::ports::names;
+use oi_planner::render::{RenderOptions, certs, etcd_membership};
 use time::OffsetDateTime;
 
 const REPOSITORY: &str = "localhost/oneinfra";

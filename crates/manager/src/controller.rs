@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! Cluster key ─► finalizer ─► sub-world: every Hypervisor, the Cluster, its Components
-//!   1. under the write lock: oi_reconcile::prepare_with (PKI, components, placement, ports,
+//!   1. under the write lock: oi_planner::prepare_with (PKI, components, placement, ports,
 //!      certificates) ─► written back: cluster spec, the cluster's share of hypervisor
 //!      statuses, new Components (finalizer, owner reference), changed ones, surplus ones
 //!      deleted (deletionTimestamp)

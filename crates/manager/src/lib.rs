@@ -1,5 +1,5 @@
 //! `oi-manager`: oneinfra's second front end. The same reconciliation as `oi reconcile`
-//! (oi-reconcile's plan and oi-engine's steps, no second implementation of any step) run by
+//! (oi-planner's plan and oi-engine's steps, no second implementation of any step) run by
 //! controllers over Hypervisor, Cluster and Component objects held in a [`store::Store`]:
 //! custom resources on a management Kubernetes cluster ([`kube_store::KubeStore`]) or an
 //! in-process store ([`memory::MemoryStore`]).

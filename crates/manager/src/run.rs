@@ -35,7 +35,7 @@ use oi_api::versions::INFRA;
 use oi_api::{Component, DEFAULT_NAMESPACE, Kind, ObjectKey};
 use oi_cri::ClientOptions;
 use oi_engine::{CriConnector, RealNetwork};
-use oi_reconcile::render::RenderOptions;
+use oi_planner::render::RenderOptions;
 use tokio::sync::{Semaphore, oneshot, watch};
 
 use crate::controller::{self, Action, Context, ControllerKind, ManagerOptions, ReconcileError};

@@ -74,7 +74,7 @@ pub fn availability_warnings(
     world: &oi_api::World,
     only: Option<&oi_api::ObjectKey>,
 ) -> Vec<String> {
-    oi_reconcile::schedule::not_highly_available(world)
+    oi_planner::schedule::not_highly_available(world)
         .into_iter()
         .filter(|n| only.is_none_or(|k| *k == n.cluster))
         .map(|n| {

@@ -9,7 +9,7 @@ use time::OffsetDateTime;
 use crate::args::InputArgs;
 
 /// Reads and parses every input into one world (defaulted and validated by the api crate),
-/// then verifies everything verifiable at `now` ([`oi_reconcile::verify::verify_world`]: key
+/// then verifies everything verifiable at `now` ([`oi_planner::verify::verify_world`]: key
 /// material, addresses, ports), so that nothing broken reaches a hypervisor.
 ///
 /// # Errors
@@ -18,7 +18,7 @@ use crate::args::InputArgs;
 /// document.
 pub fn load(input: &InputArgs, stdin: impl Read, now: OffsetDateTime) -> anyhow::Result<World> {
     let (world, located) = load_located(input, stdin)?;
-    let invalid: Vec<ValidationError> = oi_reconcile::verify::verify_world(&world, now)
+    let invalid: Vec<ValidationError> = oi_planner::verify::verify_world(&world, now)
         .into_iter()
         .map(|f| {
             let (source_name, position) = located
@@ -81,7 +81,7 @@ fn load_located(input: &InputArgs, stdin: impl Read) -> anyhow::Result<(World, L
 pub fn validate_new(object: &Object) -> anyhow::Result<()> {
     let mut errors = oi_api::validate_object(object);
     if let Object::Hypervisor(h) = object {
-        errors.extend(oi_reconcile::verify::verify_hypervisor(h));
+        errors.extend(oi_planner::verify::verify_hypervisor(h));
     }
     if errors.is_empty() {
         return Ok(());

@@ -64,7 +64,7 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
         }
         world.clusters.insert(key.clone(), cluster);
         let mut prepared =
-            oi_reconcile::prepare_with(world.clone(), now, &ctx.options.engine.prepare);
+            oi_planner::prepare_with(world.clone(), now, &ctx.options.engine.prepare);
         if let Some(error) = prepared.failures.remove(key) {
             prepare_failed(ctx, key, &mut stored.cluster, &error.to_string(), now).await?;
             return Ok(Next::Backoff);

@@ -22,7 +22,7 @@ use oi_api::{DEFAULT_NAMESPACE, HypervisorPortAllocation, HypervisorStatus, Obje
 
 /// The cluster owning an allocation: `(clusterNamespace, cluster)`, an empty namespace
 /// meaning `default` (oneinfra releases before namespaced clusters wrote none), as
-/// `oi_reconcile::ports` reads it.
+/// `oi_planner::ports` reads it.
 fn owner(a: &HypervisorPortAllocation) -> ObjectKey {
     let ns = if a.cluster_namespace.is_empty() {
         DEFAULT_NAMESPACE
@@ -363,12 +363,12 @@ mod tests {
         for c in components {
             w.components.insert(c.key(), c.clone());
         }
-        let options = oi_reconcile::Options {
+        let options = oi_planner::Options {
             leaf_certificates: false,
-            ..oi_reconcile::Options::default()
+            ..oi_planner::Options::default()
         };
         let now = datetime!(2026-11-22 08:00 UTC);
-        let prepared = oi_reconcile::prepare_with(w.clone(), now, &options);
+        let prepared = oi_planner::prepare_with(w.clone(), now, &options);
         assert!(prepared.failures.is_empty(), "{:?}", prepared.failures);
         (w, prepared.world)
     }

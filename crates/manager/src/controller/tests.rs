@@ -865,15 +865,15 @@ fn preparing_a_prepared_sub_world_allocates_and_issues_nothing() {
     let c = cluster("c", 3);
     world.clusters.insert(c.key(), c);
     let now = time::macros::datetime!(2026-11-22 08:00 UTC);
-    let options = oi_reconcile::Options::default();
-    let once = oi_reconcile::prepare_with(world, now, &options);
+    let options = oi_planner::Options::default();
+    let once = oi_planner::prepare_with(world, now, &options);
     assert!(once.failures.is_empty());
-    let twice = oi_reconcile::prepare_with(once.world.clone(), now, &options);
+    let twice = oi_planner::prepare_with(once.world.clone(), now, &options);
     assert!(twice.failures.is_empty());
     assert_eq!(twice.world, once.world);
     // A day later too: certificates are far from their renewal window.
     let later =
-        oi_reconcile::prepare_with(once.world.clone(), now + time::Duration::days(1), &options);
+        oi_planner::prepare_with(once.world.clone(), now + time::Duration::days(1), &options);
     assert_eq!(later.world, once.world);
 }
 

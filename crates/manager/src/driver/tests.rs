@@ -631,7 +631,7 @@ mod real {
     use oi_cri::HypervisorRuntime as _;
     use oi_cri::fake::FakeRuntime;
     use oi_engine::{HttpsError, HttpsRequest, HttpsResponse};
-    use oi_reconcile::ports::names;
+    use oi_planner::ports::names;
     use pretty_assertions::assert_eq;
 
     use super::*;

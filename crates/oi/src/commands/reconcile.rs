@@ -17,7 +17,7 @@ use anyhow::Context as _;
 use oi_api::versions::INFRA;
 use oi_cri::ClientOptions;
 use oi_engine::{CriConnector, DryRun, EngineOptions, Event, RealNetwork, Report};
-use oi_reconcile::render::RenderOptions;
+use oi_planner::render::RenderOptions;
 
 use crate::args::ReconcileArgs;
 use crate::commands::{Context, OutputThenFail};

@@ -8,7 +8,7 @@ use oi_api::{
     Cluster, ClusterSpec, DEFAULT_NAMESPACE, KubeApiServer, Object, ObjectKey, ObjectMeta, Vpn,
 };
 use oi_pki::KeyAlgorithm;
-use oi_reconcile::Options;
+use oi_planner::Options;
 
 use crate::args::ClusterInjectArgs;
 use crate::commands::Context;
@@ -48,7 +48,7 @@ pub fn run(
     manifests::validate_new(&cluster)?;
     world.insert(cluster);
 
-    let mut prepared = oi_reconcile::prepare_with(world, ctx.now, &options);
+    let mut prepared = oi_planner::prepare_with(world, ctx.now, &options);
     if let Some(error) = prepared.failures.remove(&key) {
         // The error names the cluster and why it could not be scheduled.
         return Err(error.into());
@@ -88,7 +88,7 @@ fn cluster(args: &ClusterInjectArgs) -> Cluster {
 }
 
 /// One `warning:` line per other cluster that could not be prepared.
-fn warnings(failures: &std::collections::BTreeMap<ObjectKey, oi_reconcile::Error>) -> Vec<String> {
+fn warnings(failures: &std::collections::BTreeMap<ObjectKey, oi_planner::Error>) -> Vec<String> {
     failures
         .iter()
         .map(|(key, error)| format!("warning: cluster {key} left unprepared: {error}"))

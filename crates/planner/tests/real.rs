@@ -12,7 +12,7 @@ use oi_api::{
     Cluster, ClusterSpec, Hypervisor, HypervisorSpec, LocalCriEndpoint, ObjectKey, ObjectMeta,
     PortRange, Resource, World,
 };
-use oi_reconcile::render::{RenderOptions, Rendered, render_component};
+use oi_planner::render::{RenderOptions, Rendered, render_component};
 use oi_testsupport::{have_command, require};
 use time::OffsetDateTime;
 
@@ -47,7 +47,7 @@ fn prepared() -> anyhow::Result<World> {
         },
     );
     w.clusters.insert(c.key(), c);
-    let p = oi_reconcile::prepare(w, OffsetDateTime::now_utc());
+    let p = oi_planner::prepare(w, OffsetDateTime::now_utc());
     if !p.failures.is_empty() {
         bail!("prepare failed: {:?}", p.failures);
     }

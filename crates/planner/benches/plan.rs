@@ -1,4 +1,4 @@
-//! Planning at scale: `cargo bench -p oi-reconcile --bench plan [-- CLUSTERS]`.
+//! Planning at scale: `cargo bench -p oi-planner --bench plan [-- CLUSTERS]`.
 //!
 //! Prepares CLUSTERS (default 1000) clusters of 3 control plane replicas over 100 hypervisors
 //! (90 private in 3 zones, 10 public), and prints wall time and peak RSS (`VmHWM`) for:
@@ -25,8 +25,8 @@ use oi_api::{
     ObjectMeta, PortRange, Resource, World,
 };
 use oi_pki::{ClusterPki, KeyAlgorithm};
-use oi_reconcile::render::{RenderOptions, plan};
-use oi_reconcile::{Options, prepare_with, schedule::ZONE_LABEL};
+use oi_planner::render::{RenderOptions, plan};
+use oi_planner::{Options, prepare_with, schedule::ZONE_LABEL};
 use time::{Duration, OffsetDateTime};
 
 fn hypervisors() -> Vec<Hypervisor> {

@@ -14,7 +14,7 @@ use time::macros::datetime;
 use crate::prepare;
 
 /// Compares `actual` with the golden file `testdata/golden/<name>`; `OI_UPDATE_GOLDEN=1`
-/// rewrites it: `OI_UPDATE_GOLDEN=1 cargo test -p oi-reconcile render`.
+/// rewrites it: `OI_UPDATE_GOLDEN=1 cargo test -p oi-planner render`.
 fn golden(name: &str, actual: &str) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("testdata/golden")
@@ -26,7 +26,7 @@ fn golden(name: &str, actual: &str) {
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "{}: {e}; regenerate with OI_UPDATE_GOLDEN=1 cargo test -p oi-reconcile render",
+            "{}: {e}; regenerate with OI_UPDATE_GOLDEN=1 cargo test -p oi-planner render",
             path.display()
         )
     });

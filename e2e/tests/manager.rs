@@ -16,12 +16,13 @@ use oi_e2e::{
     Etcdctl, IMAGE_REPOSITORY, LocalSet, World, admin_kubeconfig, all_reachable_metrics,
     eventually, kubectl_version, nothing_left, prerequisites,
 };
-use oi_engine::{CriConnector, EngineOptions, RealNetwork};
+use oi_engine::{CriConnector, ExecuteOptions, RealNetwork};
 use oi_manager::controller::{Action, Context, ManagerOptions, reconcile_cluster};
 use oi_manager::driver::Driver;
 use oi_manager::memory::MemoryStore;
 use oi_manager::metrics::Metrics;
 use oi_manager::store::Store as _;
+use oi_planner::PlanOptions;
 use oi_planner::render::RenderOptions;
 
 type Ctx = Context<MemoryStore, CriConnector, RealNetwork>;
@@ -30,12 +31,15 @@ fn context(store: &Arc<MemoryStore>) -> Arc<Ctx> {
     let repository = Some(IMAGE_REPOSITORY.to_string());
     let defaults = ManagerOptions::default();
     let options = ManagerOptions {
-        engine: EngineOptions {
+        plan: PlanOptions {
             render: RenderOptions {
                 image_repository: repository.clone(),
             },
+            ..defaults.plan.clone()
+        },
+        execute: ExecuteOptions {
             max_wait: Duration::from_secs(60),
-            ..defaults.engine.clone()
+            ..defaults.execute.clone()
         },
         requeue_not_ready: Duration::from_secs(1),
         backoff_min: Duration::from_millis(500),

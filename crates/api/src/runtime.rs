@@ -10,6 +10,50 @@ use std::collections::BTreeMap;
 use sha2::{Digest, Sha256};
 
 /// Label keys put on every pod oneinfra runs.
+/// The directories oneinfra keeps on a hypervisor: the one description of the host layout.
+///
+/// ```text
+/// /etc/oneinfra/<namespace>/<cluster>/<component>/      files: certificates, keys,
+///                                                        kubeconfigs, configurations
+/// /var/lib/oneinfra/<namespace>/<cluster>/<component>/  state: the etcd data directory
+/// /var/log/oneinfra/pods/                               container logs
+/// ```
+///
+/// Files and state are mounted at the same paths inside containers, so arguments name host
+/// paths.
+pub mod paths {
+    /// Root of every cluster's files.
+    pub const CONFIG_ROOT: &str = "/etc/oneinfra";
+    /// Root of every cluster's state.
+    pub const DATA_ROOT: &str = "/var/lib/oneinfra";
+    /// Root of the logs.
+    pub const LOG_ROOT: &str = "/var/log/oneinfra";
+    /// Where the runtime writes pod logs.
+    pub const POD_LOG_DIR: &str = "/var/log/oneinfra/pods";
+    /// The three roots a hypervisor provides (and a local hypervisor set mounts).
+    pub const ROOTS: [&str; 3] = [DATA_ROOT, CONFIG_ROOT, LOG_ROOT];
+
+    /// A cluster's files.
+    pub fn cluster_config_dir(namespace: &str, cluster: &str) -> String {
+        format!("{CONFIG_ROOT}/{namespace}/{cluster}")
+    }
+
+    /// A cluster's state.
+    pub fn cluster_data_dir(namespace: &str, cluster: &str) -> String {
+        format!("{DATA_ROOT}/{namespace}/{cluster}")
+    }
+
+    /// A component's files.
+    pub fn component_config_dir(namespace: &str, cluster: &str, component: &str) -> String {
+        format!("{}/{component}", cluster_config_dir(namespace, cluster))
+    }
+
+    /// A component's state.
+    pub fn component_data_dir(namespace: &str, cluster: &str, component: &str) -> String {
+        format!("{}/{component}", cluster_data_dir(namespace, cluster))
+    }
+}
+
 pub mod labels {
     /// Marks a pod as managed by oneinfra; value `true`.
     pub const MANAGED: &str = "oneinfra.ereslibre.es/managed";

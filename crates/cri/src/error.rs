@@ -135,6 +135,12 @@ impl Error {
         }
     }
 
+    /// Whether the runtime answered that it is not initialized yet (containerd's CRI plugin
+    /// in the moments after a restart): worth asking again shortly.
+    pub fn not_initialized(&self) -> bool {
+        matches!(self, Error::Call { status, .. } if status.message().contains("not initialized"))
+    }
+
     /// Whether the error says the object does not exist (already gone).
     pub fn is_not_found(&self) -> bool {
         self.code() == Some(tonic::Code::NotFound)

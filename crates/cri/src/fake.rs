@@ -12,7 +12,8 @@ use oi_api::runtime::{ContainerSpec, HostFile, PodSpec, labels};
 use crate::error::{Error, Result, Target};
 use crate::requests::{check_host_path, file_writes};
 use crate::runtime::{
-    ContainerState, ContainerStatus, Exit, HypervisorRuntime, Outcome, PodState, PodStatus,
+    ContainerState, ContainerStatus, Exit, HypervisorRuntime, Outcome, PodDecision, PodState,
+    PodStatus, pod_decision,
 };
 
 /// A mutating call the fake received.
@@ -161,18 +162,13 @@ impl FakeRuntime {
     }
 
     fn ensure_pod_now(&self, spec: &PodSpec) -> Result<Outcome> {
-        let existing: Vec<PodStatus> = self
-            .state()
-            .pods
-            .values()
-            .filter(|p| p.namespace == spec.namespace && p.name == spec.name)
-            .cloned()
-            .collect();
-        if let [only] = existing.as_slice()
-            && only.runs(spec)
-        {
-            return Ok(Outcome::Unchanged);
-        }
+        let running: Vec<PodStatus> = self.state().pods.values().cloned().collect();
+        let decision = pod_decision(spec, &running);
+        let existing: Vec<PodStatus> = match &decision {
+            PodDecision::Keep => return Ok(Outcome::Unchanged),
+            PodDecision::Create => Vec::new(),
+            PodDecision::Replace { existing } => existing.iter().map(|p| (*p).clone()).collect(),
+        };
         for c in &spec.containers {
             self.ensure_image_now(&c.image)?;
         }

@@ -36,7 +36,8 @@ pub use client::CriClient;
 pub use endpoint::{ClientOptions, CriEndpoint, TcpAddress, parse_tcp_uri};
 pub use error::{Error, Result, Target};
 pub use runtime::{
-    ContainerState, ContainerStatus, Exit, HypervisorRuntime, Outcome, PodState, PodStatus,
+    ContainerState, ContainerStatus, Exit, HypervisorRuntime, Outcome, PodDecision, PodState,
+    PodStatus, pod_decision,
 };
 
 /// The CRI v1 protocol types, for callers that build or inspect raw requests.

@@ -85,6 +85,42 @@ impl PodStatus {
     }
 }
 
+/// What making a pod run as `spec` takes, given the pods that run now: the one rule the real
+/// client, the fake and a dry run share.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodDecision<'p> {
+    /// No pod of that namespace and name runs: create it.
+    Create,
+    /// Exactly one runs, as `spec` says ([`PodStatus::runs`]): nothing to do.
+    Keep,
+    /// Some run, but not as `spec` says (or several do): remove them, then create it.
+    Replace { existing: Vec<&'p PodStatus> },
+}
+
+/// Decides what `spec` needs among the pods `running` (of any namespace and name).
+pub fn pod_decision<'p>(spec: &PodSpec, running: &'p [PodStatus]) -> PodDecision<'p> {
+    let existing: Vec<&PodStatus> = running
+        .iter()
+        .filter(|p| p.namespace == spec.namespace && p.name == spec.name)
+        .collect();
+    match existing.as_slice() {
+        [] => PodDecision::Create,
+        [only] if only.runs(spec) => PodDecision::Keep,
+        _ => PodDecision::Replace { existing },
+    }
+}
+
+impl PodDecision<'_> {
+    /// The [`Outcome`] of carrying it out.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            PodDecision::Create => Outcome::Created,
+            PodDecision::Keep => Outcome::Unchanged,
+            PodDecision::Replace { .. } => Outcome::Replaced,
+        }
+    }
+}
+
 /// How a throwaway container ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exit {
@@ -364,15 +400,9 @@ impl HypervisorRuntime for CriClient {
     }
 
     async fn ensure_pod(&self, spec: &PodSpec) -> Result<Outcome> {
-        let existing: Vec<PodStatus> = self
-            .observe(&BTreeMap::new(), false)
-            .await?
-            .into_iter()
-            .filter(|p| p.namespace == spec.namespace && p.name == spec.name)
-            .collect();
-        if let [only] = existing.as_slice()
-            && only.runs(spec)
-        {
+        let running = self.observe(&BTreeMap::new(), false).await?;
+        let decision = pod_decision(spec, &running);
+        if decision == PodDecision::Keep {
             return Ok(Outcome::Unchanged);
         }
         let mut images: Vec<&str> = spec.containers.iter().map(|c| c.image.as_str()).collect();
@@ -381,15 +411,13 @@ impl HypervisorRuntime for CriClient {
         for image in images {
             self.ensure_image(image).await?;
         }
-        for pod in &existing {
-            self.stop_and_remove_sandbox(&pod.id).await?;
+        if let PodDecision::Replace { existing } = &decision {
+            for pod in existing {
+                self.stop_and_remove_sandbox(&pod.id).await?;
+            }
         }
         self.create_pod(spec).await?;
-        Ok(if existing.is_empty() {
-            Outcome::Created
-        } else {
-            Outcome::Replaced
-        })
+        Ok(decision.outcome())
     }
 
     async fn list_pods(&self, selector: &BTreeMap<String, String>) -> Result<Vec<PodStatus>> {

@@ -1,24 +1,22 @@
-//! `--dry-run`: what a reconcile would do on each hypervisor, found with read-only calls.
+//! `--dry-run`: the plan compared with what each hypervisor lists (read-only calls only).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use futures::future::join_all;
+use oi_api::ObjectKey;
 use oi_api::runtime::labels;
-use oi_api::{ObjectKey, World};
-use oi_cri::HypervisorRuntime;
-use oi_planner::render::{self, Rendered};
-use time::OffsetDateTime;
+use oi_cri::{HypervisorRuntime, PodDecision, PodStatus, pod_decision};
+use oi_planner::{ClusterPlan, ComponentPlan, Plan};
 
-use crate::{
-    Connector, EngineOptions, connect_all, count_changed, pods_reading_changed_files, world_files,
-};
+use crate::connect::{Connector, connect_all};
 
 /// What would happen on one hypervisor. Pods as `namespace/name`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HypervisorPlan {
     pub create: Vec<String>,
     pub replace: Vec<String>,
-    pub leave: Vec<String>,
+    /// Pods that run as planned and read no changed file: kept as they are.
+    pub keep: Vec<String>,
     pub remove: Vec<String>,
     /// Host paths whose content would be written.
     pub files: Vec<String>,
@@ -33,96 +31,90 @@ pub struct DryRun {
     pub failures: BTreeMap<ObjectKey, String>,
 }
 
-/// Prepares and renders `world` and compares it with what runs, through `list_pods` only:
-/// no mutating call is made.
-pub async fn dry_run<C: Connector>(
-    world: World,
-    now: OffsetDateTime,
-    options: &EngineOptions,
-    connector: &C,
-) -> DryRun {
-    let prepared = oi_planner::prepare_with(world, now, &options.prepare);
-    let world = prepared.world;
-    let mut out = DryRun {
-        failures: prepared
-            .failures
-            .iter()
-            .map(|(k, e)| (k.clone(), e.to_string()))
-            .collect(),
-        ..DryRun::default()
-    };
-    // Per hypervisor: (cluster key, component name, rendering) of every live component.
-    let mut wanted: BTreeMap<String, Vec<(ObjectKey, String, Rendered)>> = BTreeMap::new();
-    for (key, c) in &world.components {
-        let (Some(h), Some(cluster)) = (c.spec.hypervisor.as_ref(), world.cluster_of(c)) else {
-            continue;
-        };
-        if c.metadata.is_being_deleted() || cluster.is_being_deleted() {
-            continue;
-        }
-        match render::render_component(&world, key, &options.render) {
-            Ok(r) => wanted.entry(h.clone()).or_default().push((
-                c.cluster_key(),
-                c.metadata.name.clone(),
-                r,
-            )),
-            Err(e) => {
-                out.failures.insert(c.cluster_key(), e.to_string());
-            }
-        }
-    }
-    let runtimes = connect_all(&world, connector).await;
+/// Lists the managed pods of every hypervisor of `plan` (`list_pods` only: no mutating
+/// call is made) and compares them with the plan ([`diff`]).
+pub async fn dry_run<C: Connector>(plan: &Plan, connector: &C) -> DryRun {
+    let runtimes = connect_all(&plan.world, &plan.hypervisors, connector).await;
     let managed = BTreeMap::from([(labels::MANAGED.to_string(), "true".to_string())]);
     let names: Vec<&String> = runtimes.keys().collect();
     let listed = join_all(names.iter().map(|h| async {
         match runtimes.get(*h) {
             Some(Ok(rt)) => rt.list_pods(&managed).await.map_err(|e| e.to_string()),
-            Some(Err(e)) => Err(e.clone()),
+            Some(Err(e)) => Err(e.to_string()),
             None => Err("not connected".to_string()),
         }
     }))
     .await;
-    for (h, pods) in names.into_iter().zip(listed) {
+    let listed: BTreeMap<String, Result<Vec<PodStatus>, String>> =
+        names.into_iter().cloned().zip(listed).collect();
+    diff(plan, &listed)
+}
+
+/// What executing `plan` would do on hypervisors whose managed pods are `listed` (or could
+/// not be listed): per pod planned, create, replace (it runs otherwise, or must restart to
+/// read changed files) or keep; pods planned nowhere are removed, but for those of clusters
+/// that cannot be planned, which a run leaves alone; files whose content changes.
+pub fn diff(plan: &Plan, listed: &BTreeMap<String, Result<Vec<PodStatus>, String>>) -> DryRun {
+    let mut out = DryRun::default();
+    let mut wanted: BTreeMap<&str, Vec<&ComponentPlan>> = BTreeMap::new();
+    let mut left_alone: BTreeSet<(&str, &str)> = BTreeSet::new();
+    for (key, cluster) in &plan.clusters {
+        match cluster {
+            ClusterPlan::Unplannable(e) => {
+                out.failures.insert(key.clone(), e.to_string());
+                left_alone.insert((&key.namespace, &key.name));
+            }
+            ClusterPlan::Teardown(_) => {}
+            ClusterPlan::Converge(c) => {
+                for component in &c.components {
+                    wanted
+                        .entry(component.hypervisor.as_str())
+                        .or_default()
+                        .push(component);
+                }
+            }
+        }
+    }
+    for (h, pods) in listed {
         let mut plan = HypervisorPlan::default();
-        let components = wanted.remove(h).unwrap_or_default();
+        let components = wanted.remove(h.as_str()).unwrap_or_default();
         match pods {
-            Err(e) => plan.unreachable = Some(e),
+            Err(e) => plan.unreachable = Some(e.clone()),
             Ok(pods) => {
-                for (cluster, component, rendered) in &components {
-                    let known = world_files(&world, h, cluster, component);
-                    let restart = pods_reading_changed_files(rendered, &known);
-                    for spec in &rendered.pods {
+                for c in &components {
+                    for spec in &c.rendered.pods {
                         let id = format!("{}/{}", spec.namespace, spec.name);
-                        let same: Vec<_> = pods
-                            .iter()
-                            .filter(|p| p.namespace == spec.namespace && p.name == spec.name)
-                            .collect();
-                        match same.as_slice() {
-                            [] => plan.create.push(id),
+                        match pod_decision(spec, pods) {
+                            PodDecision::Create => plan.create.push(id),
                             // Running as rendered, but restarted to read changed files.
-                            [only] if only.runs(spec) && !restart.contains(&spec.name) => {
-                                plan.leave.push(id);
+                            PodDecision::Keep if !c.restart.contains(&spec.name) => {
+                                plan.keep.push(id);
                             }
-                            _ => plan.replace.push(id),
+                            PodDecision::Keep | PodDecision::Replace { .. } => {
+                                plan.replace.push(id);
+                            }
                         }
                     }
-                    if count_changed(&rendered.files, &known) > 0 {
-                        plan.files.extend(
-                            rendered
-                                .files
-                                .iter()
-                                .filter(|f| known.get(&f.path) != Some(&f.content_hash()))
-                                .map(|f| f.path.clone()),
-                        );
-                    }
+                    plan.files.extend(
+                        oi_planner::restarts::changed_files(&c.rendered, &c.known_files)
+                            .into_iter()
+                            .map(|f| f.path.clone()),
+                    );
                 }
-                for pod in &pods {
-                    let wanted_here = components.iter().any(|(_, _, r)| {
-                        r.pods
+                for pod in pods {
+                    let planned = components.iter().any(|c| {
+                        c.rendered
+                            .pods
                             .iter()
                             .any(|s| s.namespace == pod.namespace && s.name == pod.name)
                     });
-                    if !wanted_here {
+                    let cluster = (
+                        pod.labels
+                            .get(labels::CLUSTER_NAMESPACE)
+                            .map_or("", String::as_str),
+                        pod.labels.get(labels::CLUSTER).map_or("", String::as_str),
+                    );
+                    if !planned && !left_alone.contains(&cluster) {
                         plan.remove.push(format!("{}/{}", pod.namespace, pod.name));
                     }
                 }

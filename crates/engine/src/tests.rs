@@ -4,11 +4,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
+use oi_api::common::condition_types;
+
 use oi_api::{
-    Cluster, ClusterSpec, Hypervisor, HypervisorSpec, LocalCriEndpoint, ObjectMeta, PortRange,
-    Resource as _, find_condition,
+    Cluster, ClusterSpec, Component, EtcdInitialClusterState, Hypervisor, HypervisorSpec,
+    LocalCriEndpoint, ObjectMeta, PortRange, Resource as _, World, find_condition,
 };
 use oi_cri::fake::{Call, FakeRuntime};
+use oi_planner::{ClusterOutcome, PlanOptions};
+use time::OffsetDateTime;
 use time::macros::datetime;
 
 use super::*;
@@ -100,10 +104,10 @@ impl FakeConnector {
 impl Connector for FakeConnector {
     type Runtime = FakeRuntime;
 
-    async fn connect(&self, h: &Hypervisor) -> Result<Arc<FakeRuntime>> {
+    async fn connect(&self, h: &Hypervisor) -> Result<Arc<FakeRuntime>, ConnectError> {
         let name = h.metadata.name.clone();
         if self.down.lock().unwrap().contains(&name) {
-            return Err(Error::Unreachable {
+            return Err(ConnectError::Unreachable {
                 hypervisor: name,
                 reason: "connection refused".into(),
             });
@@ -139,11 +143,24 @@ impl sim::Source for Learned {
 
 type SimNetwork = sim::SimNetwork<Learned>;
 
-fn options() -> EngineOptions {
-    EngineOptions {
+fn options() -> ExecuteOptions {
+    ExecuteOptions {
         max_wait: Duration::from_secs(2),
         poll_interval: Duration::from_millis(5),
-        ..EngineOptions::default()
+        ..ExecuteOptions::default()
+    }
+}
+
+/// A whole run as `oi reconcile` makes it: plan, execute, record.
+struct Report {
+    world: World,
+    clusters: BTreeMap<ObjectKey, ClusterOutcome>,
+    counts: Counts,
+}
+
+impl Report {
+    fn all_ready(&self) -> bool {
+        self.clusters.values().all(|c| c.ready || c.deleted)
     }
 }
 
@@ -169,15 +186,17 @@ impl Harness {
         *self.network.source().0.lock().unwrap() = world.clone();
         self.events.lock().unwrap().clear();
         let progress = |e: &Event| self.events.lock().unwrap().push(e.to_string());
-        reconcile(
-            world,
-            NOW,
-            &options(),
-            &self.connector,
-            &self.network,
-            &progress,
-        )
-        .await
+        let plan = oi_planner::plan(world, NOW, &PlanOptions::default());
+        let executed = execute(&plan, &options(), &self.connector, &self.network, &progress).await;
+        Report {
+            world: oi_planner::record(plan.world, &executed.clusters, NOW),
+            clusters: executed
+                .clusters
+                .into_iter()
+                .map(|(k, r)| (k, r.outcome))
+                .collect(),
+            counts: executed.counts,
+        }
     }
 }
 
@@ -586,7 +605,7 @@ async fn an_unreachable_hypervisor_fails_only_its_clusters() {
     let report = h.run(w).await;
     let a = &report.clusters[&ObjectKey::new("default", "a")];
     assert!(!a.ready);
-    assert_eq!(a.reason, reasons::HYPERVISOR_UNREACHABLE);
+    assert_eq!(a.reason, Reason::HypervisorUnreachable);
     assert!(a.message.contains(&a_host), "{}", a.message);
     assert_eq!(
         succeeded(&report, "a").as_deref(),
@@ -600,15 +619,23 @@ async fn an_unreachable_hypervisor_fails_only_its_clusters() {
 async fn dry_run_lists_the_plan_without_mutating() {
     let h = Harness::new();
     let w = world(1, &[("c", 1)]);
-    let plan = dry_run(w.clone(), NOW, &options(), &h.connector).await;
+    let plan = dry_run(
+        &oi_planner::plan(w.clone(), NOW, &PlanOptions::default()),
+        &h.connector,
+    )
+    .await;
     assert!(h.connector.all_calls().is_empty());
     let public = &plan.hypervisors["public-1"];
     assert_eq!(public.create, ["default/c-ingress"]);
     assert_eq!(public.files.len(), 2);
     let report = h.run(w).await;
-    let plan = dry_run(report.world.clone(), NOW, &options(), &h.connector).await;
+    let plan = dry_run(
+        &oi_planner::plan(report.world.clone(), NOW, &PlanOptions::default()),
+        &h.connector,
+    )
+    .await;
     let public = &plan.hypervisors["public-1"];
-    assert_eq!(public.leave, ["default/c-ingress"]);
+    assert_eq!(public.keep, ["default/c-ingress"]);
     assert!(public.create.is_empty() && public.files.is_empty());
 
     // A reissued etcd serving certificate: its files are rewritten and the etcd pod that
@@ -623,101 +650,21 @@ async fn dry_run_lists_the_plan_without_mutating() {
         .server_certificates
         .remove("etcd-server");
     h.connector.clear();
-    let plan = dry_run(w, NOW, &options(), &h.connector).await;
+    let plan = dry_run(
+        &oi_planner::plan(w, NOW, &PlanOptions::default()),
+        &h.connector,
+    )
+    .await;
     assert!(h.connector.all_calls().is_empty());
     let private = &plan.hypervisors[&hv];
     assert_eq!(private.replace, ["default/c-control-plane-0-etcd"]);
-    assert_eq!(private.leave, ["default/c-control-plane-0"]);
+    assert_eq!(private.keep, ["default/c-control-plane-0"]);
     let files: Vec<&str> = private
         .files
         .iter()
         .map(|f| f.rsplit('/').next().unwrap_or(f))
         .collect();
     assert_eq!(files, ["etcd-server.crt", "etcd-server.key"]);
-}
-
-fn container(name: &str, args: &[&str]) -> oi_api::runtime::ContainerSpec {
-    oi_api::runtime::ContainerSpec {
-        name: name.into(),
-        image: "busybox".into(),
-        command: vec![name.into()],
-        args: args.iter().map(|a| (*a).to_string()).collect(),
-        env: BTreeMap::new(),
-        mounts: vec![],
-        privileged: false,
-    }
-}
-
-fn host_file(path: &str, content: &str) -> HostFile {
-    HostFile {
-        path: path.into(),
-        content: content.as_bytes().to_vec(),
-        mode: 0o600,
-    }
-}
-
-#[test]
-fn only_the_pods_that_read_a_changed_file_restart() {
-    let pod = |name: &str, args: &[&str]| PodSpec {
-        namespace: "ns".into(),
-        name: name.into(),
-        labels: BTreeMap::new(),
-        containers: vec![container(name, args)],
-    };
-    let rendered = oi_planner::render::Rendered {
-        pods: vec![
-            pod("etcd", &["--cert-file=/d/etcd.crt"]),
-            pod("apiserver", &["--tls-cert-file=/d/api.crt"]),
-            pod("scheduler", &["--kubeconfig=/d/scheduler.kubeconfig"]),
-        ],
-        files: vec![
-            host_file("/d/etcd.crt", "e"),
-            host_file("/d/api.crt", "a"),
-            host_file(
-                "/d/scheduler.kubeconfig",
-                "client-certificate: /d/sched.crt",
-            ),
-            host_file("/d/sched.crt", "s"),
-            host_file("/d/unnamed", "u"),
-        ],
-    };
-    let hashes = |changed: &[&str]| -> BTreeMap<String, String> {
-        rendered
-            .files
-            .iter()
-            .map(|f| {
-                let hash = if changed.contains(&f.path.as_str()) {
-                    "old".to_string()
-                } else {
-                    f.content_hash()
-                };
-                (f.path.clone(), hash)
-            })
-            .collect()
-    };
-    let restart = |changed: &[&str]| -> Vec<String> {
-        crate::pods_reading_changed_files(&rendered, &hashes(changed))
-            .into_iter()
-            .collect()
-    };
-    assert!(restart(&[]).is_empty());
-    assert_eq!(restart(&["/d/etcd.crt"]), ["etcd"]);
-    assert_eq!(
-        restart(&["/d/api.crt", "/d/etcd.crt"]),
-        ["apiserver", "etcd"]
-    );
-    // Named by a file the pod names.
-    assert_eq!(restart(&["/d/sched.crt"]), ["scheduler"]);
-    assert_eq!(restart(&["/d/scheduler.kubeconfig"]), ["scheduler"]);
-    // Named by no pod: nothing tells which one reads it, so all restart.
-    assert_eq!(restart(&["/d/unnamed"]), ["apiserver", "etcd", "scheduler"]);
-    // A file never written before (no known hash) counts as changed.
-    let mut known = hashes(&[]);
-    known.remove("/d/api.crt");
-    let fresh: Vec<String> = crate::pods_reading_changed_files(&rendered, &known)
-        .into_iter()
-        .collect();
-    assert_eq!(fresh, ["apiserver"]);
 }
 
 #[tokio::test]

@@ -13,12 +13,14 @@ use oi_api::versions::INFRA;
 use oi_api::{Cluster, ClusterSpec, ObjectKey, ObjectMeta, World};
 use oi_cri::ClientOptions;
 use oi_engine::{
-    CriConnector, EngineOptions, EtcdClient, Event, HttpsRequest, Network as _, RealNetwork, Tls,
+    CriConnector, EtcdClient, Event, ExecuteOptions, Executed, HttpsRequest, Network as _,
+    RealNetwork, Tls,
 };
 use oi_local_hypervisor_set::Paths;
 use oi_local_hypervisor_set::commands::{CreateArgs, create, destroy};
 use oi_planner::ports::names;
-use oi_planner::render::{RenderOptions, certs, etcd_membership};
+use oi_planner::render::{RenderOptions, certs};
+use oi_planner::{PlanOptions, etcd_membership};
 use time::OffsetDateTime;
 
 const REPOSITORY: &str = "localhost/oneinfra";
@@ -105,12 +107,15 @@ fn three_replicas_come_up_and_a_second_run_changes_nothing() {
         .clusters
         .insert(ObjectKey::new("default", "c"), cluster);
 
-    let options = EngineOptions {
+    let plan_options = PlanOptions {
         render: RenderOptions {
             image_repository: Some(REPOSITORY.to_string()),
         },
+        ..PlanOptions::default()
+    };
+    let options = ExecuteOptions {
         max_wait: Duration::from_secs(90),
-        ..EngineOptions::default()
+        ..ExecuteOptions::default()
     };
     let connector = CriConnector {
         options: ClientOptions {
@@ -124,23 +129,32 @@ fn three_replicas_come_up_and_a_second_run_changes_nothing() {
     let now = OffsetDateTime::now_utc();
 
     let started = Instant::now();
-    let report = rt.block_on(oi_engine::reconcile(
-        world, now, &options, &connector, &network, &progress,
-    ));
+    // A whole run, as `oi reconcile` makes it: plan, execute, record.
+    let run = |world: World| -> (World, Executed) {
+        let plan = oi_planner::plan(world, now, &plan_options);
+        let executed = rt.block_on(oi_engine::execute(
+            &plan, &options, &connector, &network, &progress,
+        ));
+        (
+            oi_planner::record(plan.world, &executed.clusters, now),
+            executed,
+        )
+    };
+    let (report_world, report) = run(world);
     let first = started.elapsed();
     let key = ObjectKey::new("default", "c");
-    let outcome = &report.clusters[&key];
+    let outcome = &report.clusters[&key].outcome;
     assert!(outcome.ready, "{outcome:?}");
     assert_eq!((outcome.etcd_voting, outcome.apiservers_ready), (3, 3));
     assert!(outcome.ingress_ready);
-    let cluster = &report.world.clusters[&key];
+    let cluster = &report_world.clusters[&key];
     assert!(condition_is_true(
         &cluster.status.conditions,
         condition_types::RECONCILE_SUCCEEDED
     ));
 
     // Independently of the engine's own observation: 3 voting members, ingress /readyz 200.
-    let w = &report.world;
+    let w = &report_world;
     let membership = etcd_membership(w, &key);
     let replica = &w.components[&ObjectKey::new("default", "c-control-plane-0")];
     let client = &replica.status.client_certificates[certs::APISERVER_ETCD_CLIENT];
@@ -193,21 +207,14 @@ fn three_replicas_come_up_and_a_second_run_changes_nothing() {
     assert_eq!(readyz.status, 200);
 
     let started = Instant::now();
-    let second = rt.block_on(oi_engine::reconcile(
-        report.world.clone(),
-        now,
-        &options,
-        &connector,
-        &network,
-        &progress,
-    ));
+    let (second_world, second) = run(report_world.clone());
     let noop = started.elapsed();
     assert!(second.all_ready(), "{:?}", second.clusters);
     assert_eq!(second.counts.mutating_calls, 0, "{:?}", second.counts);
     assert_eq!(second.counts.pods_unchanged, 7);
     assert_eq!(
-        second.world.to_yaml().unwrap(),
-        report.world.to_yaml().unwrap()
+        second_world.to_yaml().unwrap(),
+        report_world.to_yaml().unwrap()
     );
     eprintln!(
         "engine real: 3 replicas ready in {first:.2?} ({:?}); no-op reconcile {noop:.2?}",

@@ -3,19 +3,20 @@
 //! returned [`Action`] or error into a requeue ([`Context::error_backoff`] on errors).
 //!
 //! The engine's unit of work is a cluster (etcd membership spans its replicas, steps are
-//! ordered), so the Cluster controller runs `oi reconcile`'s plan and engine on the cluster's
-//! sub-world, nothing of either reimplemented:
+//! ordered), so the Cluster controller runs `oi reconcile`'s planner and engine on the
+//! cluster's sub-world, nothing of either reimplemented, and plans once per reconcile:
 //!
 //! ```text
 //! Cluster key ─► finalizer ─► sub-world: every Hypervisor, the Cluster, its Components
-//!   1. under the write lock: oi_planner::prepare_with (PKI, components, placement, ports,
-//!      certificates) ─► written back: cluster spec, the cluster's share of hypervisor
-//!      statuses, new Components (finalizer, owner reference), changed ones, surplus ones
-//!      deleted (deletionTimestamp)
-//!   2. no lock: oi_engine::reconcile on the prepared sub-world (files, etcd, pods, observe)
-//!   3. under the write lock: the cluster's share of hypervisor statuses (files, released
-//!      ports), torn down Components released (finalizer removed), the Cluster's status
-//!      (conditions), or, once the engine deleted the cluster, its finalizer removed
+//!   1. under the write lock: oi_planner::plan (PKI, components, placement, ports,
+//!      certificates, every step) ─► the prepared world written back: cluster spec, the
+//!      cluster's share of hypervisor statuses, new Components (finalizer, owner reference),
+//!      changed ones, surplus ones deleted (deletionTimestamp)
+//!   2. no lock: oi_engine::execute the plan (files, etcd, pods, observe)
+//!   3. under the write lock: oi_planner::record what it did, then written back: the
+//!      cluster's share of hypervisor statuses (files, released ports), torn down
+//!      Components released (finalizer removed), the Cluster's status (conditions), or,
+//!      once the engine deleted the cluster, its finalizer removed
 //! ```
 //!
 //! Hypervisor statuses are shared by every cluster placed on them, and phase 2 of one
@@ -41,7 +42,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use oi_api::{Component, Kind, ObjectKey};
-use oi_engine::{Connector, EngineOptions, Network};
+use oi_engine::{Connector, ExecuteOptions, Network};
+use oi_planner::PlanOptions;
 use time::OffsetDateTime;
 
 use crate::metrics::Metrics;
@@ -73,7 +75,10 @@ impl ControllerKind {
 /// Settings of the controllers.
 #[derive(Debug, Clone)]
 pub struct ManagerOptions {
-    pub engine: EngineOptions,
+    /// How clusters are planned (image repository, PKI settings).
+    pub plan: PlanOptions,
+    /// How plans are executed (how long a cluster may take, polling).
+    pub execute: ExecuteOptions,
     /// Next look at a ready cluster (drift check).
     pub requeue_ready: Duration,
     /// Next look at a cluster that is not ready yet.
@@ -88,10 +93,11 @@ pub struct ManagerOptions {
 impl Default for ManagerOptions {
     fn default() -> Self {
         ManagerOptions {
-            engine: EngineOptions {
+            plan: PlanOptions::default(),
+            execute: ExecuteOptions {
                 max_wait: Duration::from_secs(5),
                 remove_leftover_throwaway_pods: false,
-                ..EngineOptions::default()
+                ..ExecuteOptions::default()
             },
             requeue_ready: Duration::from_secs(300),
             requeue_not_ready: Duration::from_secs(2),
@@ -118,8 +124,8 @@ pub enum ReconcileError {
     #[error("cannot tear down the orphan components of cluster {cluster}: {reason}: {message}")]
     Teardown {
         cluster: ObjectKey,
-        /// The engine's reason ([`oi_engine::reasons`]).
-        reason: String,
+        /// Why, as the cluster's condition would say.
+        reason: oi_planner::Reason,
         message: String,
     },
 }
@@ -258,13 +264,13 @@ impl<S: Store, C: Connector, N: Network> Context<S, C, N> {
             .unwrap_or(0)
     }
 
-    /// The engine options of the manager's runs: one sub-world per run, several at once, so
-    /// a run never removes throwaway pods it did not create (see
+    /// The execute options of the manager's runs: one sub-world per run, several at once,
+    /// so a run never removes throwaway pods it did not create (see
     /// [`reconcile_hypervisor`]).
-    fn engine_options(&self) -> EngineOptions {
-        EngineOptions {
+    fn execute_options(&self) -> ExecuteOptions {
+        ExecuteOptions {
             remove_leftover_throwaway_pods: false,
-            ..self.options.engine.clone()
+            ..self.options.execute.clone()
         }
     }
 

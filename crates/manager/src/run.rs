@@ -309,10 +309,10 @@ impl RunArgs {
         };
         let repository = self.image_repository.clone().filter(|r| !r.is_empty());
         let mut options = ManagerOptions::default();
-        options.engine.render = RenderOptions {
+        options.plan.render = RenderOptions {
             image_repository: repository.clone(),
         };
-        options.engine.max_wait = self.max_wait;
+        options.execute.max_wait = self.max_wait;
         options.requeue_ready = self.requeue_ready;
         options.requeue_not_ready = self.requeue_not_ready;
         options.hypervisor_probe_interval = self.hypervisor_probe_interval;

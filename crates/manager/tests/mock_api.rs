@@ -12,7 +12,7 @@ use oi_api::{
     Kind, LocalCriEndpoint, ObjectKey, ObjectMeta, PortRange,
 };
 use oi_cri::fake::FakeRuntime;
-use oi_engine::{Connector, EngineOptions, sim};
+use oi_engine::{Connector, ExecuteOptions, sim};
 use oi_manager::controller::{
     Action, Context, FINALIZER, ManagerOptions, reconcile_cluster, reconcile_component,
     reconcile_hypervisor,
@@ -988,10 +988,10 @@ struct FakeConnector {
 impl Connector for FakeConnector {
     type Runtime = FakeRuntime;
 
-    async fn connect(&self, h: &Hypervisor) -> oi_engine::Result<Arc<FakeRuntime>> {
+    async fn connect(&self, h: &Hypervisor) -> Result<Arc<FakeRuntime>, oi_engine::ConnectError> {
         let name = h.metadata.name.clone();
         if self.down.lock().unwrap().contains(&name) {
-            return Err(oi_engine::Error::Unreachable {
+            return Err(oi_engine::ConnectError::Unreachable {
                 hypervisor: name,
                 reason: "connection refused".into(),
             });
@@ -999,7 +999,7 @@ impl Connector for FakeConnector {
         self.runtimes
             .get(&name)
             .cloned()
-            .ok_or(oi_engine::Error::NoEndpoint { hypervisor: name })
+            .ok_or(oi_engine::ConnectError::NoEndpoint { hypervisor: name })
     }
 }
 
@@ -1024,10 +1024,10 @@ struct Harness {
 
 fn manager_options() -> ManagerOptions {
     ManagerOptions {
-        engine: EngineOptions {
+        execute: ExecuteOptions {
             max_wait: Duration::from_secs(2),
             poll_interval: Duration::from_millis(5),
-            ..ManagerOptions::default().engine
+            ..ManagerOptions::default().execute
         },
         ..ManagerOptions::default()
     }

@@ -4,14 +4,16 @@
 //! (90 private in 3 zones, 10 public), and prints wall time and peak RSS (`VmHWM`) for:
 //!
 //! - `pki excluded`: every cluster already holds its CAs and keys (copied from one generated
-//!   set before timing) and leaf certificates are off (`Options::leaf_certificates`), so only
+//!   set before timing) and leaf certificates are off (`PrepareOptions::leaf_certificates`), so only
 //!   derivation, scheduling and port allocation are measured;
 //! - `leaves`: the same with leaf certificates on: 22 leaves per cluster issued;
 //! - `converged`: preparing that prepared world again (the steady state of every reconcile:
 //!   nothing minted, every leaf certificate parsed and checked);
 //! - `pki no join`: CLUSTERS clusters holding only their join key, so that preparation mints
 //!   8 ECDSA P-256 CAs and a P-256 service-account key per cluster;
-//! - `render`: `render::plan` of the converged world: every pod and file of every hypervisor;
+//! - `render+steps`: `plan_prepared` of the converged world: every pod and file of every
+//!   hypervisor, the pods to restart, each cluster's etcd steps and the engine's etcd client
+//!   identity (one P-256 certificate per cluster);
 //! - `pki included`: RSA_CLUSTERS (default 20) clusters without any CA or key: the above plus
 //!   a join key of the cluster's algorithm (P-256 here: oi-pki wraps with ECIES) per cluster; fewer
 //!   clusters, since 1000 of them take minutes. Per cluster figures scale linearly.
@@ -25,8 +27,9 @@ use oi_api::{
     ObjectMeta, PortRange, Resource, World,
 };
 use oi_pki::{ClusterPki, KeyAlgorithm};
-use oi_planner::render::{RenderOptions, plan};
-use oi_planner::{Options, prepare_with, schedule::ZONE_LABEL};
+use oi_planner::render::RenderOptions;
+use oi_planner::{ClusterPlan, Prepared, plan_prepared};
+use oi_planner::{PrepareOptions, prepare_with, schedule::ZONE_LABEL};
 use time::{Duration, OffsetDateTime};
 
 fn hypervisors() -> Vec<Hypervisor> {
@@ -120,7 +123,7 @@ fn peak_rss_mib() -> f64 {
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
-fn run(label: &str, input: World, now: OffsetDateTime, options: &Options) -> World {
+fn run(label: &str, input: World, now: OffsetDateTime, options: &PrepareOptions) -> World {
     let clusters = input.clusters.len();
     reset_peak();
     let start = Instant::now();
@@ -160,10 +163,10 @@ fn main() {
                 std::process::exit(1);
             }
         };
-    let full = Options::default();
-    let planning_only = Options {
+    let full = PrepareOptions::default();
+    let planning_only = PrepareOptions {
         leaf_certificates: false,
-        ..Options::default()
+        ..PrepareOptions::default()
     };
     let planned = run(
         "pki excluded",
@@ -186,23 +189,48 @@ fn main() {
     drop(prepared);
     reset_peak();
     let start = Instant::now();
-    let rendered = plan(&again, &RenderOptions::default());
+    let hypervisors = again.hypervisors.len();
+    let planned = plan_prepared(
+        Prepared {
+            world: again,
+            failures: Default::default(),
+        },
+        now,
+        &RenderOptions::default(),
+    );
     let elapsed = start.elapsed();
-    let pods: usize = rendered.hypervisors.values().map(|r| r.pods.len()).sum();
-    let files: usize = rendered.hypervisors.values().map(|r| r.files.len()).sum();
+    let (mut pods, mut files, mut failures) = (0, 0, 0);
+    for cluster in planned.clusters.values() {
+        match cluster {
+            ClusterPlan::Converge(c) => {
+                pods += c
+                    .components
+                    .iter()
+                    .map(|c| c.rendered.pods.len())
+                    .sum::<usize>();
+                files += c
+                    .components
+                    .iter()
+                    .map(|c| c.rendered.files.len())
+                    .sum::<usize>();
+            }
+            ClusterPlan::Unplannable(e) => {
+                failures += 1;
+                eprintln!("planning failed: {e}");
+            }
+            ClusterPlan::Teardown(_) => {}
+        }
+    }
     println!(
-        "{:<13} hypervisors={:<3} pods={pods:<5} files={files:<6} failures={} wall={:>9.3} ms  peak_rss={:.1} MiB",
-        "render",
-        rendered.hypervisors.len(),
-        rendered.failures.len(),
+        "{:<13} hypervisors={hypervisors:<3} pods={pods:<5} files={files:<6} failures={failures} wall={:>9.3} ms  peak_rss={:.1} MiB",
+        "render+steps",
         elapsed.as_secs_f64() * 1e3,
         peak_rss_mib(),
     );
-    if !rendered.failures.is_empty() {
-        eprintln!("rendering failed: {:?}", rendered.failures.values().next());
+    if failures > 0 {
         std::process::exit(1);
     }
-    drop((again, rendered));
+    drop(planned);
     let fresh = run("pki included", world(clusters, None), now, &full);
     let generated = fresh
         .clusters

@@ -4,7 +4,7 @@
 //!
 //! The cluster's preparation lists the wanted certificates; afterwards, for all
 //! clusters at once and spread over the cores, each is (re)issued when absent,
-//! unreadable, for another subject, expiring within [`crate::Options::renew_before`], or when
+//! unreadable, for another subject, expiring within [`crate::PrepareOptions::renew_before`], or when
 //! its SANs differ from the wanted ones (a hypervisor address or `apiServer.extraSANs`
 //! changed).
 
@@ -13,7 +13,7 @@ use oi_pki::{CaKind, CertificateAuthority, LeafSpec};
 use time::OffsetDateTime;
 
 use crate::render::certs;
-use crate::{Error, Options, Result};
+use crate::{Error, PrepareOptions, Result};
 
 /// Cluster status `clientCertificates` entry of the cluster administrator.
 pub const ADMIN: &str = "admin";
@@ -50,7 +50,7 @@ fn stale(
     existing: Option<&Certificate>,
     spec: &LeafSpec,
     now: OffsetDateTime,
-    options: &Options,
+    options: &PrepareOptions,
 ) -> bool {
     let Some(c) = existing.filter(|c| !c.certificate.is_empty() && !c.private_key.is_empty())
     else {
@@ -192,7 +192,7 @@ pub(crate) fn issue(
     key: &ObjectKey,
     jobs: &[Job],
     now: OffsetDateTime,
-    options: &Options,
+    options: &PrepareOptions,
 ) -> Result<Vec<Option<Certificate>>> {
     let Some(cluster) = world.clusters.get(key) else {
         return Ok(vec![None; jobs.len()]);

@@ -1,18 +1,25 @@
-//! World -> prepared world -> pods and files: the pure, deterministic core of reconciliation.
+//! oi-planner: from the world to the plan of a run, and from what the run saw back to the
+//! world. Pure and deterministic: no I/O; `now` is an input; the output is a function of the
+//! input, except for freshly generated keys (the PKI crate takes randomness from the OS on
+//! purpose).
 //!
 //! ```text
 //! World {hypervisors, clusters, components}
-//!    │ prepare(world, now)                                   (prepare)
-//!    │   validate + mint missing CAs/keys ─ all clusters, in parallel
+//!    │ prepare(world, now)                                            (prepare)
+//!    │   validate and verify, mint missing CAs/keys ─ all clusters, in parallel
 //!    │   per cluster, in key order, all or nothing:
 //!    │     derive components from controlPlaneReplicas ─► schedule new ones
 //!    │     ─► allocate host ports ─► status endpoints ─► list wanted leaf certificates
 //!    │   (re)issue stale leaf certificates ─ all clusters, in parallel   (certificates)
 //!    ▼
 //! Prepared {world, failures: cluster -> Error}
-//!    │ render_component(world, component)                    (render)
+//!    │ plan_prepared: render every live component (pods, files)      (plan, render)
+//!    │   pods to restart for changed files, etcd members and founders,  (restarts)
+//!    │   components retiring, clusters torn down
 //!    ▼
-//! Rendered {pods: [PodSpec], files: [HostFile]}  per component, for its hypervisor
+//! Plan {world, clusters: Unplannable | Teardown | Converge}  ──► oi-engine executes it
+//!                                                                  │ ClusterResult per cluster
+//! World ◄── record(plan.world, results, now) ◄───────────────────────┘   (record)
 //! ```
 //!
 //! Scheduling ([`schedule`]): control plane replicas go on private hypervisors, the ingress on
@@ -25,25 +32,31 @@
 //! Ports ([`ports`]): each hypervisor hands out ports of its range, freed ones first, with
 //! the state in its status (`allocatedPorts`, `freedPorts`), as oneinfra does.
 //!
-//! Nothing here does I/O; `now` is an input and the output is a function of the input, except
-//! for freshly generated keys (the PKI crate takes randomness from the OS on purpose). A
-//! cluster whose preparation fails is left exactly as it was and reported in
+//! A cluster whose preparation fails is left exactly as it was and reported in
 //! [`Prepared::failures`]; the others proceed. Preparing a prepared world changes nothing.
 
 pub mod certificates;
 mod par;
+pub mod plan;
 pub mod ports;
 pub mod prepare;
+pub mod record;
 pub mod render;
+pub mod restarts;
 pub mod schedule;
 #[cfg(test)]
 mod testutil;
 pub mod verify;
 
-pub use prepare::{
-    Options, Prepared, control_plane_name, ingress_name, prepare, prepare_with, remove_cluster,
-    remove_component, required_ports,
+pub use plan::{
+    ClusterPlan, ComponentPlan, Convergence, EtcdClientIdentity, EtcdMember, EtcdMembership,
+    EtcdPlan, Plan, PlanOptions, Retirement, Teardown, etcd_membership, plan, plan_prepared,
 };
+pub use prepare::{
+    PrepareOptions, Prepared, control_plane_name, ingress_name, prepare, prepare_with,
+    remove_cluster, remove_component, required_ports,
+};
+pub use record::{ClusterOutcome, ClusterResult, PlacedFiles, Reason, record};
 
 use oi_api::validation::FieldError;
 use oi_api::{ComponentRole, ObjectKey};

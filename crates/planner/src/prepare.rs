@@ -39,7 +39,7 @@ use crate::{Error, Result, url_host as host};
 
 /// Settings of [`prepare_with`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Options {
+pub struct PrepareOptions {
     /// Algorithm of CAs and the service-account key generated for new clusters.
     pub key_algorithm: KeyAlgorithm,
     /// Validity of generated CAs.
@@ -53,7 +53,7 @@ pub struct Options {
     pub leaf_certificates: bool,
 }
 
-impl Default for Options {
+impl Default for PrepareOptions {
     /// ECDSA P-256, CAs valid ten years and leaves one year (kubeadm's lifetimes), leaves
     /// renewed 30 days before they expire.
     fn default() -> Self {
@@ -125,9 +125,9 @@ pub fn required_ports(role: ComponentRole, vpn_enabled: bool) -> &'static [&'sta
     }
 }
 
-/// [`prepare_with`] with the default [`Options`].
+/// [`prepare_with`] with the default [`PrepareOptions`].
 pub fn prepare(world: World, now: OffsetDateTime) -> Prepared {
-    prepare_with(world, now, &Options::default())
+    prepare_with(world, now, &PrepareOptions::default())
 }
 
 /// One hypervisor, as preparation sees it.
@@ -143,7 +143,7 @@ struct Hv {
 
 /// Defaults the world, then prepares every cluster not marked for deletion; see the module
 /// documentation. Never fails as a whole: per cluster failures are in [`Prepared::failures`].
-pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &Options) -> Prepared {
+pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &PrepareOptions) -> Prepared {
     world.apply_defaults();
     let mut hvs: Vec<Hv> = world
         .hypervisors
@@ -670,7 +670,7 @@ fn init_pki(
     key: &ObjectKey,
     cluster: &mut Cluster,
     now: OffsetDateTime,
-    options: &Options,
+    options: &PrepareOptions,
 ) -> Result<()> {
     let name = cluster.metadata.name.clone();
     let algorithm = options.key_algorithm;
@@ -754,7 +754,7 @@ fn validate_and_init_pki(
     key: &ObjectKey,
     cluster: &Cluster,
     now: OffsetDateTime,
-    options: &Options,
+    options: &PrepareOptions,
 ) -> Result<Cluster> {
     let mut errors = validate_cluster(cluster);
     errors.extend(verify_cluster(cluster, now));

@@ -10,10 +10,10 @@
 //!                          kube-scheduler           TLS health check GET /readyz
 //! ```
 //!
-//! Host paths: files (certificates, keys, kubeconfigs, configs) under
-//! `/etc/oneinfra/<namespace>/<cluster>/<component>/`, state (the etcd data directory) under
-//! `/var/lib/oneinfra/<namespace>/<cluster>/<component>/`; both are mounted at the same path
-//! inside the containers, so arguments name host paths.
+//! Host paths follow `oi_api::runtime::paths`: files (certificates, keys, kubeconfigs,
+//! configs) in the component's config directory, state (the etcd data directory) in its data
+//! directory; both are mounted at the same path inside the containers, so arguments name
+//! host paths.
 //!
 //! Certificates come from the prepared objects: CAs and key pairs from the Cluster spec, leaf
 //! certificates of a replica from its Component status ([`certs`] names them).
@@ -26,11 +26,10 @@
 
 use std::collections::BTreeMap;
 
-use oi_api::runtime::{ContainerSpec, HostFile, Mount, PodSpec, labels};
+use oi_api::runtime::{ContainerSpec, HostFile, Mount, PodSpec, labels, paths};
 use oi_api::versions::{self, INFRA};
 use oi_api::{Cluster, Component, ComponentRole, ObjectKey, World};
 
-use crate::par::parallel_map;
 use crate::ports::names;
 use crate::prepare::replica_order;
 use crate::{Error, Result, url_host};
@@ -69,16 +68,6 @@ pub struct Rendered {
     pub files: Vec<HostFile>,
 }
 
-/// Host directory of a component's files.
-pub fn config_dir(namespace: &str, cluster: &str, component: &str) -> String {
-    format!("/etc/oneinfra/{namespace}/{cluster}/{component}")
-}
-
-/// Host directory of a component's state.
-pub fn data_dir(namespace: &str, cluster: &str, component: &str) -> String {
-    format!("/var/lib/oneinfra/{namespace}/{cluster}/{component}")
-}
-
 /// Renders a prepared component: a control plane replica or an ingress.
 ///
 /// # Errors
@@ -108,8 +97,12 @@ pub fn render_component(
         component: c,
         cluster,
         ip: hypervisor.spec.ip_address.as_str(),
-        config: config_dir(&component.namespace, &c.spec.cluster, &c.metadata.name),
-        data: data_dir(&component.namespace, &c.spec.cluster, &c.metadata.name),
+        config: paths::component_config_dir(
+            &component.namespace,
+            &c.spec.cluster,
+            &c.metadata.name,
+        ),
+        data: paths::component_data_dir(&component.namespace, &c.spec.cluster, &c.metadata.name),
         options,
     };
     let mut rendered = match c.spec.role {
@@ -582,108 +575,6 @@ impl Cx<'_> {
             files,
         })
     }
-}
-
-/// What every hypervisor should run and how each cluster's etcd membership should look.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Plan {
-    /// Hypervisor name -> its pods and files (pods and files of all its live components).
-    pub hypervisors: BTreeMap<String, Rendered>,
-    /// Cluster -> desired etcd membership.
-    pub etcd: BTreeMap<ObjectKey, EtcdMembership>,
-    /// Components that could not be rendered (their hypervisor's plan lacks them).
-    pub failures: BTreeMap<ObjectKey, Error>,
-}
-
-/// The etcd members a cluster should have, in join order, and those that must leave.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EtcdMembership {
-    /// Live replicas, by replica index: the first bootstraps, the others join as learners
-    /// (added before their pod starts, promoted once in sync).
-    pub members: Vec<EtcdMember>,
-    /// Replicas marked for deletion: removed from the membership before their pod goes.
-    pub leaving: Vec<EtcdMember>,
-}
-
-/// One etcd member.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct EtcdMember {
-    /// The member name: its component's name.
-    pub name: String,
-    pub peer_url: String,
-    pub client_url: String,
-}
-
-/// Renders every live component of every cluster not being deleted, grouped by hypervisor
-/// (pods by name, files by path), with each cluster's desired etcd membership.
-pub fn plan(world: &World, options: &RenderOptions) -> Plan {
-    let mut plan = Plan::default();
-    let live: Vec<(&ObjectKey, &str)> = world
-        .components
-        .iter()
-        .filter(|(_, c)| {
-            !c.metadata.is_being_deleted()
-                && world.cluster_of(c).is_some_and(|cl| !cl.is_being_deleted())
-        })
-        .filter_map(|(k, c)| c.spec.hypervisor.as_deref().map(|h| (k, h)))
-        .collect();
-    let rendered = parallel_map(&live, |(key, _)| render_component(world, key, options));
-    for ((key, hypervisor), result) in live.into_iter().zip(rendered) {
-        match result {
-            Ok(r) => {
-                let entry = plan.hypervisors.entry(hypervisor.to_string()).or_default();
-                entry.pods.extend(r.pods);
-                entry.files.extend(r.files);
-            }
-            Err(e) => {
-                plan.failures.insert(key.clone(), e);
-            }
-        }
-    }
-    for r in plan.hypervisors.values_mut() {
-        r.pods
-            .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-        r.files.sort_by(|a, b| a.path.cmp(&b.path));
-    }
-    for (key, cluster) in &world.clusters {
-        if cluster.is_being_deleted() {
-            continue;
-        }
-        plan.etcd.insert(key.clone(), etcd_membership(world, key));
-    }
-    plan
-}
-
-/// The desired etcd membership of a cluster (see [`EtcdMembership`]).
-pub fn etcd_membership(world: &World, cluster: &ObjectKey) -> EtcdMembership {
-    let mut replicas: Vec<&Component> = world
-        .components_of(cluster)
-        .filter(|c| c.spec.role == ComponentRole::ControlPlane)
-        .collect();
-    replicas.sort_by_key(|c| replica_order(&cluster.name, &c.metadata.name));
-    let mut membership = EtcdMembership::default();
-    for c in replicas {
-        let Some(ip) = world.hypervisor_of(c).map(|h| url_host(&h.spec.ip_address)) else {
-            continue;
-        };
-        let (Some(peer), Some(client)) = (
-            c.status.host_port(names::ETCD_PEER),
-            c.status.host_port(names::ETCD_CLIENT),
-        ) else {
-            continue;
-        };
-        let member = EtcdMember {
-            name: c.metadata.name.clone(),
-            peer_url: format!("https://{ip}:{peer}"),
-            client_url: format!("https://{ip}:{client}"),
-        };
-        if c.metadata.is_being_deleted() {
-            membership.leaving.push(member);
-        } else {
-            membership.members.push(member);
-        }
-    }
-    membership
 }
 
 /// haproxy in TCP mode in front of the API servers, each health-checked over TLS (verified

@@ -1,5 +1,5 @@
-//! The Cluster controller: prepare (phase 1), engine (phase 2), write-back (phase 3); see
-//! the documentation of [`super`].
+//! The Cluster controller: plan (phase 1), execute (phase 2), record and write back
+//! (phase 3); see the documentation of [`super`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -7,7 +7,8 @@ use oi_api::common::{ConditionStatus, condition_types, find_condition, set_condi
 use oi_api::{
     Cluster, Component, Hypervisor, Kind, ObjectKey, OwnerReference, Resource as _, World,
 };
-use oi_engine::{Connector, Network, Report, reasons};
+use oi_engine::{Connector, Executed, Network};
+use oi_planner::{ClusterPlan, Plan, Reason};
 use time::OffsetDateTime;
 
 use super::writeback::{
@@ -41,8 +42,8 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
     }
     let now = now();
 
-    // Phase 1: prepare and write back what it derived, under the write lock.
-    let (prepared, mut stored) = {
+    // Phase 1: plan, and write back what preparing derived, under the write lock.
+    let (plan, mut stored) = {
         let _lock = ctx.write_lock.lock().await;
         let hypervisors = store.list::<Hypervisor>(None).await?;
         let all_components = store.list::<Component>(None).await?;
@@ -51,7 +52,7 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
             world.hypervisors.insert(h.key(), h);
         }
         // Every component counts for placement (the least loaded hypervisor wins); only
-        // this cluster's are prepared, the others are left alone by prepare.
+        // this cluster's are planned, the others are left alone.
         let mut stored = Stored {
             cluster: cluster.clone(),
             components: BTreeMap::new(),
@@ -63,24 +64,26 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
             world.components.insert(c.key(), c);
         }
         world.clusters.insert(key.clone(), cluster);
-        let mut prepared =
-            oi_planner::prepare_with(world.clone(), now, &ctx.options.engine.prepare);
-        if let Some(error) = prepared.failures.remove(key) {
-            prepare_failed(ctx, key, &mut stored.cluster, &error.to_string(), now).await?;
+        let mut plan = oi_planner::plan(world.clone(), now, &ctx.options.plan);
+        if let Some(ClusterPlan::Unplannable(error)) = plan.clusters.get(key)
+            && error.reason() == Reason::PrepareFailed
+        {
+            let message = error.to_string();
+            prepare_failed(ctx, key, &mut stored.cluster, &message, now).await?;
             return Ok(Next::Backoff);
         }
-        let mut prepared = prepared.world;
-        prepared.components.retain(|_, c| c.cluster_key() == *key);
-        write_prepared(ctx, key, &world, &prepared, &mut stored).await?;
-        (prepared, stored)
+        plan.world.components.retain(|_, c| c.cluster_key() == *key);
+        write_prepared(ctx, key, &world, &plan.world, &mut stored).await?;
+        (plan, stored)
     };
 
-    // Phase 2: the engine, on the prepared sub-world; no lock.
-    let report = run_engine(ctx, prepared.clone(), now).await;
+    // Phase 2: the engine executes the plan; no lock.
+    let executed = execute_plan(ctx, &plan).await;
 
-    // Phase 3: write back what the engine did, under the write lock.
+    // Phase 3: record what the engine did, and write it back, under the write lock.
+    let after = oi_planner::record(plan.world.clone(), &executed.clusters, now);
     let _lock = ctx.write_lock.lock().await;
-    write_report(ctx, key, &prepared, &report, &mut stored).await
+    write_report(ctx, key, &plan.world, &after, &executed, &mut stored).await
 }
 
 /// Records a cluster that cannot be prepared in its `ReconcileSucceeded` condition, as the
@@ -98,7 +101,7 @@ async fn prepare_failed<S: Store, C: Connector, N: Network>(
         &mut desired.status.conditions,
         condition_types::RECONCILE_SUCCEEDED,
         ConditionStatus::False,
-        reasons::PREPARE_FAILED,
+        Reason::PrepareFailed.as_str(),
         message,
         now,
     );
@@ -209,12 +212,11 @@ fn owner_reference(cluster: &Cluster) -> OwnerReference {
     }
 }
 
-/// Runs the engine on a sub-world, its progress going to the log (names only).
-pub(super) async fn run_engine<S: Store, C: Connector, N: Network>(
+/// Executes a plan, its progress going to the log (names only).
+pub(super) async fn execute_plan<S: Store, C: Connector, N: Network>(
     ctx: &Context<S, C, N>,
-    world: World,
-    now: OffsetDateTime,
-) -> Report {
+    plan: &Plan,
+) -> Executed {
     let progress = |e: &oi_engine::Event| {
         tracing::info!(
             cluster = %e.cluster,
@@ -224,36 +226,30 @@ pub(super) async fn run_engine<S: Store, C: Connector, N: Network>(
             e.message
         );
     };
-    let options = ctx.engine_options();
+    let options = ctx.execute_options();
     let _run = ctx.engine_runs.read().await;
-    oi_engine::reconcile(
-        world,
-        now,
-        &options,
-        &ctx.connector,
-        &ctx.network,
-        &progress,
-    )
-    .await
+    oi_engine::execute(plan, &options, &ctx.connector, &ctx.network, &progress).await
 }
 
 /// Phase 3 write-back: the cluster's share of hypervisor statuses, components the engine
-/// tore down, component and cluster status, and the end of a deleted cluster.
+/// tore down, component and cluster status, and the end of a deleted cluster. `after` is
+/// the prepared world with what the engine did recorded.
 async fn write_report<S: Store, C: Connector, N: Network>(
     ctx: &Context<S, C, N>,
     key: &ObjectKey,
     prepared: &World,
-    report: &Report,
+    after: &World,
+    executed: &Executed,
     stored: &mut Stored,
 ) -> Result<Next, ReconcileError> {
     let store = &*ctx.store;
-    let after = &report.world;
     for (hk, h) in &after.hypervisors {
         if let Some(before) = prepared.hypervisors.get(hk) {
             write_share(store, hk, &before.status, &h.status, key).await?;
         }
     }
-    let deleted = report.clusters.get(key).is_some_and(|o| o.deleted);
+    let outcome = executed.clusters.get(key).map(|r| &r.outcome);
+    let deleted = outcome.is_some_and(|o| o.deleted);
     for (ck, component) in &prepared.components {
         if after.components.contains_key(ck) {
             continue;
@@ -318,7 +314,6 @@ async fn write_report<S: Store, C: Connector, N: Network>(
     )
     .map(|c| c.status);
     sync_status(store, &mut stored.cluster, cluster).await?;
-    let outcome = report.clusters.get(key);
     let ready = outcome.is_some_and(|o| o.ready);
     let uid = stored.cluster.metadata.uid.clone();
     if ready && was != Some(ConditionStatus::True) {

@@ -8,7 +8,7 @@ use oi_api::{
 };
 use oi_engine::{Connector, Network};
 
-use super::cluster::run_engine;
+use super::cluster::execute_plan;
 use super::writeback::{has_finalizer, release_component, write_share};
 use super::{
     Action, Context, Event, FINALIZER, Next, ReconcileError, cluster_of_component, event_reasons,
@@ -62,20 +62,23 @@ async fn tear_down_orphans<S: Store, C: Connector, N: Network>(
         components = world.components.len(),
         "tearing down the components of a cluster that is gone"
     );
-    let report = run_engine(ctx, world.clone(), now).await;
-    let outcome = report.clusters.get(cluster);
+    let plan = oi_planner::plan(world.clone(), now, &ctx.options.plan);
+    let executed = execute_plan(ctx, &plan).await;
+    let outcome = executed.clusters.get(cluster).map(|r| &r.outcome);
     if !outcome.is_some_and(|o| o.deleted) {
         let (reason, message) = outcome
-            .map(|o| (o.reason.clone(), o.message.clone()))
-            .unwrap_or_default();
+            .map_or((oi_planner::Reason::DeleteFailed, String::new()), |o| {
+                (o.reason, o.message.clone())
+            });
         return Err(ReconcileError::Teardown {
             cluster: cluster.clone(),
             reason,
             message,
         });
     }
+    let after = oi_planner::record(plan.world, &executed.clusters, now);
     let _lock = ctx.write_lock.lock().await;
-    for (hk, h) in &report.world.hypervisors {
+    for (hk, h) in &after.hypervisors {
         if let Some(before) = world.hypervisors.get(hk) {
             write_share(store, hk, &before.status, &h.status, cluster).await?;
         }

@@ -363,9 +363,9 @@ mod tests {
         for c in components {
             w.components.insert(c.key(), c.clone());
         }
-        let options = oi_planner::Options {
+        let options = oi_planner::PrepareOptions {
             leaf_certificates: false,
-            ..oi_planner::Options::default()
+            ..oi_planner::PrepareOptions::default()
         };
         let now = datetime!(2026-11-22 08:00 UTC);
         let prepared = oi_planner::prepare_with(w.clone(), now, &options);

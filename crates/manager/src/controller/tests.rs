@@ -14,7 +14,7 @@ use oi_api::{
 };
 use oi_cri::HypervisorRuntime as _;
 use oi_cri::fake::FakeRuntime;
-use oi_engine::{Connector, EngineOptions, Error, sim};
+use oi_engine::{ConnectError, Connector, ExecuteOptions, sim};
 use pretty_assertions::assert_eq;
 
 use super::*;
@@ -68,10 +68,10 @@ struct FakeConnector {
 impl Connector for FakeConnector {
     type Runtime = FakeRuntime;
 
-    async fn connect(&self, h: &Hypervisor) -> oi_engine::Result<Arc<FakeRuntime>> {
+    async fn connect(&self, h: &Hypervisor) -> Result<Arc<FakeRuntime>, oi_engine::ConnectError> {
         let name = h.metadata.name.clone();
         if self.down.lock().unwrap().contains(&name) {
-            return Err(Error::Unreachable {
+            return Err(ConnectError::Unreachable {
                 hypervisor: name,
                 reason: "connection refused".into(),
             });
@@ -79,7 +79,7 @@ impl Connector for FakeConnector {
         self.runtimes
             .get(&name)
             .cloned()
-            .ok_or(Error::NoEndpoint { hypervisor: name })
+            .ok_or(ConnectError::NoEndpoint { hypervisor: name })
     }
 }
 
@@ -106,10 +106,11 @@ struct Harness {
 
 fn options() -> ManagerOptions {
     ManagerOptions {
-        engine: EngineOptions {
+        plan: oi_planner::PlanOptions::default(),
+        execute: ExecuteOptions {
             max_wait: Duration::from_secs(2),
             poll_interval: Duration::from_millis(5),
-            ..ManagerOptions::default().engine
+            ..ManagerOptions::default().execute
         },
         requeue_ready: Duration::from_secs(300),
         requeue_not_ready: Duration::from_secs(2),
@@ -865,7 +866,7 @@ fn preparing_a_prepared_sub_world_allocates_and_issues_nothing() {
     let c = cluster("c", 3);
     world.clusters.insert(c.key(), c);
     let now = time::macros::datetime!(2026-11-22 08:00 UTC);
-    let options = oi_planner::Options::default();
+    let options = oi_planner::PrepareOptions::default();
     let once = oi_planner::prepare_with(world, now, &options);
     assert!(once.failures.is_empty());
     let twice = oi_planner::prepare_with(once.world.clone(), now, &options);
@@ -985,7 +986,7 @@ async fn engine_runs_never_remove_another_runs_throwaway_pods() {
     let h = Harness::new();
     let mut ctx_options = options();
     // Even when asked to: the manager's runs are many at once.
-    ctx_options.engine.remove_leftover_throwaway_pods = true;
+    ctx_options.execute.remove_leftover_throwaway_pods = true;
     let ctx = Context::new(
         Arc::clone(&h.store),
         FakeConnector {

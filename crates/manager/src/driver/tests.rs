@@ -643,13 +643,15 @@ mod real {
     impl Connector for Runtimes {
         type Runtime = FakeRuntime;
 
-        async fn connect(&self, h: &Hypervisor) -> oi_engine::Result<Arc<FakeRuntime>> {
-            self.0
-                .get(&h.metadata.name)
-                .cloned()
-                .ok_or_else(|| oi_engine::Error::NoEndpoint {
+        async fn connect(
+            &self,
+            h: &Hypervisor,
+        ) -> Result<Arc<FakeRuntime>, oi_engine::ConnectError> {
+            self.0.get(&h.metadata.name).cloned().ok_or_else(|| {
+                oi_engine::ConnectError::NoEndpoint {
                     hypervisor: h.metadata.name.clone(),
-                })
+                }
+            })
         }
     }
 
@@ -753,8 +755,8 @@ mod real {
             .map(|h| (h.to_string(), Arc::new(FakeRuntime::new(h))))
             .collect();
         let mut options = ManagerOptions::default();
-        options.engine.max_wait = Duration::from_secs(2);
-        options.engine.poll_interval = Duration::from_millis(5);
+        options.execute.max_wait = Duration::from_secs(2);
+        options.execute.poll_interval = Duration::from_millis(5);
         let metrics = Arc::new(Metrics::new());
         let ctx = Arc::new(Context::new(
             Arc::clone(&store),

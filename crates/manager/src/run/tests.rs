@@ -44,11 +44,11 @@ fn defaults_map_onto_the_manager_options() {
     assert_eq!(settings.probe_address, "0.0.0.0:8081".parse().unwrap());
     let defaults = ManagerOptions::default();
     let o = &settings.options;
-    assert_eq!(o.engine.max_wait, defaults.engine.max_wait);
-    assert_eq!(o.engine.render.image_repository, None);
+    assert_eq!(o.execute.max_wait, defaults.execute.max_wait);
+    assert_eq!(o.plan.render.image_repository, None);
     assert_eq!(
-        o.engine.remove_leftover_throwaway_pods,
-        defaults.engine.remove_leftover_throwaway_pods
+        o.execute.remove_leftover_throwaway_pods,
+        defaults.execute.remove_leftover_throwaway_pods
     );
     assert_eq!(o.requeue_ready, defaults.requeue_ready);
     assert_eq!(o.requeue_not_ready, defaults.requeue_not_ready);
@@ -125,10 +125,10 @@ fn flags_map_onto_the_settings() {
     assert_eq!(settings.probe_address, "[::1]:9091".parse().unwrap());
     let o = &settings.options;
     assert_eq!(
-        o.engine.render.image_repository.as_deref(),
+        o.plan.render.image_repository.as_deref(),
         Some("mirror.example/oi")
     );
-    assert_eq!(o.engine.max_wait, Duration::from_secs(60));
+    assert_eq!(o.execute.max_wait, Duration::from_secs(60));
     assert_eq!(o.requeue_ready, Duration::from_secs(600));
     assert_eq!(o.requeue_not_ready, Duration::from_secs(3));
     assert_eq!(o.hypervisor_probe_interval, Duration::from_secs(60));

@@ -1,14 +1,17 @@
-//! `oi reconcile`: applies the world to its hypervisors through the engine, prints progress
-//! and a summary on stderr, and the updated manifests on stdout.
+//! `oi reconcile`: plans the world (pure), executes the plan on its hypervisors, records what
+//! happened into the world; progress and a summary on stderr, the updated manifests on stdout.
 //!
 //! ```text
-//! manifests ─► oi_engine::reconcile (prepare, render, execute, observe) ─► manifests
-//!                    │ progress events                  │ not ready after --max-wait:
-//!                    ▼                                  ▼ manifests still written, exit 1
-//!        [hypervisor] cluster/component: created pod ...   error: cluster ... not ready: ...
+//! manifests ─► oi_planner::plan ─► oi_engine::execute ─► oi_planner::record ─► manifests
+//!   (load)       (pure)               │ progress events      (pure)        not ready after
+//!                                     ▼                                  --max-wait: written
+//!        [hypervisor] cluster/component: created pod ...                  anyway, exit 1
 //! reconciled N clusters: X ready, Y not ready; pods created a, replaced b, unchanged c,
 //! removed d; files written e; mutating CRI calls f
 //! ```
+//!
+//! `--dry-run` stops after the plan: `oi_engine::dry_run` compares it with what the
+//! hypervisors list (read-only calls).
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -16,7 +19,8 @@ use std::io::{Read, Write};
 use anyhow::Context as _;
 use oi_api::versions::INFRA;
 use oi_cri::ClientOptions;
-use oi_engine::{CriConnector, DryRun, EngineOptions, Event, RealNetwork, Report};
+use oi_engine::{CriConnector, DryRun, Event, ExecuteOptions, Executed, RealNetwork};
+use oi_planner::PlanOptions;
 use oi_planner::render::RenderOptions;
 
 use crate::args::ReconcileArgs;
@@ -24,10 +28,15 @@ use crate::commands::{Context, OutputThenFail};
 use crate::manifests;
 
 /// The summary line (its shape is relied upon by scripts and the end-to-end tests).
-pub fn summary(report: &Report) -> String {
-    let live: Vec<_> = report.clusters.values().filter(|c| !c.deleted).collect();
-    let ready = live.iter().filter(|c| c.ready).count();
-    let c = &report.counts;
+pub fn summary(executed: &Executed) -> String {
+    let live: Vec<_> = executed
+        .clusters
+        .values()
+        .map(|r| &r.outcome)
+        .filter(|o| !o.deleted)
+        .collect();
+    let ready = live.iter().filter(|o| o.ready).count();
+    let c = &executed.counts;
     format!(
         "reconciled {} clusters: {} ready, {} not ready; pods created {}, replaced {}, \
          unchanged {}, removed {}; files written {}; mutating CRI calls {}",
@@ -44,15 +53,16 @@ pub fn summary(report: &Report) -> String {
 }
 
 /// What is not ready and why, one cluster per line.
-pub fn not_ready(report: &Report) -> Option<String> {
-    let lines: Vec<String> = report
+pub fn not_ready(executed: &Executed) -> Option<String> {
+    let lines: Vec<String> = executed
         .clusters
         .values()
-        .filter(|c| !c.ready && !c.deleted)
-        .map(|c| {
+        .map(|r| &r.outcome)
+        .filter(|o| !o.ready && !o.deleted)
+        .map(|o| {
             format!(
                 "cluster {} is not ready: {}: {}",
-                c.cluster, c.reason, c.message
+                o.cluster, o.reason, o.message
             )
         })
         .collect();
@@ -71,7 +81,7 @@ pub fn render_plan(plan: &DryRun) -> String {
         for (verb, pods) in [
             ("create", &p.create),
             ("replace", &p.replace),
-            ("leave", &p.leave),
+            ("keep", &p.keep),
             ("remove", &p.remove),
         ] {
             for pod in pods {
@@ -131,12 +141,15 @@ pub fn run(
 ) -> anyhow::Result<Option<String>> {
     let world = manifests::load(&args.input, input, ctx.now)?;
     let repository = args.image_repository.clone().filter(|r| !r.is_empty());
-    let options = EngineOptions {
+    let plan_options = PlanOptions {
         render: RenderOptions {
             image_repository: repository.clone(),
         },
+        ..PlanOptions::default()
+    };
+    let options = ExecuteOptions {
         max_wait: args.max_wait,
-        ..EngineOptions::default()
+        ..ExecuteOptions::default()
     };
     let connector = CriConnector {
         options: ClientOptions {
@@ -148,10 +161,11 @@ pub fn run(
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let plan = oi_planner::plan(world, ctx.now, &plan_options);
     if args.dry_run {
-        let plan = runtime.block_on(oi_engine::dry_run(world, ctx.now, &options, &connector));
-        output.write_all(render_plan(&plan).as_bytes())?;
-        return match dry_run_incomplete(&plan) {
+        let dry_run = runtime.block_on(oi_engine::dry_run(&plan, &connector));
+        output.write_all(render_plan(&dry_run).as_bytes())?;
+        return match dry_run_incomplete(&dry_run) {
             Some(why) => Err(OutputThenFail(why).into()),
             None => Ok(None),
         };
@@ -162,21 +176,21 @@ pub fn run(
             eprintln!("{e}");
         }
     };
-    let report = runtime.block_on(oi_engine::reconcile(
-        world,
-        ctx.now,
+    let executed = runtime.block_on(oi_engine::execute(
+        &plan,
         &options,
         &connector,
         &RealNetwork::default(),
         &progress,
     ));
-    manifests::finish(&report.world, output)?;
+    let world = oi_planner::record(plan.world, &executed.clusters, ctx.now);
+    manifests::finish(&world, output)?;
     if !quiet {
-        eprintln!("{}", summary(&report));
+        eprintln!("{}", summary(&executed));
     }
-    let mut warnings = crate::commands::vpn_warnings(&report.world, None);
-    warnings.extend(crate::commands::availability_warnings(&report.world, None));
-    match not_ready(&report) {
+    let mut warnings = crate::commands::vpn_warnings(&world, None);
+    warnings.extend(crate::commands::availability_warnings(&world, None));
+    match not_ready(&executed) {
         // The warnings go first: the error line is the last thing printed.
         Some(why) => {
             if let Some(note) = crate::commands::note(warnings) {
@@ -193,8 +207,9 @@ mod tests {
     use std::collections::BTreeMap;
     use std::time::Duration;
 
-    use oi_api::{ObjectKey, World};
-    use oi_engine::{ClusterOutcome, Counts, HypervisorPlan};
+    use oi_api::ObjectKey;
+    use oi_engine::{Counts, HypervisorPlan};
+    use oi_planner::{ClusterOutcome, ClusterResult, Reason};
 
     use super::*;
 
@@ -204,11 +219,10 @@ mod tests {
             ready,
             deleted,
             reason: if ready {
-                "ReconcileSucceeded"
+                Reason::Succeeded
             } else {
-                "EtcdNotReady"
-            }
-            .into(),
+                Reason::EtcdNotReady
+            },
             message: if ready {
                 ""
             } else {
@@ -224,15 +238,20 @@ mod tests {
 
     #[test]
     fn summary_and_not_ready_report() {
-        let report = Report {
-            world: World::default(),
+        let report = Executed {
             clusters: [
                 outcome("a", true, false),
                 outcome("b", false, false),
                 outcome("gone", false, true),
             ]
             .into_iter()
-            .map(|o| (o.cluster.clone(), o))
+            .map(|o| {
+                let result = ClusterResult {
+                    outcome: o,
+                    ..ClusterResult::new(&ObjectKey::new("default", "x"))
+                };
+                (result.outcome.cluster.clone(), result)
+            })
             .collect(),
             counts: Counts {
                 pods_created: 3,
@@ -263,7 +282,7 @@ mod tests {
                     "h1".to_string(),
                     HypervisorPlan {
                         create: vec!["default/c-control-plane-0-etcd".into()],
-                        leave: vec!["default/d-ingress".into()],
+                        keep: vec!["default/d-ingress".into()],
                         files: vec!["/etc/oneinfra/default/c/c-ingress/haproxy.cfg".into()],
                         ..HypervisorPlan::default()
                     },
@@ -280,7 +299,7 @@ mod tests {
         };
         assert_eq!(
             render_plan(&plan),
-            "hypervisor h1:\n  create pod default/c-control-plane-0-etcd\n  leave pod \
+            "hypervisor h1:\n  create pod default/c-control-plane-0-etcd\n  keep pod \
              default/d-ingress\n  write file /etc/oneinfra/default/c/c-ingress/haproxy.cfg\n\
              hypervisor h2: unreachable: connection refused\n"
         );

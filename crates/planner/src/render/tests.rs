@@ -2,7 +2,6 @@
 
 use super::*;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use oi_api::{
@@ -236,56 +235,4 @@ fn haproxy_backends_sorted_whatever_the_input_order() {
     );
     assert_eq!(a, b);
     assert!(a.contains("  server a 10.0.0.1:30000\n  server b 10.0.0.2:30000\n"));
-}
-
-#[test]
-fn plan_groups_by_hypervisor_and_lists_etcd_membership() {
-    let mut w = prepared();
-    let p = plan(&w, &options());
-    assert_eq!(p.failures, BTreeMap::new());
-    let pods = |hv: &str| -> Vec<String> {
-        p.hypervisors[hv]
-            .pods
-            .iter()
-            .map(|p| p.name.clone())
-            .collect()
-    };
-    assert_eq!(
-        pods("private-2"),
-        vec!["c1-control-plane-1", "c1-control-plane-1-etcd"]
-    );
-    assert_eq!(pods("public-1"), vec!["c1-ingress"]);
-    let cluster = ObjectKey::new("team-a", "c1");
-    let names = |m: &[EtcdMember]| m.iter().map(|m| m.name.clone()).collect::<Vec<_>>();
-    assert_eq!(
-        names(&p.etcd[&cluster].members),
-        vec![
-            "c1-control-plane-0",
-            "c1-control-plane-1",
-            "c1-control-plane-2"
-        ]
-    );
-    assert_eq!(
-        p.etcd[&cluster].members[1].peer_url,
-        "https://10.0.0.2:30002"
-    );
-
-    // Scaling down: the leaving replica is out of the plan and listed as leaving.
-    w.clusters
-        .get_mut(&cluster)
-        .unwrap()
-        .spec
-        .control_plane_replicas = Some(2);
-    let w = prepare(w, datetime!(2026-11-22 04:00:00 UTC)).world;
-    let p = plan(&w, &options());
-    assert!(!p.hypervisors.contains_key("private-3"));
-    assert_eq!(names(&p.etcd[&cluster].leaving), vec!["c1-control-plane-2"]);
-    assert_eq!(p.etcd[&cluster].members.len(), 2);
-    // The ingress no longer balances to it.
-    let cfg = p.hypervisors["public-1"]
-        .files
-        .iter()
-        .find(|f| f.path.ends_with("haproxy.cfg"))
-        .unwrap();
-    assert!(!String::from_utf8_lossy(&cfg.content).contains("c1-control-plane-2"));
 }

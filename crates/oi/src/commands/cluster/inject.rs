@@ -8,7 +8,7 @@ use oi_api::{
     Cluster, ClusterSpec, DEFAULT_NAMESPACE, KubeApiServer, Object, ObjectKey, ObjectMeta, Vpn,
 };
 use oi_pki::KeyAlgorithm;
-use oi_planner::Options;
+use oi_planner::PrepareOptions;
 
 use crate::args::ClusterInjectArgs;
 use crate::commands::Context;
@@ -35,14 +35,14 @@ pub fn run(
         !world.clusters.contains_key(&key),
         "cluster {key} already exists"
     );
-    let options = Options {
+    let options = PrepareOptions {
         key_algorithm: match &args.key_algorithm {
             Some(algorithm) => algorithm
                 .parse::<KeyAlgorithm>()
                 .context("invalid --key-algorithm")?,
             None => KeyAlgorithm::default(),
         },
-        ..Options::default()
+        ..PrepareOptions::default()
     };
     let cluster = Object::Cluster(cluster(args));
     manifests::validate_new(&cluster)?;

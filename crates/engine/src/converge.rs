@@ -1,0 +1,218 @@
+//! The steps of a live cluster, in order: files, retiring components, etcd, the Kubernetes
+//! control plane and the ingress, then observation until ready.
+
+use std::sync::atomic::AtomicU64;
+
+use futures::future::join_all;
+use oi_api::ObjectKey;
+use oi_api::runtime::PodSpec;
+use oi_cri::{HypervisorRuntime, Outcome};
+use oi_planner::{ClusterResult, ComponentPlan, Convergence, PlacedFiles, Reason};
+
+use crate::error::{Step, StepError};
+use crate::etcd::EtcdClient;
+use crate::https::{Network, Tls};
+use crate::progress::Counters;
+use crate::{Executor, selector};
+
+impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
+    pub(crate) async fn converge(
+        &self,
+        key: &ObjectKey,
+        plan: &Convergence,
+        result: &mut ClusterResult,
+    ) -> Step {
+        for h in &plan.hypervisors {
+            self.runtime(h)?;
+        }
+        // 1. Files.
+        let written = join_all(plan.components.iter().map(|c| self.files(key, c))).await;
+        for w in written {
+            result.files.push(w?);
+        }
+        let identity = plan
+            .etcd
+            .client
+            .as_ref()
+            .map_err(|reason| StepError::EtcdIdentity {
+                reason: reason.clone(),
+            })?;
+        let tls = Tls {
+            ca_pem: identity.server_ca.clone(),
+            identity: Some((identity.certificate.clone(), identity.private_key.clone())),
+        };
+        let etcd = EtcdClient {
+            network: self.network,
+            tls: &tls,
+        };
+        let members = &plan.etcd.members;
+        // 2. Retiring components: etcd member first, then pods, then directories.
+        for r in &plan.retiring {
+            self.retire(key, r, members, &etcd).await?;
+            result.removed.push(r.key.clone());
+        }
+        // 3. etcd. A cluster whose etcd answers keeps its quorum: replica by replica (in
+        //    replica order), a member joins (learner, pod, promotion) or has its pod created or
+        //    replaced, and a changed pod must be healthy again before the next one is touched
+        //    (a certificate renewal or an image change never takes more than one member down).
+        //    A new cluster, or one whose etcd does not answer (no quorum to keep), starts the
+        //    pods of the replicas that found it together; replicas added later join one by one.
+        let replicas: Vec<&ComponentPlan> = members
+            .iter()
+            .filter_map(|m| plan.component(&m.name))
+            .collect();
+        let answered = self.first_answer(members, &etcd).await.ok();
+        let running = answered.is_some();
+        if let Some((_, list)) = answered {
+            for replica in &replicas {
+                // A started voting member only needs its pod; any other joins first.
+                let voting = members
+                    .iter()
+                    .find(|m| m.name == replica.name())
+                    .is_some_and(|me| {
+                        list.iter().any(|m| {
+                            m.peer_urls.contains(&me.peer_url) && m.started() && !m.is_learner
+                        })
+                    });
+                let outcome = if voting {
+                    self.pod(key, replica, etcd_pod(replica)?).await?
+                } else {
+                    self.etcd_join(key, replica, members, &etcd).await?
+                };
+                if outcome != Outcome::Unchanged {
+                    self.etcd_healthy(key, replica, members, &etcd).await?;
+                }
+            }
+        } else {
+            let (founders, joiners): (Vec<&ComponentPlan>, Vec<&ComponentPlan>) = replicas
+                .into_iter()
+                .partition(|r| plan.etcd.founders.contains(r.name()));
+            self.etcd_founders(key, &founders, members, &etcd).await?;
+            for replica in joiners {
+                self.etcd_join(key, replica, members, &etcd).await?;
+            }
+        }
+        // 4. The Kubernetes control plane of every replica and 5. the ingress, together. In a
+        //    running cluster, control plane pods are created or replaced one replica at a
+        //    time (replica order), a replaced one's API server ready before the next, so the
+        //    ingress always has API servers to send requests to.
+        let (control_plane, ingress): (Vec<&ComponentPlan>, Vec<&ComponentPlan>) = plan
+            .components
+            .iter()
+            .partition(|c| c.role == oi_api::ComponentRole::ControlPlane);
+        let rolled = async {
+            for c in &control_plane {
+                let Some(spec) = c.main_pod() else {
+                    continue;
+                };
+                if self.pod(key, c, spec).await? == Outcome::Replaced {
+                    self.apiserver_ready(key, c, &plan.apiserver_ca).await?;
+                }
+            }
+            Ok(())
+        };
+        let pods = if running {
+            ingress
+        } else {
+            plan.components.iter().collect()
+        };
+        let together = join_all(
+            pods.into_iter()
+                .filter_map(|c| c.main_pod().map(|p| (c, p)))
+                .map(|(c, p)| self.pod(key, c, p)),
+        );
+        let (rolled, together): (Step, _) = if running {
+            futures::join!(rolled, together)
+        } else {
+            (Ok(()), together.await)
+        };
+        rolled?;
+        for outcome in together {
+            outcome?;
+        }
+        // 6. Observe until ready or out of time.
+        loop {
+            let observed = self.observe(plan, &etcd).await;
+            let outcome = &mut result.outcome;
+            outcome.etcd_started = observed.etcd_started;
+            outcome.etcd_voting = observed.etcd_voting;
+            outcome.apiservers_ready = observed.apiservers_ready;
+            outcome.ingress_ready = observed.ingress_ready;
+            match observed.failure {
+                None => {
+                    outcome.ready = true;
+                    outcome.reason = Reason::Succeeded;
+                    outcome.message = String::new();
+                    self.emit(None, key, None, "ready".to_string());
+                    return Ok(());
+                }
+                Some(failure) if self.out_of_time() => return Err(failure),
+                Some(_) => self.pause().await,
+            }
+        }
+    }
+
+    /// Writes a component's changed files; returns the hashes of all its files placed.
+    async fn files(&self, key: &ObjectKey, c: &ComponentPlan) -> Step<PlacedFiles> {
+        let rt = self.runtime(&c.hypervisor)?;
+        let changed = c.changed_files() as u64;
+        let hashes = rt.write_files(&c.rendered.files, &c.known_files).await?;
+        if changed > 0 {
+            Counters::add(&self.counters.files, changed);
+            self.emit(
+                Some(&c.hypervisor),
+                key,
+                Some(c.name()),
+                format!("wrote {changed} files"),
+            );
+        }
+        Ok(PlacedFiles {
+            hypervisor: c.hypervisor.clone(),
+            component: c.name().to_string(),
+            hashes,
+        })
+    }
+
+    /// Makes one pod of a component run as rendered; a pod that runs as rendered but must
+    /// read files that changed is restarted. Returns what happened to it.
+    pub(crate) async fn pod(
+        &self,
+        key: &ObjectKey,
+        c: &ComponentPlan,
+        spec: &PodSpec,
+    ) -> Step<Outcome> {
+        let rt = self.runtime(&c.hypervisor)?;
+        let mut outcome = rt.ensure_pod(spec).await?;
+        if outcome == Outcome::Unchanged && c.restart.contains(&spec.name) {
+            let running = rt.list_pods(&selector(key, Some(c.name()))).await?;
+            for pod in running.iter().filter(|p| p.name == spec.name) {
+                rt.remove_pod(&pod.id).await?;
+            }
+            rt.ensure_pod(spec).await?;
+            outcome = Outcome::Replaced;
+        }
+        let (counter, verb): (&AtomicU64, &str) = match outcome {
+            Outcome::Created => (&self.counters.created, "created"),
+            Outcome::Replaced => (&self.counters.replaced, "replaced"),
+            Outcome::Unchanged => (&self.counters.unchanged, ""),
+        };
+        Counters::add(counter, 1);
+        if outcome != Outcome::Unchanged {
+            self.emit(
+                Some(&c.hypervisor),
+                key,
+                Some(c.name()),
+                format!("{verb} pod {}", spec.name),
+            );
+        }
+        Ok(outcome)
+    }
+}
+
+/// A replica's etcd pod.
+pub(crate) fn etcd_pod(c: &ComponentPlan) -> Step<&PodSpec> {
+    c.etcd_pod().ok_or_else(|| StepError::MissingPod {
+        component: c.name().to_string(),
+        pod: format!("{}-etcd", c.name()),
+    })
+}

@@ -1,0 +1,124 @@
+//! Why a step of a cluster's run failed: the error keeps its source, and [`StepError::reason`]
+//! is the one place that says which condition reason each failure is.
+
+use std::sync::Arc;
+
+use oi_planner::Reason;
+
+use crate::connect::ConnectError;
+use crate::etcd::EtcdError;
+
+/// A failed step of a cluster's run. Its text is the condition's message.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// A hypervisor of the cluster could not be reached.
+    #[error("hypervisor {hypervisor} is unreachable: {source}")]
+    Unreachable {
+        hypervisor: String,
+        #[source]
+        source: Arc<ConnectError>,
+    },
+    /// A component names a hypervisor the run does not know.
+    #[error("hypervisor {hypervisor} is not known")]
+    UnknownHypervisor { hypervisor: String },
+    /// A hypervisor's runtime refused or failed a call.
+    #[error("{0}")]
+    Runtime(#[source] oi_cri::Error),
+    /// The engine has no identity to talk to etcd with.
+    #[error("etcd client identity: {reason}")]
+    EtcdIdentity { reason: String },
+    /// No member answered before the deadline (the last answer, or that there was nobody
+    /// to ask).
+    #[error("{last}")]
+    EtcdUnanswered { last: String },
+    /// Removing a retiring member failed.
+    #[error("{0}")]
+    EtcdRemove(#[source] EtcdError),
+    /// Adding a member as a learner failed.
+    #[error("adding etcd member {member}: {source}")]
+    EtcdAdd {
+        member: String,
+        #[source]
+        source: EtcdError,
+    },
+    /// Promoting a learner failed until the deadline.
+    #[error("promoting etcd member {member}: {source}")]
+    EtcdPromote {
+        member: String,
+        #[source]
+        source: EtcdError,
+    },
+    /// A member being joined disappeared from the membership.
+    #[error("etcd member {member} left the membership")]
+    EtcdLeft { member: String },
+    /// A member whose pod changed is not a healthy voting member by the deadline.
+    #[error("etcd member {member} is not healthy after its pod changed: {last}")]
+    EtcdUnhealthy { member: String, last: String },
+    /// Not every member votes.
+    #[error(
+        "etcd: {voting} of {members} members voting, {started} started, {listed} in the membership"
+    )]
+    EtcdNotVoting {
+        voting: usize,
+        members: usize,
+        started: usize,
+        listed: usize,
+    },
+    /// A replica's rendering has no etcd pod.
+    #[error("{component} has no pod {pod}")]
+    MissingPod { component: String, pod: String },
+    /// An API server whose pod was replaced does not answer `/readyz` by the deadline.
+    #[error(
+        "kube-apiserver {component} on {hypervisor} ({url}) is not ready after its pod changed: {reason}"
+    )]
+    ApiServerNotReadyAfterChange {
+        component: String,
+        hypervisor: String,
+        url: String,
+        reason: String,
+    },
+    /// API servers that do not answer `/readyz`, each with why.
+    #[error("{}", .0.join("; "))]
+    ApiServersNotReady(Vec<String>),
+    /// The ingress does not answer `/readyz`, or there is none.
+    #[error("{}", .0.join("; "))]
+    IngressNotReady(Vec<String>),
+    /// Tearing a cluster down failed.
+    #[error(transparent)]
+    Teardown(Box<StepError>),
+}
+
+impl StepError {
+    /// The reason of the `ReconcileSucceeded=False` condition this failure sets.
+    pub fn reason(&self) -> Reason {
+        match self {
+            StepError::Unreachable { .. } | StepError::UnknownHypervisor { .. } => {
+                Reason::HypervisorUnreachable
+            }
+            StepError::Runtime(_) => Reason::RuntimeError,
+            StepError::EtcdIdentity { .. }
+            | StepError::EtcdUnanswered { .. }
+            | StepError::EtcdRemove(_)
+            | StepError::EtcdAdd { .. }
+            | StepError::EtcdPromote { .. }
+            | StepError::EtcdLeft { .. }
+            | StepError::EtcdUnhealthy { .. }
+            | StepError::EtcdNotVoting { .. } => Reason::EtcdNotReady,
+            StepError::MissingPod { .. } => Reason::RenderFailed,
+            StepError::ApiServerNotReadyAfterChange { .. } | StepError::ApiServersNotReady(_) => {
+                Reason::ApiServerNotReady
+            }
+            StepError::IngressNotReady(_) => Reason::IngressNotReady,
+            StepError::Teardown(_) => Reason::DeleteFailed,
+        }
+    }
+}
+
+impl From<oi_cri::Error> for StepError {
+    fn from(e: oi_cri::Error) -> Self {
+        StepError::Runtime(e)
+    }
+}
+
+/// A step's result.
+pub(crate) type Step<T = ()> = Result<T, StepError>;

@@ -1,0 +1,81 @@
+//! Taking things away: a retiring component (its etcd member, pods, directories) and a whole
+//! cluster marked for deletion.
+
+use futures::future::join_all;
+use oi_api::ObjectKey;
+use oi_cri::HypervisorRuntime;
+use oi_planner::{EtcdMember, Retirement, Teardown};
+
+use crate::error::{Step, StepError};
+use crate::etcd::EtcdClient;
+use crate::https::Network;
+use crate::progress::Counters;
+use crate::{Executor, selector};
+
+impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
+    /// Retires a component: its etcd member leaves first, then its pods and directories go.
+    pub(crate) async fn retire(
+        &self,
+        key: &ObjectKey,
+        r: &Retirement,
+        members: &[EtcdMember],
+        etcd: &EtcdClient<'_, N>,
+    ) -> Step {
+        let name = r.key.name.as_str();
+        if let Some(me) = &r.member {
+            let hypervisor = r.hypervisor.as_deref().unwrap_or_default();
+            self.etcd_remove(key, me, hypervisor, members, etcd).await?;
+        }
+        if let Some(h) = r.hypervisor.as_deref() {
+            self.remove_pods_and_directories(h, key, Some(name), &r.directories)
+                .await?;
+            self.emit(Some(h), key, Some(name), "removed directories".to_string());
+        }
+        Ok(())
+    }
+
+    /// Removes every pod and directory of a cluster marked for deletion.
+    pub(crate) async fn teardown(&self, key: &ObjectKey, t: &Teardown) -> Step {
+        let results = join_all(t.hypervisors.iter().map(|h| async move {
+            self.remove_pods_and_directories(h, key, None, &t.directories)
+                .await?;
+            self.emit(
+                Some(h),
+                key,
+                None,
+                "removed cluster directories".to_string(),
+            );
+            Ok::<(), StepError>(())
+        }))
+        .await;
+        for r in results {
+            r.map_err(|e| StepError::Teardown(Box::new(e)))?;
+        }
+        self.emit(None, key, None, "deleted".to_string());
+        Ok(())
+    }
+
+    /// Removes the pods of a cluster (of one of its components, when given) on a
+    /// hypervisor, then the directories.
+    async fn remove_pods_and_directories(
+        &self,
+        hypervisor: &str,
+        key: &ObjectKey,
+        component: Option<&str>,
+        directories: &[String],
+    ) -> Step {
+        let rt = self.runtime(hypervisor)?;
+        for pod in rt.list_pods(&selector(key, component)).await? {
+            rt.remove_pod(&pod.id).await?;
+            Counters::add(&self.counters.removed, 1);
+            self.emit(
+                Some(hypervisor),
+                key,
+                component,
+                format!("removed pod {}", pod.name),
+            );
+        }
+        rt.remove_host_paths(directories).await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,500 @@
+//! The plan of a run: everything the engine does, decided before it starts.
+//!
+//! ```text
+//! World ──prepare (PKI, components, placement, ports, leaf certificates)──► prepared World
+//!   │ per live cluster prepared, its steps in the order the engine takes them:
+//!   │   1. files     every live component rendered (pods, files), with the hashes its
+//!   │                hypervisor's status records (unchanged files are not written)
+//!   │   2. retiring  components marked for deletion: etcd member, pods, directories
+//!   │   3. etcd      members in replica order; founders of a new cluster; the engine's
+//!   │                own client identity
+//!   │   4. kube, 5. ingress   each component's pods, with the pods that restart because
+//!   │                files they read change
+//!   │   6. observe   etcd members, each API server's and the ingress's /readyz (URLs, CA)
+//!   │ per cluster marked for deletion: the hypervisors and directories it leaves
+//!   │ per cluster that could not be prepared or rendered: why (nothing is done)
+//!   ▼
+//! Plan {world, hypervisors to connect, clusters: key -> Unplannable | Teardown | Converge}
+//! ```
+//!
+//! What the engine decides while running is only what it must observe first: whether etcd
+//! answers (a running cluster keeps its quorum: members and pods change one at a time), and
+//! whether a pod runs as rendered (`oi_cri`'s create, replace or keep).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use oi_api::runtime::PodSpec;
+use oi_api::{Cluster, Component, ComponentRole, EtcdInitialClusterState, ObjectKey, World};
+use time::OffsetDateTime;
+
+use crate::par::parallel_map;
+use crate::ports::names;
+use crate::prepare::{PrepareOptions, Prepared, prepare_with, replica_order};
+use crate::record::Reason;
+use crate::render::{RenderOptions, Rendered, render_component};
+use crate::restarts::pods_reading_changed_files;
+use crate::{Error, Result, url_host};
+
+/// Settings of [`plan`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PlanOptions {
+    pub prepare: PrepareOptions,
+    pub render: RenderOptions,
+}
+
+/// Everything a run does: the prepared world and each cluster's steps.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The prepared world (PKI, components, placement, ports, leaf certificates).
+    pub world: World,
+    /// Every hypervisor the run talks to: those holding a component of a cluster of the
+    /// world, and those a cluster being torn down left files on. The engine connects to them first and removes the
+    /// throwaway pods a killed run left there.
+    pub hypervisors: BTreeSet<String>,
+    /// Every cluster of the world, by key.
+    pub clusters: BTreeMap<ObjectKey, ClusterPlan>,
+}
+
+/// What a run does with one cluster.
+#[derive(Debug, Clone)]
+pub enum ClusterPlan {
+    /// It could not be prepared or rendered: nothing is done on its hypervisors, and its
+    /// condition says why ([`Error::reason`]).
+    Unplannable(Error),
+    /// It is marked for deletion: every pod and directory of it goes, then it leaves the
+    /// world.
+    Teardown(Teardown),
+    /// It is brought to what the world describes.
+    Converge(Box<Convergence>),
+}
+
+/// The teardown of a cluster marked for deletion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Teardown {
+    /// Hypervisors holding its components or its files, sorted.
+    pub hypervisors: Vec<String>,
+    /// Its directories on each of them.
+    pub directories: Vec<String>,
+}
+
+/// The steps of a live cluster, in order (see the module documentation).
+#[derive(Debug, Clone)]
+pub struct Convergence {
+    /// Every hypervisor its components are on: each must be reachable before anything is
+    /// done.
+    pub hypervisors: BTreeSet<String>,
+    /// Its live components, by name.
+    pub components: Vec<ComponentPlan>,
+    /// Its components marked for deletion, by name.
+    pub retiring: Vec<Retirement>,
+    pub etcd: EtcdPlan,
+    /// The CA certificate (PEM) its API servers' and ingress's `/readyz` answers are
+    /// checked against.
+    pub apiserver_ca: String,
+}
+
+impl Convergence {
+    /// The live component named `name`.
+    pub fn component(&self, name: &str) -> Option<&ComponentPlan> {
+        self.components.iter().find(|c| c.name() == name)
+    }
+}
+
+/// One live component: what it runs on its hypervisor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComponentPlan {
+    pub key: ObjectKey,
+    pub role: ComponentRole,
+    pub hypervisor: String,
+    /// Its pods and files.
+    pub rendered: Rendered,
+    /// The hashes of its files as its hypervisor's status records them.
+    pub known_files: BTreeMap<String, String>,
+    /// Its pods that restart because files they read change.
+    pub restart: BTreeSet<String>,
+    /// `https://<ip>:<port>` of its API server (a replica) or frontend (the ingress).
+    pub apiserver_url: Option<String>,
+}
+
+impl ComponentPlan {
+    pub fn name(&self) -> &str {
+        &self.key.name
+    }
+
+    /// Its pod named `name`.
+    pub fn pod(&self, name: &str) -> Option<&PodSpec> {
+        self.rendered.pods.iter().find(|p| p.name == name)
+    }
+
+    /// The pod named as the component: a replica's Kubernetes control plane, the ingress's
+    /// haproxy.
+    pub fn main_pod(&self) -> Option<&PodSpec> {
+        self.pod(self.name())
+    }
+
+    /// A replica's etcd pod.
+    pub fn etcd_pod(&self) -> Option<&PodSpec> {
+        self.pod(&format!("{}-etcd", self.name()))
+    }
+
+    /// How many of its files differ from what the hypervisor has.
+    pub fn changed_files(&self) -> usize {
+        crate::restarts::changed_files(&self.rendered, &self.known_files).len()
+    }
+}
+
+/// A component marked for deletion: its etcd member (if it is one) leaves first, then its
+/// pods and directories go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retirement {
+    pub key: ObjectKey,
+    pub hypervisor: Option<String>,
+    pub member: Option<EtcdMember>,
+    pub directories: Vec<String>,
+}
+
+/// One etcd member.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EtcdMember {
+    /// The member name: its component's name.
+    pub name: String,
+    pub peer_url: String,
+    pub client_url: String,
+}
+
+/// The etcd members a cluster should have, and those retiring.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EtcdMembership {
+    /// Live replicas, in replica order.
+    pub members: Vec<EtcdMember>,
+    /// Replicas marked for deletion: removed from the membership before their pod goes.
+    pub retiring: Vec<EtcdMember>,
+}
+
+/// A cluster's etcd steps.
+#[derive(Debug, Clone)]
+pub struct EtcdPlan {
+    /// Its members, live replicas in replica order: asked for the membership, joined or
+    /// restarted one at a time in this order when the cluster runs.
+    pub members: Vec<EtcdMember>,
+    /// The replicas whose member founds a new cluster (`status.etcdMember` says `new`):
+    /// when etcd does not answer, their pods start together; the other replicas then join
+    /// as learners, one at a time.
+    pub founders: BTreeSet<String>,
+    /// The identity the engine talks to etcd with, or why there is none.
+    pub client: std::result::Result<EtcdClientIdentity, String>,
+}
+
+/// A short-lived client certificate of the cluster's etcd client CA, and the etcd server CA
+/// it trusts. `Debug` never shows the private key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EtcdClientIdentity {
+    pub server_ca: String,
+    pub certificate: String,
+    pub private_key: String,
+}
+
+impl fmt::Debug for EtcdClientIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdClientIdentity")
+            .field("certificate", &self.certificate)
+            .field("private_key", &"[redacted]")
+            .finish_non_exhaustive()
+    }
+}
+
+/// How long the engine's etcd client certificate is valid: one run.
+const ENGINE_CLIENT_LIFETIME: time::Duration = time::Duration::hours(1);
+
+impl Error {
+    /// The reason of the condition of a cluster that could not be planned.
+    pub fn reason(&self) -> Reason {
+        match self {
+            Error::Render { .. } => Reason::RenderFailed,
+            _ => Reason::PrepareFailed,
+        }
+    }
+}
+
+/// Prepares `world`, then plans every cluster; see the module documentation.
+pub fn plan(world: World, now: OffsetDateTime, options: &PlanOptions) -> Plan {
+    plan_prepared(
+        prepare_with(world, now, &options.prepare),
+        now,
+        &options.render,
+    )
+}
+
+/// Plans every cluster of a prepared world: its failures are unplannable clusters.
+pub fn plan_prepared(prepared: Prepared, now: OffsetDateTime, options: &RenderOptions) -> Plan {
+    let Prepared { world, failures } = prepared;
+    // Every live component of every live cluster that was prepared, rendered on every core.
+    let live: Vec<&ObjectKey> = world
+        .components
+        .iter()
+        .filter(|(_, c)| {
+            !c.metadata.is_being_deleted()
+                && c.spec.hypervisor.is_some()
+                && !failures.contains_key(&c.cluster_key())
+                && world.cluster_of(c).is_some_and(|cl| !cl.is_being_deleted())
+        })
+        .map(|(k, _)| k)
+        .collect();
+    let rendered = parallel_map(&live, |key| render_component(&world, key, options));
+    let mut by_cluster: BTreeMap<ObjectKey, Vec<(&ObjectKey, Result<Rendered>)>> = BTreeMap::new();
+    for (key, result) in live.iter().zip(rendered) {
+        if let Some(c) = world.components.get(*key) {
+            by_cluster
+                .entry(c.cluster_key())
+                .or_default()
+                .push((key, result));
+        }
+    }
+    let mut clusters = BTreeMap::new();
+    // Components of clusters not in the world (a sub-world holds every component, for
+    // placement) are nobody's business in this run.
+    let mut hypervisors: BTreeSet<String> = world
+        .components
+        .values()
+        .filter(|c| world.clusters.contains_key(&c.cluster_key()))
+        .filter_map(|c| c.spec.hypervisor.clone())
+        .filter(|h| {
+            world
+                .hypervisors
+                .contains_key(&ObjectKey::cluster_scoped(h.clone()))
+        })
+        .collect();
+    for (key, cluster) in &world.clusters {
+        let plan = if let Some(error) = failures.get(key) {
+            ClusterPlan::Unplannable(error.clone())
+        } else if cluster.is_being_deleted() {
+            let teardown = teardown(&world, key);
+            hypervisors.extend(teardown.hypervisors.iter().cloned());
+            ClusterPlan::Teardown(teardown)
+        } else {
+            let rendered = by_cluster.remove(key).unwrap_or_default();
+            match convergence(&world, key, cluster, rendered, now) {
+                Ok(c) => ClusterPlan::Converge(Box::new(c)),
+                Err(e) => ClusterPlan::Unplannable(e),
+            }
+        };
+        clusters.insert(key.clone(), plan);
+    }
+    Plan {
+        world,
+        hypervisors,
+        clusters,
+    }
+}
+
+/// The hypervisors and directories a cluster marked for deletion leaves.
+fn teardown(world: &World, key: &ObjectKey) -> Teardown {
+    let mut hypervisors: Vec<String> = world
+        .components_of(key)
+        .filter_map(|c| c.spec.hypervisor.clone())
+        .collect();
+    for h in world.hypervisors.values() {
+        if h.status
+            .files
+            .get(&key.namespace)
+            .is_some_and(|m| m.contains_key(&key.name))
+        {
+            hypervisors.push(h.metadata.name.clone());
+        }
+    }
+    hypervisors.sort_unstable();
+    hypervisors.dedup();
+    Teardown {
+        hypervisors,
+        directories: vec![
+            oi_api::runtime::paths::cluster_config_dir(&key.namespace, &key.name),
+            oi_api::runtime::paths::cluster_data_dir(&key.namespace, &key.name),
+        ],
+    }
+}
+
+/// The steps of a live cluster whose components rendered as `rendered`.
+fn convergence(
+    world: &World,
+    key: &ObjectKey,
+    cluster: &Cluster,
+    rendered: Vec<(&ObjectKey, Result<Rendered>)>,
+    now: OffsetDateTime,
+) -> Result<Convergence> {
+    // The first component that did not render makes the cluster unplannable.
+    let mut rendered: BTreeMap<&ObjectKey, Rendered> = rendered
+        .into_iter()
+        .map(|(k, r)| r.map(|r| (k, r)))
+        .collect::<Result<_>>()?;
+    let all: Vec<&Component> = world.components_of(key).collect();
+    let membership = etcd_membership(world, key);
+    let mut components = Vec::new();
+    let mut retiring = Vec::new();
+    for c in &all {
+        let ck = ObjectKey::new(key.namespace.clone(), c.metadata.name.clone());
+        if c.metadata.is_being_deleted() {
+            retiring.push(Retirement {
+                member: membership
+                    .retiring
+                    .iter()
+                    .find(|m| m.name == c.metadata.name)
+                    .cloned(),
+                hypervisor: c.spec.hypervisor.clone(),
+                directories: vec![
+                    oi_api::runtime::paths::component_config_dir(
+                        &key.namespace,
+                        &key.name,
+                        &c.metadata.name,
+                    ),
+                    oi_api::runtime::paths::component_data_dir(
+                        &key.namespace,
+                        &key.name,
+                        &c.metadata.name,
+                    ),
+                ],
+                key: ck,
+            });
+            continue;
+        }
+        let (Some(hypervisor), Some(r)) = (c.spec.hypervisor.clone(), rendered.remove(&ck)) else {
+            continue;
+        };
+        let known_files = world_files(world, &hypervisor, key, &c.metadata.name);
+        components.push(ComponentPlan {
+            restart: pods_reading_changed_files(&r, &known_files),
+            apiserver_url: url(world, c, names::APISERVER),
+            role: c.spec.role,
+            key: ck,
+            hypervisor,
+            rendered: r,
+            known_files,
+        });
+    }
+    let founders = all
+        .iter()
+        .filter(|c| !c.metadata.is_being_deleted())
+        .filter(|c| {
+            c.status
+                .etcd_member
+                .as_ref()
+                .map(|m| m.initial_cluster_state)
+                == Some(EtcdInitialClusterState::New)
+        })
+        .map(|c| c.metadata.name.clone())
+        .collect();
+    Ok(Convergence {
+        hypervisors: all
+            .iter()
+            .filter_map(|c| c.spec.hypervisor.clone())
+            .collect(),
+        components,
+        retiring,
+        etcd: EtcdPlan {
+            members: membership.members,
+            founders,
+            client: etcd_client_identity(cluster, now),
+        },
+        apiserver_ca: cluster
+            .spec
+            .api_server
+            .ca
+            .as_ref()
+            .map(|c| c.certificate.clone())
+            .unwrap_or_default(),
+    })
+}
+
+/// `https://<ip>:<port>` of port `port` of a component.
+fn url(world: &World, c: &Component, port: &str) -> Option<String> {
+    let ip = &world.hypervisor_of(c)?.spec.ip_address;
+    let port = c.status.host_port(port)?;
+    Some(format!("https://{}:{port}", url_host(ip)))
+}
+
+/// The hashes of a component's files that its hypervisor's status records.
+fn world_files(
+    world: &World,
+    hypervisor: &str,
+    cluster: &ObjectKey,
+    component: &str,
+) -> BTreeMap<String, String> {
+    world
+        .hypervisors
+        .get(&ObjectKey::cluster_scoped(hypervisor))
+        .and_then(|h| h.status.files.get(&cluster.namespace))
+        .and_then(|m| m.get(&cluster.name))
+        .and_then(|m| m.get(component))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The engine's etcd client identity: a short-lived certificate from the cluster's etcd
+/// client CA (a P-256 key, whatever the cluster's algorithm: it never leaves the run),
+/// trusting the etcd server CA.
+fn etcd_client_identity(
+    cluster: &Cluster,
+    now: OffsetDateTime,
+) -> std::result::Result<EtcdClientIdentity, String> {
+    let client_ca = cluster
+        .spec
+        .certificate_authorities
+        .etcd_client
+        .as_ref()
+        .ok_or("no etcd client CA")?;
+    let server_ca = cluster
+        .spec
+        .etcd_server
+        .ca
+        .as_ref()
+        .ok_or("no etcd server CA")?;
+    let ca = oi_pki::CaKind::EtcdClient
+        .load(&client_ca.certificate, &client_ca.private_key)
+        .map_err(|e| e.to_string())?;
+    let mut spec = oi_pki::LeafSpec::client(oi_pki::CaKind::EtcdClient, "oneinfra-engine", &[]);
+    spec.key_algorithm = Some(oi_pki::KeyAlgorithm::EcdsaP256);
+    let leaf = ca
+        .issue(&spec, now, ENGINE_CLIENT_LIFETIME)
+        .map_err(|e| e.to_string())?;
+    Ok(EtcdClientIdentity {
+        server_ca: server_ca.certificate.clone(),
+        certificate: leaf.certificate_pem,
+        private_key: leaf.private_key_pem,
+    })
+}
+
+/// The etcd members a cluster should have (see [`EtcdMembership`]): its control plane
+/// replicas placed and given their ports, in replica order.
+pub fn etcd_membership(world: &World, cluster: &ObjectKey) -> EtcdMembership {
+    let mut replicas: Vec<&Component> = world
+        .components_of(cluster)
+        .filter(|c| c.spec.role == ComponentRole::ControlPlane)
+        .collect();
+    replicas.sort_by_key(|c| replica_order(&cluster.name, &c.metadata.name));
+    let mut membership = EtcdMembership::default();
+    for c in replicas {
+        let Some(ip) = world.hypervisor_of(c).map(|h| url_host(&h.spec.ip_address)) else {
+            continue;
+        };
+        let (Some(peer), Some(client)) = (
+            c.status.host_port(names::ETCD_PEER),
+            c.status.host_port(names::ETCD_CLIENT),
+        ) else {
+            continue;
+        };
+        let member = EtcdMember {
+            name: c.metadata.name.clone(),
+            peer_url: format!("https://{ip}:{peer}"),
+            client_url: format!("https://{ip}:{client}"),
+        };
+        if c.metadata.is_being_deleted() {
+            membership.retiring.push(member);
+        } else {
+            membership.members.push(member);
+        }
+    }
+    membership
+}
+
+#[cfg(test)]
+mod tests;

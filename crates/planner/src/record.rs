@@ -1,0 +1,249 @@
+//! What a run did, written back into the world: the other pure end of a run.
+//!
+//! ```text
+//! Plan.world ──record(results of the engine, now)──► World
+//!   per cluster result:  file hashes placed ─► Hypervisor status files
+//!                        components torn down ─► out of the world, their ports freed
+//!                        deleted ─► the cluster, its components and ports out of the world
+//!                        otherwise ─► ReconcileStarted=True, then ReconcileSucceeded
+//!                                     True, or False with the reason and message
+//! ```
+//!
+//! The engine executes a [`crate::Plan`] and reports a [`ClusterResult`] per cluster; it
+//! never writes the world itself, so that what a run records is tested without a hypervisor.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use oi_api::common::{ConditionStatus, condition_types, set_condition};
+use oi_api::{ObjectKey, World};
+use time::OffsetDateTime;
+
+/// Why a cluster is (not) ready: the reason of its `ReconcileSucceeded` condition, and of
+/// the manager's metrics and events. One place names them all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Reason {
+    /// Ready: etcd voting, every API server and the ingress answering.
+    Succeeded,
+    /// Set on every cluster a run converges, when it starts.
+    Started,
+    /// Torn down and out of the world.
+    Deleted,
+    /// The cluster could not be prepared (invalid, unschedulable, a PKI that does not load).
+    PrepareFailed,
+    /// A component could not be rendered.
+    RenderFailed,
+    /// A hypervisor of the cluster could not be reached.
+    HypervisorUnreachable,
+    /// A hypervisor's runtime refused or failed a call.
+    RuntimeError,
+    /// etcd did not answer, or not with every member voting.
+    EtcdNotReady,
+    /// An API server did not answer `/readyz`.
+    ApiServerNotReady,
+    /// The ingress did not answer `/readyz`.
+    IngressNotReady,
+    /// Tearing the cluster down failed.
+    DeleteFailed,
+}
+
+impl Reason {
+    /// The reason as conditions, events and metrics carry it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Succeeded => condition_types::RECONCILE_SUCCEEDED,
+            Reason::Started => condition_types::RECONCILE_STARTED,
+            Reason::Deleted => "Deleted",
+            Reason::PrepareFailed => "PrepareFailed",
+            Reason::RenderFailed => "RenderFailed",
+            Reason::HypervisorUnreachable => "HypervisorUnreachable",
+            Reason::RuntimeError => "RuntimeError",
+            Reason::EtcdNotReady => "EtcdNotReady",
+            Reason::ApiServerNotReady => "APIServerNotReady",
+            Reason::IngressNotReady => "IngressNotReady",
+            Reason::DeleteFailed => "DeleteFailed",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What became of one cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterOutcome {
+    pub cluster: ObjectKey,
+    pub ready: bool,
+    /// The cluster was deleted and left the world.
+    pub deleted: bool,
+    /// Why it is (not) ready.
+    pub reason: Reason,
+    /// What and where, for a person.
+    pub message: String,
+    /// etcd members started, and voting, as last observed.
+    pub etcd_started: usize,
+    pub etcd_voting: usize,
+    /// API servers answering /readyz with 200, as last observed.
+    pub apiservers_ready: usize,
+    pub ingress_ready: bool,
+}
+
+impl ClusterOutcome {
+    /// Nothing observed yet, not ready.
+    pub fn new(cluster: &ObjectKey) -> Self {
+        ClusterOutcome {
+            cluster: cluster.clone(),
+            ready: false,
+            deleted: false,
+            reason: Reason::Started,
+            message: String::new(),
+            etcd_started: 0,
+            etcd_voting: 0,
+            apiservers_ready: 0,
+            ingress_ready: false,
+        }
+    }
+
+    /// Not ready, for `reason`.
+    #[must_use]
+    pub fn fail(mut self, reason: Reason, message: impl Into<String>) -> Self {
+        self.ready = false;
+        self.reason = reason;
+        self.message = message.into();
+        self
+    }
+}
+
+/// File hashes the engine placed for one component on its hypervisor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlacedFiles {
+    pub hypervisor: String,
+    pub component: String,
+    /// Path -> content hash: every file the component has there now.
+    pub hashes: BTreeMap<String, String>,
+}
+
+/// What one cluster's run changed and found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterResult {
+    pub outcome: ClusterOutcome,
+    pub files: Vec<PlacedFiles>,
+    /// Components whose pods, etcd member and directories are gone.
+    pub removed: Vec<ObjectKey>,
+}
+
+impl ClusterResult {
+    /// A result with nothing done yet.
+    pub fn new(cluster: &ObjectKey) -> Self {
+        ClusterResult {
+            outcome: ClusterOutcome::new(cluster),
+            files: Vec::new(),
+            removed: Vec::new(),
+        }
+    }
+}
+
+/// The world after a run: `world` (the plan's) with what `results` report written back;
+/// see the module documentation. Clusters without a result are left as they are.
+pub fn record(
+    mut world: World,
+    results: &BTreeMap<ObjectKey, ClusterResult>,
+    now: OffsetDateTime,
+) -> World {
+    for result in results.values() {
+        record_cluster(&mut world, result, now);
+    }
+    world
+}
+
+fn files_entry<'w>(
+    world: &'w mut World,
+    hypervisor: &str,
+    namespace: &str,
+    cluster: &str,
+) -> Option<&'w mut BTreeMap<String, BTreeMap<String, String>>> {
+    world
+        .hypervisors
+        .get_mut(&ObjectKey::cluster_scoped(hypervisor))
+        .map(|h| {
+            h.status
+                .files
+                .entry(namespace.to_string())
+                .or_default()
+                .entry(cluster.to_string())
+                .or_default()
+        })
+}
+
+/// Drops empty maps left in a hypervisor's files status.
+fn prune_files(world: &mut World) {
+    for h in world.hypervisors.values_mut() {
+        for clusters in h.status.files.values_mut() {
+            clusters.retain(|_, components| !components.is_empty());
+        }
+        h.status.files.retain(|_, clusters| !clusters.is_empty());
+    }
+}
+
+fn record_cluster(world: &mut World, result: &ClusterResult, now: OffsetDateTime) {
+    let outcome = &result.outcome;
+    let key = &outcome.cluster;
+    for placed in &result.files {
+        if let Some(entry) = files_entry(world, &placed.hypervisor, &key.namespace, &key.name) {
+            entry.insert(placed.component.clone(), placed.hashes.clone());
+        }
+    }
+    for component in &result.removed {
+        if let Some(c) = crate::remove_component(world, component)
+            && let Some(entry) = c
+                .spec
+                .hypervisor
+                .as_deref()
+                .and_then(|h| files_entry(world, h, &key.namespace, &key.name))
+        {
+            entry.remove(&c.metadata.name);
+        }
+    }
+    if outcome.deleted {
+        crate::remove_cluster(world, key);
+        for h in world.hypervisors.values_mut() {
+            if let Some(clusters) = h.status.files.get_mut(&key.namespace) {
+                clusters.remove(&key.name);
+            }
+        }
+    } else if let Some(cluster) = world.clusters.get_mut(key) {
+        // A run starts on every live cluster it could prepare.
+        let started = !cluster.is_being_deleted() && outcome.reason != Reason::PrepareFailed;
+        let conditions = &mut cluster.status.conditions;
+        if started {
+            set_condition(
+                conditions,
+                condition_types::RECONCILE_STARTED,
+                ConditionStatus::True,
+                Reason::Started.as_str(),
+                "",
+                now,
+            );
+        }
+        let (status, reason) = if outcome.ready {
+            (ConditionStatus::True, Reason::Succeeded)
+        } else {
+            (ConditionStatus::False, outcome.reason)
+        };
+        set_condition(
+            conditions,
+            condition_types::RECONCILE_SUCCEEDED,
+            status,
+            reason.as_str(),
+            &outcome.message,
+            now,
+        );
+    }
+    prune_files(world);
+}
+
+#[cfg(test)]
+mod tests;

@@ -50,10 +50,7 @@ pub const KUBECTL: &str = "/usr/bin/kubectl";
 
 /// The directory of the offline image tarballs: `OI_IMAGES_DIR`, else `<workspace>/target/oi-images`.
 pub fn images_dir() -> PathBuf {
-    std::env::var_os("OI_IMAGES_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/oi-images"),
-        PathBuf::from,
-    )
+    oi_testsupport::images_dir()
 }
 
 /// Gates a scenario on root, the host commands and the offline images; see

@@ -23,7 +23,7 @@ pub const MANAGER_BINARY: &str = "oi-manager";
 
 /// What to build, and where.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub struct BuildOptions {
     pub out_dir: PathBuf,
     /// `--only` names; empty means every image.
     pub only: Vec<String>,
@@ -49,7 +49,7 @@ pub struct Report {
 ///
 /// # Errors
 /// On an unknown `--only` name, a missing host file, a failed helper build, or an I/O error.
-pub fn build_images(opts: &Options, log: &mut dyn Write) -> Result<Vec<Report>> {
+pub fn build_images(opts: &BuildOptions, log: &mut dyn Write) -> Result<Vec<Report>> {
     let defs = catalog::select(&opts.only)?;
     fs::create_dir_all(&opts.out_dir).map_err(io_err("create directory", &opts.out_dir))?;
     let work = opts.out_dir.join(".build");

@@ -23,23 +23,17 @@ use std::path::PathBuf;
 pub const REPOSITORY: &str = "localhost/oneinfra";
 
 /// The environment variable naming the output directory of the image tarballs.
-pub const IMAGES_DIR_ENV: &str = "OI_IMAGES_DIR";
+pub use oi_testsupport::IMAGES_DIR_ENV;
 
-/// The workspace root (xtask lives one level below it).
+/// The workspace root.
 pub fn workspace_root() -> PathBuf {
-    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    manifest_dir
-        .parent()
-        .map(PathBuf::from)
-        .unwrap_or(manifest_dir)
+    oi_testsupport::workspace_root()
 }
 
-/// Where the tarballs go: `$OI_IMAGES_DIR`, else `<workspace>/target/oi-images`.
+/// Where the tarballs go: `$OI_IMAGES_DIR`, else `<workspace>/target/oi-images`; the
+/// directory every test that imports images reads (`oi_testsupport::images_dir`).
 pub fn default_images_dir() -> PathBuf {
-    match std::env::var_os(IMAGES_DIR_ENV) {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => workspace_root().join("target").join("oi-images"),
-    }
+    oi_testsupport::images_dir()
 }
 
 /// Errors of the image build.

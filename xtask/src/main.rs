@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use xtask::build::{self, Options, Outcome};
+use xtask::build::{self, BuildOptions, Outcome};
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "oneinfra-rs project tasks")]
@@ -32,7 +32,7 @@ struct ImagesArgs {
 }
 
 fn images(args: ImagesArgs) -> anyhow::Result<()> {
-    let opts = Options {
+    let opts = BuildOptions {
         out_dir: args.out.unwrap_or_else(xtask::default_images_dir),
         only: args.only,
         workspace_root: xtask::workspace_root(),

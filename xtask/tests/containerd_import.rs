@@ -4,21 +4,23 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use oi_cri::containerd::{ContainerdConfig, SpawnOptions};
 use xtask::catalog::{self, ImageDef, Kind};
 
 const TEST: &str = "containerd_imports_and_runs_every_image";
 
-/// A containerd of our own: root, state, socket and runc root in a temporary directory.
+/// A containerd of our own (oi-cri's launcher): root, state, socket and runc root in a
+/// temporary directory, and the containers this test ran in it.
 struct Containerd {
-    dir: tempfile::TempDir,
-    child: Child,
+    containerd: oi_cri::containerd::Containerd,
     containers: Vec<String>,
+    // Last: removed once containerd is gone.
+    dir: tempfile::TempDir,
 }
 
 /// What a finished command printed.
@@ -43,66 +45,30 @@ impl Out {
 impl Containerd {
     fn start(pause_reference: &str) -> Result<Self> {
         let dir = tempfile::Builder::new().prefix("oi-img-").tempdir()?;
-        let d = dir.path().display();
-        let config = format!(
-            r#"version = 2
-root = "{d}/root"
-state = "{d}/state"
-[grpc]
-  address = "{d}/c.sock"
-[ttrpc]
-  address = "{d}/c.sock.ttrpc"
-[debug]
-  address = ""
-[metrics]
-  address = ""
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{pause_reference}"
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-    runtime_type = "io.containerd.runc.v2"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-      SystemdCgroup = false
-      Root = "{d}/runc"
-"#
-        );
-        let config_path = dir.path().join("config.toml");
-        std::fs::write(&config_path, config)?;
-        let log = File::create(dir.path().join("containerd.log"))?;
-        let child = Command::new("containerd")
-            .arg("--config")
-            .arg(&config_path)
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("spawn containerd")?;
-        let me = Self {
-            dir,
-            child,
+        let config = ContainerdConfig::in_dir(dir.path(), pause_reference);
+        let options = SpawnOptions::in_dir(dir.path());
+        let containerd = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(oi_cri::containerd::Containerd::spawn(config, options))
+            .context("start containerd")?;
+        Ok(Self {
+            containerd,
             containers: Vec::new(),
-        };
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if me.socket().exists() && me.ctr(&["version"], 5)?.success {
-                return Ok(me);
-            }
-            if Instant::now() > deadline {
-                bail!("containerd did not answer within 15 s; log:\n{}", me.log());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            dir,
+        })
     }
 
     fn socket(&self) -> PathBuf {
-        self.dir.path().join("c.sock")
+        self.containerd.config().socket.clone()
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
+        self.containerd.log_tail()
     }
 
     fn runc_root(&self) -> String {
-        self.dir.path().join("runc").display().to_string()
+        self.containerd.config().runc_root.display().to_string()
     }
 
     fn command(&self, args: &[&str]) -> Command {
@@ -169,8 +135,7 @@ impl Drop for Containerd {
         for id in std::mem::take(&mut self.containers) {
             self.remove(&id);
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.containerd.kill();
     }
 }
 

@@ -127,7 +127,7 @@ impl Default for ClientOptions {
             call_timeout: Duration::from_secs(30),
             pull_timeout: Duration::from_secs(300),
             toolbox_image: INFRA.toolbox.reference(None),
-            log_root: "/var/log/oneinfra/pods".to_string(),
+            log_root: oi_api::runtime::paths::POD_LOG_DIR.to_string(),
         }
     }
 }

@@ -5,15 +5,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
-use std::time::Duration;
 
-use oi_api::runtime::{ContainerSpec, HostFile, PodSpec, labels};
+use oi_api::runtime::{HostFile, PodSpec, labels};
 
 use crate::error::{Error, Result, Target};
 use crate::requests::{check_host_path, file_writes};
 use crate::runtime::{
-    ContainerState, ContainerStatus, Exit, HypervisorRuntime, Outcome, PodDecision, PodState,
-    PodStatus, pod_decision,
+    ContainerState, ContainerStatus, HypervisorRuntime, Outcome, PodDecision, PodState, PodStatus,
+    pod_decision,
 };
 
 /// A mutating call the fake received.
@@ -29,10 +28,6 @@ pub enum Call {
         namespace: String,
         name: String,
     },
-    Run {
-        container: String,
-        image: String,
-    },
     WriteFiles(Vec<String>),
     RemoveHostPaths(Vec<String>),
 }
@@ -43,14 +38,12 @@ struct State {
     unpullable: BTreeSet<String>,
     pods: BTreeMap<String, PodStatus>,
     files: BTreeMap<String, HostFile>,
-    exit_codes: BTreeMap<String, i32>,
     calls: Vec<Call>,
     next_id: u64,
 }
 
 /// The recording fake. Every image can be pulled unless marked with
-/// [`FakeRuntime::unpullable`]; throwaway containers exit 0 unless set with
-/// [`FakeRuntime::set_exit_code`].
+/// [`FakeRuntime::unpullable`].
 #[derive(Debug)]
 pub struct FakeRuntime {
     hypervisor: String,
@@ -88,11 +81,6 @@ impl FakeRuntime {
     /// Makes pulling `image` fail, like a missing image with no registry.
     pub fn unpullable(&self, image: &str) {
         self.state().unpullable.insert(image.to_string());
-    }
-
-    /// Sets the exit code throwaway containers named `container` end with.
-    pub fn set_exit_code(&self, container: &str, code: i32) {
-        self.state().exit_codes.insert(container.to_string(), code);
     }
 
     /// Simulates a crash: the container of pod `(namespace, name)` exits with `code`.
@@ -230,10 +218,6 @@ impl HypervisorRuntime for FakeRuntime {
         self.state().calls.len() as u64
     }
 
-    async fn ensure_image(&self, image: &str) -> Result<()> {
-        self.ensure_image_now(image)
-    }
-
     async fn ensure_pod(&self, spec: &PodSpec) -> Result<Outcome> {
         self.ensure_pod_now(spec)
     }
@@ -259,24 +243,6 @@ impl HypervisorRuntime for FakeRuntime {
             });
         }
         Ok(())
-    }
-
-    async fn run_to_completion(
-        &self,
-        container: &ContainerSpec,
-        _timeout: Duration,
-    ) -> Result<Exit> {
-        self.ensure_image_now(&container.image)?;
-        let mut state = self.state();
-        state.calls.push(Call::Run {
-            container: container.name.clone(),
-            image: container.image.clone(),
-        });
-        let code = state.exit_codes.get(&container.name).copied().unwrap_or(0);
-        Ok(Exit {
-            code,
-            log_tail: String::new(),
-        })
     }
 
     async fn write_files(

@@ -151,9 +151,6 @@ pub trait HypervisorRuntime: Send + Sync {
     /// How many mutating calls were made so far (create, start, stop, remove, pull, run, exec).
     fn mutating_calls(&self) -> u64;
 
-    /// Makes sure an image is present: pulled only when missing.
-    fn ensure_image(&self, image: &str) -> impl Future<Output = Result<()>> + Send;
-
     /// Makes the pod `(namespace, name)` run exactly `spec`; see [`Outcome`]. Images are
     /// ensured before an existing pod is touched.
     fn ensure_pod(&self, spec: &PodSpec) -> impl Future<Output = Result<Outcome>> + Send;
@@ -167,14 +164,6 @@ pub trait HypervisorRuntime: Send + Sync {
 
     /// Stops and removes a pod by its id; a pod already gone is not an error.
     fn remove_pod(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
-
-    /// Runs `container` once in a throwaway host-network pod, waits for it to exit (at most
-    /// `timeout`) and removes the pod whatever happened.
-    fn run_to_completion(
-        &self,
-        container: &ContainerSpec,
-        timeout: Duration,
-    ) -> impl Future<Output = Result<Exit>> + Send;
 
     /// Writes `files` whose hash differs from `known[path]`, through one writer container;
     /// returns `known` updated with the hashes of all `files`. Makes no CRI call when nothing
@@ -375,16 +364,12 @@ impl CriClient {
     }
 }
 
-impl HypervisorRuntime for CriClient {
-    fn hypervisor(&self) -> &str {
-        &self.target().hypervisor
-    }
-
-    fn mutating_calls(&self) -> u64 {
-        CriClient::mutating_calls(self)
-    }
-
-    async fn ensure_image(&self, image: &str) -> Result<()> {
+impl CriClient {
+    /// Makes sure an image is present: pulled only when missing.
+    ///
+    /// # Errors
+    /// [`Error::ImageUnavailable`] when it is missing and cannot be pulled; transport errors.
+    pub async fn ensure_image(&self, image: &str) -> Result<()> {
         if self.image_present(image).await? {
             return Ok(());
         }
@@ -399,36 +384,12 @@ impl HypervisorRuntime for CriClient {
         }
     }
 
-    async fn ensure_pod(&self, spec: &PodSpec) -> Result<Outcome> {
-        let running = self.observe(&BTreeMap::new(), false).await?;
-        let decision = pod_decision(spec, &running);
-        if decision == PodDecision::Keep {
-            return Ok(Outcome::Unchanged);
-        }
-        let mut images: Vec<&str> = spec.containers.iter().map(|c| c.image.as_str()).collect();
-        images.sort_unstable();
-        images.dedup();
-        for image in images {
-            self.ensure_image(image).await?;
-        }
-        if let PodDecision::Replace { existing } = &decision {
-            for pod in existing {
-                self.stop_and_remove_sandbox(&pod.id).await?;
-            }
-        }
-        self.create_pod(spec).await?;
-        Ok(decision.outcome())
-    }
-
-    async fn list_pods(&self, selector: &BTreeMap<String, String>) -> Result<Vec<PodStatus>> {
-        self.observe(selector, true).await
-    }
-
-    async fn remove_pod(&self, id: &str) -> Result<()> {
-        self.stop_and_remove_sandbox(id).await
-    }
-
-    async fn run_to_completion(
+    /// Runs `container` once in a throwaway host-network pod, waits for it to exit (at most
+    /// `timeout`) and removes the pod whatever happened.
+    ///
+    /// # Errors
+    /// [`Error::RunTimeout`] when it does not exit in time; runtime and transport errors.
+    pub async fn run_to_completion(
         &self,
         container: &ContainerSpec,
         timeout: Duration,
@@ -493,6 +454,45 @@ impl HypervisorRuntime for CriClient {
                 Err(e)
             }
         }
+    }
+}
+
+impl HypervisorRuntime for CriClient {
+    fn hypervisor(&self) -> &str {
+        &self.target().hypervisor
+    }
+
+    fn mutating_calls(&self) -> u64 {
+        CriClient::mutating_calls(self)
+    }
+
+    async fn ensure_pod(&self, spec: &PodSpec) -> Result<Outcome> {
+        let running = self.observe(&BTreeMap::new(), false).await?;
+        let decision = pod_decision(spec, &running);
+        if decision == PodDecision::Keep {
+            return Ok(Outcome::Unchanged);
+        }
+        let mut images: Vec<&str> = spec.containers.iter().map(|c| c.image.as_str()).collect();
+        images.sort_unstable();
+        images.dedup();
+        for image in images {
+            self.ensure_image(image).await?;
+        }
+        if let PodDecision::Replace { existing } = &decision {
+            for pod in existing {
+                self.stop_and_remove_sandbox(&pod.id).await?;
+            }
+        }
+        self.create_pod(spec).await?;
+        Ok(decision.outcome())
+    }
+
+    async fn list_pods(&self, selector: &BTreeMap<String, String>) -> Result<Vec<PodStatus>> {
+        self.observe(selector, true).await
+    }
+
+    async fn remove_pod(&self, id: &str) -> Result<()> {
+        self.stop_and_remove_sandbox(id).await
     }
 
     async fn write_files(

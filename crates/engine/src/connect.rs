@@ -128,3 +128,6 @@ pub async fn remove_throwaway_pods<R: HypervisorRuntime>(rt: &R) -> usize {
     }
     removed
 }
+
+#[cfg(test)]
+mod tests;

@@ -701,3 +701,210 @@ async fn throwaway_pods_a_killed_run_left_are_removed() {
     let again = h.run(report.world).await;
     assert_eq!(again.counts.mutating_calls, 0);
 }
+
+#[test]
+fn every_step_error_has_its_condition_reason() {
+    let unreachable = Arc::new(ConnectError::Unreachable {
+        hypervisor: "h".into(),
+        reason: "refused".into(),
+    });
+    let etcd = || crate::etcd::EtcdError::Unreachable {
+        endpoint: "https://10.0.0.1:30001".into(),
+        reason: "refused".into(),
+    };
+    let cases: Vec<(StepError, Reason, &str)> = vec![
+        (
+            StepError::Unreachable {
+                hypervisor: "h".into(),
+                source: unreachable,
+            },
+            Reason::HypervisorUnreachable,
+            "hypervisor h is unreachable: hypervisor h is unreachable: refused",
+        ),
+        (
+            StepError::UnknownHypervisor {
+                hypervisor: "h".into(),
+            },
+            Reason::HypervisorUnreachable,
+            "hypervisor h is not known",
+        ),
+        (
+            StepError::EtcdIdentity {
+                reason: "no etcd client CA".into(),
+            },
+            Reason::EtcdNotReady,
+            "etcd client identity: no etcd client CA",
+        ),
+        (
+            StepError::EtcdAdd {
+                member: "m".into(),
+                source: etcd(),
+            },
+            Reason::EtcdNotReady,
+            "adding etcd member m: etcd https://10.0.0.1:30001 unreachable: refused",
+        ),
+        (
+            StepError::EtcdNotVoting {
+                voting: 2,
+                members: 3,
+                started: 3,
+                listed: 3,
+            },
+            Reason::EtcdNotReady,
+            "etcd: 2 of 3 members voting, 3 started, 3 in the membership",
+        ),
+        (
+            StepError::MissingPod {
+                component: "c".into(),
+                pod: "c-etcd".into(),
+            },
+            Reason::RenderFailed,
+            "c has no pod c-etcd",
+        ),
+        (
+            StepError::ApiServersNotReady(vec!["a".into(), "b".into()]),
+            Reason::ApiServerNotReady,
+            "a; b",
+        ),
+        (
+            StepError::IngressNotReady(vec!["the cluster has no ingress".into()]),
+            Reason::IngressNotReady,
+            "the cluster has no ingress",
+        ),
+        (
+            StepError::Teardown(Box::new(StepError::UnknownHypervisor {
+                hypervisor: "h".into(),
+            })),
+            Reason::DeleteFailed,
+            "hypervisor h is not known",
+        ),
+    ];
+    for (error, reason, message) in cases {
+        assert_eq!(
+            (error.reason(), error.to_string().as_str()),
+            (reason, message)
+        );
+    }
+    // The source chain is kept.
+    let chained = StepError::EtcdAdd {
+        member: "m".into(),
+        source: etcd(),
+    };
+    assert!(std::error::Error::source(&chained).is_some());
+}
+
+#[test]
+fn a_dry_run_leaves_alone_the_pods_of_clusters_that_cannot_be_planned() {
+    // What the hypervisors run: both clusters' pods and files, as a converged run left them.
+    let running = oi_planner::plan(
+        world(1, &[("a", 1), ("b", 1)]),
+        NOW,
+        &PlanOptions::default(),
+    );
+    let placed: BTreeMap<ObjectKey, oi_planner::ClusterResult> = running
+        .clusters
+        .iter()
+        .map(|(key, cluster)| {
+            let oi_planner::ClusterPlan::Converge(c) = cluster else {
+                panic!("{cluster:?}");
+            };
+            let mut result = oi_planner::ClusterResult::new(key);
+            result.outcome.ready = true;
+            result.files = c
+                .components
+                .iter()
+                .map(|p| oi_planner::PlacedFiles {
+                    hypervisor: p.hypervisor.clone(),
+                    component: p.name().to_string(),
+                    hashes: p
+                        .rendered
+                        .files
+                        .iter()
+                        .map(|f| (f.path.clone(), f.content_hash()))
+                        .collect(),
+                })
+                .collect();
+            (key.clone(), result)
+        })
+        .collect();
+    let w = oi_planner::record(running.world.clone(), &placed, NOW);
+    let mut broken = w.clone();
+    broken
+        .clusters
+        .get_mut(&ObjectKey::new("default", "b"))
+        .unwrap()
+        .spec
+        .api_server
+        .ca
+        .as_mut()
+        .unwrap()
+        .certificate = "not a certificate".into();
+    let plan = oi_planner::plan(broken, NOW, &PlanOptions::default());
+    let mut listed: BTreeMap<String, Result<Vec<oi_cri::PodStatus>, String>> = BTreeMap::new();
+    for cluster in running.clusters.values() {
+        let oi_planner::ClusterPlan::Converge(c) = cluster else {
+            panic!("{cluster:?}");
+        };
+        for component in &c.components {
+            let pods = listed
+                .entry(component.hypervisor.clone())
+                .or_insert_with(|| Ok(Vec::new()))
+                .as_mut()
+                .unwrap();
+            for spec in &component.rendered.pods {
+                pods.push(oi_cri::PodStatus {
+                    id: spec.name.clone(),
+                    namespace: spec.namespace.clone(),
+                    name: spec.name.clone(),
+                    labels: spec.labels.clone(),
+                    annotations: BTreeMap::from([(
+                        oi_api::runtime::labels::SPEC_HASH.to_string(),
+                        spec.content_hash(),
+                    )]),
+                    state: oi_cri::PodState::Ready,
+                    containers: spec
+                        .containers
+                        .iter()
+                        .map(|c| oi_cri::ContainerStatus {
+                            id: c.name.clone(),
+                            name: c.name.clone(),
+                            image: c.image.clone(),
+                            state: oi_cri::ContainerState::Running,
+                            exit_code: None,
+                        })
+                        .collect(),
+                });
+            }
+        }
+    }
+    listed.insert("private-3".into(), Err("connection refused".into()));
+    let dry = crate::dry_run::diff(&plan, &listed);
+    assert_eq!(dry.failures.len(), 1);
+    assert!(dry.failures[&ObjectKey::new("default", "b")].contains("spec.apiServer.ca"));
+    let all = |f: fn(&HypervisorPlan) -> &Vec<String>| -> Vec<String> {
+        dry.hypervisors
+            .values()
+            .flat_map(|p| f(p).clone())
+            .collect()
+    };
+    assert!(
+        all(|p| &p.remove).is_empty(),
+        "b's pods are left alone: {dry:?}"
+    );
+    assert!(all(|p| &p.create).is_empty() && all(|p| &p.replace).is_empty());
+    // a's pods run as planned and read no changed file: kept.
+    let mut kept = all(|p| &p.keep);
+    kept.sort();
+    assert_eq!(
+        kept,
+        [
+            "default/a-control-plane-0",
+            "default/a-control-plane-0-etcd",
+            "default/a-ingress"
+        ]
+    );
+    assert_eq!(
+        dry.hypervisors["private-3"].unreachable.as_deref(),
+        Some("connection refused")
+    );
+}

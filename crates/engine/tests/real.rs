@@ -4,7 +4,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use http::Method;
@@ -25,20 +24,13 @@ use time::OffsetDateTime;
 
 const REPOSITORY: &str = "localhost/oneinfra";
 
-fn images_dir() -> PathBuf {
-    std::env::var_os("OI_IMAGES_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/oi-images"),
-        PathBuf::from,
-    )
-}
-
 fn prerequisites(test: &str) -> bool {
     let mut commands = oi_local_hypervisor_set::REQUIRED_COMMANDS.to_vec();
     commands.extend(["containerd", "runc", "ctr", "haproxy"]);
     if !oi_testsupport::require_root_and_commands(test, &commands) {
         return false;
     }
-    let dir = images_dir();
+    let dir = oi_testsupport::images_dir();
     let has = |prefix: &str| {
         std::fs::read_dir(&dir).is_ok_and(|entries| {
             entries
@@ -78,7 +70,7 @@ fn three_replicas_come_up_and_a_second_run_changes_nothing() {
         private: 3,
         public: 1,
         tcp: false,
-        images_dir: images_dir(),
+        images_dir: oi_testsupport::images_dir(),
     };
     let mut manifests = Vec::new();
     let hypervisors = create(

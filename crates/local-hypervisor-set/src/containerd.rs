@@ -29,7 +29,7 @@ use crate::state::HypervisorPaths;
 /// Where oneinfra places files on a hypervisor, and where pod logs go (`oi_cri`'s default
 /// log root is under /var/log/oneinfra): each hypervisor of a set sees its own, so two
 /// hypervisors running a pod of the same name do not share a log directory either.
-pub const HYPERVISOR_DIRS: [&str; 3] = ["/var/lib/oneinfra", "/etc/oneinfra", "/var/log/oneinfra"];
+pub const HYPERVISOR_DIRS: [&str; 3] = oi_api::runtime::paths::ROOTS;
 
 /// The repository prefix of the offline image set (see HACKING.md).
 pub const OFFLINE_REPOSITORY: &str = "localhost/oneinfra";

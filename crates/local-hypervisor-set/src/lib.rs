@@ -62,20 +62,10 @@ pub const REQUIRED_COMMANDS: [&str; 7] = [
 ];
 
 /// Compares generated text with a checked-in golden file under `tests/golden/`.
-/// `OI_REGENERATE_GOLDEN=1 cargo test -p oi-local-hypervisor-set` rewrites them.
 #[cfg(test)]
 pub(crate) fn assert_golden(name: &str, actual: &str) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden")
         .join(name);
-    if std::env::var("OI_REGENERATE_GOLDEN").is_ok_and(|v| v == "1") {
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        expected == actual,
-        "{} differs (OI_REGENERATE_GOLDEN=1 to regenerate):\n--- expected\n{expected}\n--- actual\n{actual}",
-        path.display()
-    );
+    oi_testsupport::assert_golden(&path, actual, "cargo test -p oi-local-hypervisor-set");
 }

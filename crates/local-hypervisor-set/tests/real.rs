@@ -12,19 +12,12 @@ use oi_local_hypervisor_set::{Paths, procs};
 
 const BIN: &str = env!("CARGO_BIN_EXE_oi-local-hypervisor-set");
 
-fn images_dir() -> PathBuf {
-    std::env::var_os("OI_IMAGES_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/oi-images"),
-        PathBuf::from,
-    )
-}
-
 fn prerequisites(test: &str) -> bool {
     if !oi_testsupport::require_root_and_commands(test, &oi_local_hypervisor_set::REQUIRED_COMMANDS)
     {
         return false;
     }
-    let dir = images_dir();
+    let dir = oi_testsupport::images_dir();
     let has_pause = std::fs::read_dir(&dir).is_ok_and(|entries| {
         entries
             .filter_map(Result::ok)
@@ -45,7 +38,7 @@ fn set_name(tag: &str) -> String {
 fn run(args: &[&str]) -> Output {
     Command::new(BIN)
         .args(args)
-        .env("OI_IMAGES_DIR", images_dir())
+        .env("OI_IMAGES_DIR", oi_testsupport::images_dir())
         .output()
         .expect("run oi-local-hypervisor-set")
 }
@@ -533,7 +526,7 @@ fn destroy_converges_after_create_is_killed_halfway() {
             "1",
         ])
         .arg("--images-dir")
-        .arg(images_dir())
+        .arg(oi_testsupport::images_dir())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -79,11 +79,6 @@ fn crds_are_what_oi_manager_crds_prints() {
         generated.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>()
     );
 
-    if std::env::var_os("OI_UPDATE_GOLDEN").is_some() {
-        for (file, crd) in &generated {
-            std::fs::write(dir.join(file), serde_yaml_ng::to_string(crd).unwrap()).unwrap();
-        }
-    }
     let how = "config/crd is out of date: regenerate it with \
                `OI_UPDATE_GOLDEN=1 cargo test -p oi-manager --test config`, or run \
                `oi-manager crds` and split its documents (separated by `---`) into \
@@ -91,7 +86,11 @@ fn crds_are_what_oi_manager_crds_prints() {
                config/crd/kustomization.yaml";
     for (file, crd) in &generated {
         let path = dir.join(file);
-        assert!(path.exists(), "{} is missing; {how}", path.display());
+        oi_testsupport::assert_golden(
+            &path,
+            &serde_yaml_ng::to_string(crd).unwrap(),
+            "cargo test -p oi-manager --test config",
+        );
         assert!(
             document(&path) == *crd,
             "{} differs from the generated CRD; {how}",

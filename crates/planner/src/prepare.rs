@@ -131,7 +131,7 @@ pub fn prepare(world: World, now: OffsetDateTime) -> Prepared {
 }
 
 /// One hypervisor, as preparation sees it.
-struct Hv {
+struct HypervisorState {
     name: String,
     public: bool,
     valid: bool,
@@ -145,10 +145,10 @@ struct Hv {
 /// documentation. Never fails as a whole: per cluster failures are in [`Prepared::failures`].
 pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &PrepareOptions) -> Prepared {
     world.apply_defaults();
-    let mut hvs: Vec<Hv> = world
+    let mut hvs: Vec<HypervisorState> = world
         .hypervisors
         .values()
-        .map(|h| Hv {
+        .map(|h| HypervisorState {
             name: h.metadata.name.clone(),
             public: h.spec.public,
             valid: validate_hypervisor(h).is_empty() && verify_hypervisor(h).is_empty(),
@@ -304,7 +304,7 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &PrepareOpti
 struct ClusterPrep<'w> {
     key: &'w ObjectKey,
     now: OffsetDateTime,
-    hvs: &'w mut Vec<Hv>,
+    hvs: &'w mut Vec<HypervisorState>,
     index: &'w HashMap<String, usize>,
     all_components: &'w BTreeMap<ObjectKey, Component>,
     /// Hypervisors that held ports of the cluster before this pass.
@@ -343,7 +343,7 @@ impl ClusterPrep<'_> {
         self.allocate(&mut components, vpn)?;
         self.bootstrap_etcd(&mut components, &planned_before);
         self.set_status(&mut cluster, &components);
-        let hvs: &[Hv] = self.hvs;
+        let hvs: &[HypervisorState] = self.hvs;
         let jobs = certificates::plan(self.key, &cluster, &components, |name| {
             self.index.get(name).map(|&i| hvs[i].ip.as_str())
         })?;
@@ -447,7 +447,7 @@ impl ClusterPrep<'_> {
                 continue;
             }
             let chosen: Vec<String> = {
-                let hvs: &[Hv] = self.hvs;
+                let hvs: &[HypervisorState] = self.hvs;
                 let mut spread = Spread::default();
                 for c in components.iter() {
                     if c.spec.role != role || c.metadata.is_being_deleted() {
@@ -769,7 +769,7 @@ fn validate_and_init_pki(
     Ok(cluster)
 }
 
-fn domain(h: &Hv) -> Domain<'_> {
+fn domain(h: &HypervisorState) -> Domain<'_> {
     Domain::of(&h.name, h.zone.as_deref())
 }
 

@@ -91,7 +91,7 @@ pub fn render_component(
     let hypervisor = world
         .hypervisor_of(c)
         .ok_or_else(|| missing("hypervisor"))?;
-    let cx = Cx {
+    let cx = ComponentRenderer {
         world,
         key: component,
         component: c,
@@ -114,7 +114,7 @@ pub fn render_component(
     Ok(rendered)
 }
 
-struct Cx<'a> {
+struct ComponentRenderer<'a> {
     world: &'a World,
     key: &'a ObjectKey,
     component: &'a Component,
@@ -130,7 +130,7 @@ fn flags(map: BTreeMap<&str, String>) -> Vec<String> {
     map.into_iter().map(|(k, v)| format!("--{k}={v}")).collect()
 }
 
-impl Cx<'_> {
+impl ComponentRenderer<'_> {
     fn missing(&self, what: impl Into<String>) -> Error {
         Error::Render {
             component: self.key.clone(),

@@ -79,3 +79,62 @@ pub fn free_loopback_port() -> u16 {
         Err(e) => panic!("cannot bind a port on 127.0.0.1: {e}"),
     }
 }
+
+/// The environment variable naming the directory of the offline image tarballs.
+pub const IMAGES_DIR_ENV: &str = "OI_IMAGES_DIR";
+
+/// The workspace's root directory.
+pub fn workspace_root() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Where the offline image tarballs are (`cargo xtask images` writes them there):
+/// `$OI_IMAGES_DIR`, else `<workspace>/target/oi-images`.
+pub fn images_dir() -> std::path::PathBuf {
+    match std::env::var_os(IMAGES_DIR_ENV) {
+        Some(dir) if !dir.is_empty() => std::path::PathBuf::from(dir),
+        _ => workspace_root().join("target").join("oi-images"),
+    }
+}
+
+/// The environment variable that makes [`assert_golden`] rewrite golden files.
+pub const UPDATE_GOLDEN_ENV: &str = "OI_UPDATE_GOLDEN";
+
+/// Compares generated text with the golden file at `path`; with `OI_UPDATE_GOLDEN=1` it
+/// rewrites the file instead. `regenerate` is the command that does so, for the failure
+/// message.
+///
+/// # Panics
+/// When the text differs from the file (or the file cannot be read or written).
+pub fn assert_golden(path: &Path, actual: &str, regenerate: &str) {
+    if std::env::var(UPDATE_GOLDEN_ENV).is_ok_and(|v| v == "1") {
+        if let Some(dir) = path.parent()
+            && let Err(e) = std::fs::create_dir_all(dir)
+        {
+            panic!("cannot create {}: {e}", dir.display());
+        }
+        if let Err(e) = std::fs::write(path, actual) {
+            panic!("cannot write golden file {}: {e}", path.display());
+        }
+        return;
+    }
+    let expected = std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!(
+            "golden file {}: {e}; create it with: {UPDATE_GOLDEN_ENV}=1 {regenerate}",
+            path.display()
+        )
+    });
+    if expected != actual {
+        let first = expected
+            .lines()
+            .zip(actual.lines())
+            .position(|(e, a)| e != a)
+            .unwrap_or_else(|| expected.lines().count().min(actual.lines().count()));
+        panic!(
+            "{} differs from the generated text, first at line {}; if the change is intended, \
+             regenerate it with: {UPDATE_GOLDEN_ENV}=1 {regenerate}\n--- expected\n{expected}\n--- actual\n{actual}",
+            path.display(),
+            first + 1
+        );
+    }
+}

@@ -15,7 +15,7 @@ fn finds_the_executable_among_cargo_messages() {
 #[test]
 fn kube_images_are_skipped_while_the_standin_crate_is_missing() {
     let root = tempfile::tempdir().unwrap();
-    let opts = Options {
+    let opts = BuildOptions {
         out_dir: root.path().join("out"),
         only: vec!["kube-scheduler".into()],
         workspace_root: root.path().to_path_buf(),
@@ -41,7 +41,7 @@ fn second_build_is_up_to_date_and_a_fresh_one_is_identical() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let opts = |out: &str| Options {
+    let opts = |out: &str| BuildOptions {
         out_dir: dir.path().join(out),
         only: vec!["busybox".into()],
         workspace_root: crate::workspace_root(),

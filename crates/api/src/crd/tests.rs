@@ -227,10 +227,7 @@ proptest! {
 fn crds_golden() {
     let out = crds_yaml().unwrap();
     let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/crds.yaml");
-    if std::env::var_os("OI_UPDATE_GOLDEN").is_some() {
-        std::fs::write(&golden, &out).unwrap();
-    }
-    assert_eq!(out, std::fs::read_to_string(&golden).unwrap());
+    oi_testsupport::assert_golden(&golden, &out, "cargo test -p oi-api crds_golden");
     let names: Vec<String> = serde_yaml_ng::Deserializer::from_str(&out)
         .map(|d| {
             let v = Value::deserialize(d).unwrap();

@@ -121,11 +121,11 @@ fn full_world_golden() {
     assert_eq!(world.components.len(), 2);
     assert_eq!(world.node_join_requests.len(), 1);
     let out = assert_fixed_point(&world);
-    let golden = testdata("full-world.out.yaml");
-    if std::env::var_os("OI_UPDATE_GOLDEN").is_some() {
-        std::fs::write(&golden, &out).unwrap();
-    }
-    assert_eq!(out, read(&golden));
+    oi_testsupport::assert_golden(
+        &testdata("full-world.out.yaml"),
+        &out,
+        "cargo test -p oi-api full_world_golden",
+    );
 }
 
 #[test]

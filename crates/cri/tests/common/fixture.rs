@@ -15,9 +15,7 @@ pub const BUSYBOX: &str = "localhost/oneinfra/busybox:1.36.1";
 
 /// Where the offline image tarballs are: `OI_IMAGES_DIR` or `<workspace>/target/oi-images`.
 pub fn images_dir() -> PathBuf {
-    std::env::var_os("OI_IMAGES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/oi-images"))
+    oi_testsupport::images_dir()
 }
 
 /// The tarballs the fixture imports, when root, the commands and the tarballs are there;

@@ -12,24 +12,12 @@ use time::macros::datetime;
 
 use crate::prepare;
 
-/// Compares `actual` with the golden file `testdata/golden/<name>`; `OI_UPDATE_GOLDEN=1`
-/// rewrites it: `OI_UPDATE_GOLDEN=1 cargo test -p oi-planner render`.
+/// Compares `actual` with the golden file `testdata/golden/<name>`.
 fn golden(name: &str, actual: &str) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("testdata/golden")
         .join(name);
-    if std::env::var_os("OI_UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; regenerate with OI_UPDATE_GOLDEN=1 cargo test -p oi-planner render",
-            path.display()
-        )
-    });
-    assert_eq!(expected, actual, "golden file {name} differs");
+    oi_testsupport::assert_golden(&path, actual, "cargo test -p oi-planner render");
 }
 
 fn hypervisor(name: &str, public: bool, ip: &str) -> Hypervisor {

@@ -539,7 +539,7 @@ impl World {
     ///
     /// # Errors
     /// When they do not print (they always should).
-    pub fn of_store(store: &oi_manager::memory::MemoryStore) -> Result<Self> {
+    pub fn of_store(store: &oi_manager_testsupport::memory::MemoryStore) -> Result<Self> {
         use oi_api::Resource as _;
         let mut world = oi_api::World::default();
         for h in store.objects::<oi_api::Hypervisor>() {
@@ -933,7 +933,10 @@ impl Etcdctl {
 ///
 /// # Errors
 /// Naming the first hypervisor with something left, or when `ctr` fails.
-pub fn nothing_left(store: &oi_manager::memory::MemoryStore, set: &LocalSet) -> Result<()> {
+pub fn nothing_left(
+    store: &oi_manager_testsupport::memory::MemoryStore,
+    set: &LocalSet,
+) -> Result<()> {
     for h in store.objects::<oi_api::Hypervisor>() {
         let (name, status) = (&h.metadata.name, &h.status);
         ensure!(
@@ -957,7 +960,7 @@ pub fn nothing_left(store: &oi_manager::memory::MemoryStore, set: &LocalSet) -> 
 
 /// The `oi_manager_hypervisor_reachable` lines `/metrics` shows when every hypervisor in
 /// `store` is reachable.
-pub fn all_reachable_metrics(store: &oi_manager::memory::MemoryStore) -> Vec<String> {
+pub fn all_reachable_metrics(store: &oi_manager_testsupport::memory::MemoryStore) -> Vec<String> {
     store
         .objects::<oi_api::Hypervisor>()
         .iter()

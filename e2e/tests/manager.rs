@@ -18,10 +18,10 @@ use oi_e2e::{
 };
 use oi_engine::{CriConnector, ExecuteOptions, RealNetwork};
 use oi_manager::controller::{Action, Context, ManagerOptions, reconcile_cluster};
-use oi_manager::driver::Driver;
-use oi_manager::memory::MemoryStore;
 use oi_manager::metrics::Metrics;
 use oi_manager::store::Store as _;
+use oi_manager_testsupport::driver::Driver;
+use oi_manager_testsupport::memory::MemoryStore;
 use oi_planner::PlanOptions;
 use oi_planner::render::RenderOptions;
 

@@ -1,5 +1,5 @@
 //! The `oi-manager` binary, two replicas, against a management API server on loopback (the
-//! stand-in `oi_manager::apiserver_standin`: no Kubernetes API server can run here), on real local
+//! stand-in `oi_manager_testsupport::apiserver_standin`: no Kubernetes API server can run here), on real local
 //! hypervisors behind mutual-TLS CRI fronts: one replica leads on the Lease and brings a
 //! 3-replica Cluster up (kube-runtime watches, Components created with owner references,
 //! status through the status subresource, Events, metrics); the leader is SIGKILLed, the
@@ -20,10 +20,10 @@ use oi_e2e::{
     Etcdctl, IMAGE_REPOSITORY, LocalSet, World, admin_kubeconfig, all_reachable_metrics, binary,
     eventually, kubectl_version, nothing_left, prerequisites,
 };
-use oi_manager::apiserver_standin::{ApiServer, Options};
 use oi_manager::store::Store as _;
+use oi_manager_testsupport::apiserver_standin::{ApiServer, StandinOptions};
 
-use oi_manager::run::{
+use oi_manager::args::{
     DEFAULT_LEADER_ELECTION_ID as LEASE, DEFAULT_LEADER_ELECTION_NAMESPACE as LEASE_NAMESPACE,
 };
 
@@ -214,9 +214,9 @@ fn two_manager_replicas_bring_up_fail_over_scale_and_delete_a_cluster() {
     }
     let set = LocalSet::create("mb", 3, 1, true).unwrap();
     // Watches end every 20 s, as an API server ends them now and then: the replicas resume.
-    let server = ApiServer::start(Options {
+    let server = ApiServer::start(StandinOptions {
         watch_timeout: Duration::from_secs(20),
-        ..Options::default()
+        ..StandinOptions::default()
     })
     .unwrap();
     let store = std::sync::Arc::clone(server.store());

@@ -33,8 +33,6 @@ mod cluster;
 mod component;
 mod hypervisor;
 pub mod share;
-#[cfg(test)]
-mod tests;
 mod writeback;
 
 use std::collections::{BTreeMap, BTreeSet};

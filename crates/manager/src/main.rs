@@ -9,10 +9,11 @@ use std::io::{IsTerminal as _, Write as _};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use oi_manager::run::{self, Cli, Command, RunArgs};
+use oi_manager::args::{self, Cli, Command, RunArgs};
+use oi_manager::run;
 
 fn main() -> ExitCode {
-    let cli = match run::parse_args(std::env::args_os()) {
+    let cli = match args::parse_args(std::env::args_os()) {
         Ok(cli) => cli,
         // Usage errors exit 2; --help and --version print and exit 0.
         Err(e) => e.exit(),
@@ -47,7 +48,7 @@ fn print(bytes: &[u8]) -> anyhow::Result<()> {
 }
 
 fn run_manager(args: &RunArgs) -> anyhow::Result<()> {
-    let settings = args.settings(&run::default_identity())?;
+    let settings = args.settings(&args::default_identity())?;
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
         .with_context(|| format!("--log {:?} is not a log filter", args.log))?;
     tracing_subscriber::fmt()

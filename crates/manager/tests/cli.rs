@@ -1,7 +1,7 @@
 //! The built `oi-manager` binary, run as a user (or the Deployment) runs it: real processes,
 //! real HTTP on loopback, exit codes and whole messages checked.
 //!
-//! `run` is exercised against the API server stand-in (`oi_manager::apiserver_standin`) on
+//! `run` is exercised against the API server stand-in (`oi_manager_testsupport::apiserver_standin`) on
 //! 127.0.0.1, since no management cluster can run on these machines: lists and watches of the
 //! oneinfra kinds, Leases with the API server's create/replace semantics (resourceVersion
 //! checked), Events. The whole reconcile of a Cluster by the binary is e2e's
@@ -16,7 +16,7 @@ use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use oi_api::{Hypervisor, ObjectKey};
-use oi_manager::apiserver_standin::{ApiServer, Options};
+use oi_manager_testsupport::apiserver_standin::{ApiServer, StandinOptions};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -210,9 +210,9 @@ const KINDS: [(&str, &str); 3] = [
 ];
 
 fn start_api(crds: bool) -> ApiServer {
-    ApiServer::start(Options {
+    ApiServer::start(StandinOptions {
         crds,
-        ..Options::default()
+        ..StandinOptions::default()
     })
     .unwrap()
 }

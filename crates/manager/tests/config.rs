@@ -13,9 +13,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use oi_api::Kind;
+use oi_manager::args::{Command, parse_args};
 use oi_manager::http::{DEFAULT_METRICS_PORT, DEFAULT_PROBE_PORT, HEALTHZ_PATH, READYZ_PATH};
 use oi_manager::kube_store::PERMISSIONS;
-use oi_manager::run::{Command, parse_args};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 

@@ -11,7 +11,7 @@ use oi_api::{
 use pretty_assertions::assert_eq;
 
 use super::*;
-use crate::store::{Store, StoreError};
+use oi_manager::store::{Store, StoreError};
 
 fn at(base: Instant, ms: u64) -> Instant {
     base + Duration::from_millis(ms)
@@ -635,8 +635,8 @@ mod real {
     use pretty_assertions::assert_eq;
 
     use super::*;
-    use crate::controller::{FINALIZER, ManagerOptions};
     use crate::memory::Write;
+    use oi_manager::controller::{FINALIZER, ManagerOptions};
 
     struct Runtimes(BTreeMap<String, Arc<FakeRuntime>>);
 

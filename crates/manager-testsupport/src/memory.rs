@@ -36,7 +36,7 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use tokio::sync::broadcast;
 
-use crate::store::{ObjectEvent, Result, Store, StoreError, Stored};
+use oi_manager::store::{ObjectEvent, Result, Store, StoreError, Stored};
 
 /// How many changes a subscriber may fall behind before it sees
 /// [`broadcast::error::RecvError::Lagged`] (and must list again).

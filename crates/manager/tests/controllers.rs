@@ -2,6 +2,8 @@
 //! and a simulated network in which etcd members and API servers answer once their pods run
 //! (the endpoints are learned from the Components and Hypervisors in the store).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,9 +19,10 @@ use oi_cri::fake::FakeRuntime;
 use oi_engine::{ConnectError, Connector, ExecuteOptions, sim};
 use pretty_assertions::assert_eq;
 
-use super::*;
-use crate::memory::{MemoryStore, Op, Write};
-use crate::store::EventType;
+use oi_manager::controller::*;
+use oi_manager::metrics::Metrics;
+use oi_manager::store::{EventType, Store as _, StoreError};
+use oi_manager_testsupport::memory::{MemoryStore, Op, Write};
 
 const HYPERVISORS: [(&str, bool, &str); 4] = [
     ("private-1", false, "10.0.0.1"),

@@ -29,9 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use crate::kube_store::api_resource;
 use crate::memory::{Change, MemoryStore};
-use crate::store::{Store as _, StoreError, Stored};
 use anyhow::{Context as _, Result};
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
@@ -39,6 +37,8 @@ use http_body_util::{BodyExt as _, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use oi_api::{Cluster, Component, Hypervisor, Kind, NodeJoinRequest, Object, ObjectKey};
+use oi_manager::kube_store::api_resource;
+use oi_manager::store::{Store as _, StoreError, Stored};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
@@ -73,7 +73,7 @@ struct Shared {
     lease_version: Mutex<u64>,
     events: Mutex<Vec<Value>>,
     requests: Mutex<Vec<String>>,
-    options: Options,
+    options: StandinOptions,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -82,7 +82,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// How the stand-in behaves.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub struct StandinOptions {
     /// Every watch ends after this long at the latest (kube-runtime then resumes it from the
     /// last resourceVersion it saw), so that resuming is exercised too.
     pub watch_timeout: Duration,
@@ -90,9 +90,9 @@ pub struct Options {
     pub crds: bool,
 }
 
-impl Default for Options {
+impl Default for StandinOptions {
     fn default() -> Self {
-        Options {
+        StandinOptions {
             watch_timeout: Duration::from_secs(30),
             crds: true,
         }
@@ -113,7 +113,7 @@ impl ApiServer {
     ///
     /// # Errors
     /// When the runtime cannot be built or the port cannot be bound.
-    pub fn start(options: Options) -> Result<ApiServer> {
+    pub fn start(options: StandinOptions) -> Result<ApiServer> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("apiserver")

@@ -30,9 +30,9 @@ use oi_engine::{Connector, Network};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinSet;
 
-use crate::controller::{self, Action, Context, ControllerKind, ReconcileError};
 use crate::memory::{Change, MemoryStore};
-use crate::metrics::Metrics;
+use oi_manager::controller::{self, Action, Context, ControllerKind, ReconcileError};
+use oi_manager::metrics::Metrics;
 
 /// How many reconciles run at once.
 pub const CONCURRENCY: usize = 4;

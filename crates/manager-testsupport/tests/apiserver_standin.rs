@@ -1,4 +1,4 @@
-//! The management API server stand-in (`oi_manager::apiserver_standin`) through the same
+//! The management API server stand-in (`oi_manager_testsupport::apiserver_standin`) through the same
 //! clients oi-manager uses (kube-rs, `KubeStore`, the kube-runtime watcher), on loopback only.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -19,7 +19,7 @@ use oi_manager::kube_store::{KubeStore, api_resource};
 use oi_manager::store::{EventType, ObjectEvent, Store as _, StoreError};
 use serde_json::json;
 
-use oi_manager::apiserver_standin::{ApiServer, Options};
+use oi_manager_testsupport::apiserver_standin::{ApiServer, StandinOptions};
 
 fn hypervisor(name: &str) -> Hypervisor {
     Hypervisor::new(
@@ -50,7 +50,7 @@ fn dynamic(server: &ApiServer, kind: Kind) -> Api<DynamicObject> {
 
 #[test]
 fn kube_store_through_the_stand_in_has_the_api_servers_semantics() {
-    let server = ApiServer::start(Options::default()).unwrap();
+    let server = ApiServer::start(StandinOptions::default()).unwrap();
     server.block_on(async {
         let store = KubeStore::new(client(&server), "test/reporter", "test-1");
         let mut given = Cluster::new(
@@ -152,7 +152,7 @@ fn kube_store_through_the_stand_in_has_the_api_servers_semantics() {
 
 #[test]
 fn a_watch_replays_what_followed_its_version_then_follows_live() {
-    let server = ApiServer::start(Options::default()).unwrap();
+    let server = ApiServer::start(StandinOptions::default()).unwrap();
     let store = Arc::clone(server.store());
     server.block_on(async {
         let api = dynamic(&server, Kind::Hypervisor);
@@ -213,9 +213,9 @@ fn a_watch_replays_what_followed_its_version_then_follows_live() {
 #[test]
 fn the_kube_runtime_watcher_resumes_across_watch_timeouts_and_misses_nothing() {
     // Every watch ends after a second: the watcher resumes from the last version it saw.
-    let server = ApiServer::start(Options {
+    let server = ApiServer::start(StandinOptions {
         watch_timeout: Duration::from_secs(1),
-        ..Options::default()
+        ..StandinOptions::default()
     })
     .unwrap();
     let store = Arc::clone(server.store());
@@ -286,7 +286,7 @@ fn the_kube_runtime_watcher_resumes_across_watch_timeouts_and_misses_nothing() {
 
 #[test]
 fn leases_are_created_once_and_replaced_only_at_their_version() {
-    let server = ApiServer::start(Options::default()).unwrap();
+    let server = ApiServer::start(StandinOptions::default()).unwrap();
     server.block_on(async {
         let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
             Api::namespaced(client(&server), "oneinfra-system");
@@ -324,7 +324,7 @@ fn leases_are_created_once_and_replaced_only_at_their_version() {
 
 #[test]
 fn what_is_not_served_is_refused_clearly() {
-    let server = ApiServer::start(Options::default()).unwrap();
+    let server = ApiServer::start(StandinOptions::default()).unwrap();
     server.block_on(async {
         let api = dynamic(&server, Kind::Cluster);
         let selected = api

@@ -1,0 +1,319 @@
+//! One contract, two stores: the Kubernetes semantics the controllers rely on from
+//! [`Store`], checked against `MemoryStore` (the double their tests use) and against
+//! `KubeStore` talking to the API server stand-in over HTTP on loopback (the product's store
+//! over the wire). A double that passes it behaves, for the controllers, as the real one does.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
+use oi_api::{
+    Cluster, ClusterSpec, Component, ComponentRole, ComponentSpec, Hypervisor, HypervisorSpec,
+    Kind, LocalCriEndpoint, ObjectKey, ObjectMeta, PortRange, Resource as _,
+};
+use oi_manager::kube_store::KubeStore;
+use oi_manager::store::{Store, StoreError};
+use oi_manager_testsupport::apiserver_standin::{ApiServer, StandinOptions};
+use oi_manager_testsupport::memory::MemoryStore;
+use pretty_assertions::assert_eq;
+
+fn cluster(namespace: Option<&str>, name: &str) -> Cluster {
+    let metadata = match namespace {
+        Some(ns) => ObjectMeta::namespaced(ns, name),
+        None => ObjectMeta::named(name),
+    };
+    Cluster::new(
+        metadata,
+        ClusterSpec {
+            kubernetes_version: "1.37.1".to_string(),
+            ..ClusterSpec::default()
+        },
+    )
+}
+
+fn component(namespace: &str, name: &str) -> Component {
+    Component::new(
+        ObjectMeta::namespaced(namespace, name),
+        ComponentSpec {
+            cluster: "c1".to_string(),
+            role: ComponentRole::ControlPlane,
+            hypervisor: None,
+        },
+    )
+}
+
+fn hypervisor(name: &str) -> Hypervisor {
+    Hypervisor::new(
+        ObjectMeta::named(name),
+        HypervisorSpec {
+            local_cri_endpoint: Some(LocalCriEndpoint {
+                cri_endpoint_path: "/run/containerd/containerd.sock".to_string(),
+            }),
+            remote_cri_endpoint: None,
+            public: false,
+            ip_address: "10.0.0.1".to_string(),
+            port_range: PortRange {
+                low: 30000,
+                high: 30100,
+            },
+        },
+    )
+}
+
+fn key(namespace: &str, name: &str) -> ObjectKey {
+    ObjectKey::new(namespace, name)
+}
+
+/// Create sets the server's fields and keeps the spec, drops status and a deletion mark;
+/// a namespaced object without a namespace is in `default`; a cluster-scoped one has none;
+/// the same key twice is refused; names come from `generateName`.
+async fn create<S: Store>(store: &S) {
+    let mut given = cluster(None, "c1");
+    given.status.api_server_endpoint = "https://10.0.0.1:6443".to_string();
+    given.metadata.deletion_timestamp = Some(time::OffsetDateTime::now_utc());
+    let created = store.create(&given).await.unwrap();
+    let meta = &created.metadata;
+    assert_eq!(meta.namespace.as_deref(), Some("default"));
+    assert!(
+        meta.uid.as_deref().is_some_and(|u| !u.is_empty()),
+        "{meta:?}"
+    );
+    assert!(meta.resource_version.is_some());
+    assert_eq!(meta.generation, Some(1));
+    assert_eq!(meta.deletion_timestamp, None);
+    let created_at = meta.creation_timestamp.unwrap();
+    assert!((time::OffsetDateTime::now_utc() - created_at).whole_seconds() < 5);
+    assert_eq!(created.status, Default::default());
+    assert_eq!(created.spec, given.spec);
+    let read: Cluster = store.get(&key("default", "c1")).await.unwrap().unwrap();
+    assert_eq!(read.spec, created.spec);
+    assert_eq!(read.metadata.uid, created.metadata.uid);
+    assert!(matches!(
+        store.create(&cluster(Some("default"), "c1")).await,
+        Err(StoreError::AlreadyExists {
+            kind: Kind::Cluster,
+            ..
+        })
+    ));
+
+    let h = store.create(&hypervisor("h1")).await.unwrap();
+    assert_eq!(h.metadata.namespace, None);
+    assert_ne!(h.metadata.uid, created.metadata.uid);
+    assert!(
+        store
+            .get::<Hypervisor>(&ObjectKey::cluster_scoped("h1"))
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    let mut unnamed = cluster(Some("gen"), "");
+    unnamed.metadata.generate_name = Some("c-".to_string());
+    let a = store.create(&unnamed).await.unwrap();
+    let b = store.create(&unnamed).await.unwrap();
+    assert!(a.metadata.name.starts_with("c-") && a.metadata.name.len() > 2);
+    assert_ne!(a.metadata.name, b.metadata.name);
+    assert_eq!(store.list::<Cluster>(Some("gen")).await.unwrap().len(), 2);
+}
+
+/// Update writes metadata and spec and keeps status and the server's fields; the spec bumps
+/// the generation; a stale resourceVersion conflicts, none is unconditional; a missing
+/// object is not found.
+async fn update<S: Store>(store: &S) {
+    let created = store.create(&cluster(Some("ns"), "c1")).await.unwrap();
+    let mut seeded = created.clone();
+    seeded.status.api_server_endpoint = "https://old:6443".into();
+    let stored = store.update_status(&seeded).await.unwrap();
+
+    let mut edit = stored.clone();
+    edit.metadata.labels.insert("team".into(), "a".into());
+    edit.metadata.annotations.insert("note".into(), "x".into());
+    edit.metadata.finalizers.push("example.com/f".into());
+    edit.status.api_server_endpoint = "https://ignored:6443".into();
+    let updated = store.update(&edit).await.unwrap();
+    assert_eq!(updated.metadata.labels.get("team").unwrap(), "a");
+    assert_eq!(updated.metadata.annotations.get("note").unwrap(), "x");
+    assert_eq!(updated.metadata.finalizers, ["example.com/f"]);
+    assert_eq!(updated.status.api_server_endpoint, "https://old:6443");
+    assert_eq!(updated.metadata.generation, Some(1), "metadata only");
+    assert_eq!(updated.metadata.uid, created.metadata.uid);
+    assert_eq!(
+        updated.metadata.creation_timestamp,
+        created.metadata.creation_timestamp
+    );
+    assert_ne!(
+        updated.metadata.resource_version,
+        stored.metadata.resource_version
+    );
+
+    let mut spec = updated.clone();
+    spec.spec.control_plane_replicas = Some(3);
+    let respecced = store.update(&spec).await.unwrap();
+    assert_eq!(respecced.metadata.generation, Some(2));
+    assert_eq!(respecced.spec.control_plane_replicas, Some(3));
+    assert_eq!(respecced.status.api_server_endpoint, "https://old:6443");
+
+    // A writer that still holds an older copy loses, through spec and status alike.
+    let mut stale = updated.clone();
+    stale.metadata.labels.insert("b".into(), "2".into());
+    assert!(matches!(
+        store.update(&stale).await,
+        Err(StoreError::Conflict {
+            kind: Kind::Cluster,
+            ..
+        })
+    ));
+    assert!(matches!(
+        store.update_status(&stale).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    let now: Cluster = store.get(&key("ns", "c1")).await.unwrap().unwrap();
+    assert_eq!(now.metadata.labels.get("b"), None);
+    // Without a resourceVersion the update is unconditional.
+    stale.metadata.resource_version = None;
+    stale.spec.control_plane_replicas = Some(3);
+    let unconditional = store.update(&stale).await.unwrap();
+    assert_eq!(unconditional.metadata.labels.get("b").unwrap(), "2");
+
+    assert!(matches!(
+        store.update(&component("ns", "missing")).await,
+        Err(StoreError::NotFound {
+            kind: Kind::Component,
+            ..
+        })
+    ));
+    assert!(matches!(
+        store.update_status(&component("ns", "missing")).await,
+        Err(StoreError::NotFound {
+            kind: Kind::Component,
+            ..
+        })
+    ));
+}
+
+/// Status writes status only; a write that changes nothing keeps the resourceVersion.
+async fn update_status<S: Store>(store: &S) {
+    let created = store.create(&component("ns", "k1")).await.unwrap();
+    let mut edit = created.clone();
+    edit.status
+        .input_endpoints
+        .insert("etcd".into(), "https://10.0.0.1:2379".into());
+    edit.spec.hypervisor = Some("ignored".into());
+    edit.metadata.labels.insert("ignored".into(), "yes".into());
+    let updated = store.update_status(&edit).await.unwrap();
+    assert_eq!(
+        updated.status.input_endpoints.get("etcd").unwrap(),
+        "https://10.0.0.1:2379"
+    );
+    assert_eq!(updated.spec, created.spec);
+    assert!(updated.metadata.labels.is_empty());
+    assert_eq!(updated.metadata.generation, Some(1));
+
+    let same = store.update(&updated).await.unwrap();
+    assert_eq!(
+        same.metadata.resource_version,
+        updated.metadata.resource_version
+    );
+    let same = store.update_status(&same).await.unwrap();
+    assert_eq!(
+        same.metadata.resource_version,
+        updated.metadata.resource_version
+    );
+}
+
+/// Delete removes an object at once, or marks it while finalizers hold it; the last
+/// finalizer removed takes it away; a missing object deletes fine.
+async fn delete<S: Store>(store: &S) {
+    store.create(&cluster(Some("del"), "plain")).await.unwrap();
+    store.delete::<Cluster>(&key("del", "plain")).await.unwrap();
+    assert_eq!(
+        store.get::<Cluster>(&key("del", "plain")).await.unwrap(),
+        None
+    );
+    store.delete::<Cluster>(&key("del", "plain")).await.unwrap();
+
+    let mut given = cluster(Some("del"), "held");
+    given.metadata.finalizers = vec!["example.com/a".into(), "example.com/b".into()];
+    store.create(&given).await.unwrap();
+    store.delete::<Cluster>(&key("del", "held")).await.unwrap();
+    let marked: Cluster = store.get(&key("del", "held")).await.unwrap().unwrap();
+    let marked_at = marked.metadata.deletion_timestamp.unwrap();
+    // A second delete keeps the mark.
+    store.delete::<Cluster>(&key("del", "held")).await.unwrap();
+    let again: Cluster = store.get(&key("del", "held")).await.unwrap().unwrap();
+    assert_eq!(again.metadata.deletion_timestamp, Some(marked_at));
+
+    let mut one = again.clone();
+    one.metadata.finalizers = vec!["example.com/b".into()];
+    let one = store.update(&one).await.unwrap();
+    assert_eq!(one.metadata.deletion_timestamp, Some(marked_at));
+    // Status can still be written while being deleted.
+    let mut status = one.clone();
+    status.status.api_server_endpoint = "https://x:6443".into();
+    let one = store.update_status(&status).await.unwrap();
+    let mut none = one.clone();
+    none.metadata.finalizers.clear();
+    store.update(&none).await.unwrap();
+    assert_eq!(
+        store.get::<Cluster>(&key("del", "held")).await.unwrap(),
+        None
+    );
+}
+
+/// Lists come sorted by key, filtered by namespace; cluster-scoped kinds ignore it.
+async fn list<S: Store>(store: &S) {
+    for (ns, name) in [("lb", "z"), ("la", "y"), ("lb", "a"), ("la", "x")] {
+        store.create(&cluster(Some(ns), name)).await.unwrap();
+    }
+    store.create(&hypervisor("h2")).await.unwrap();
+    let keys = |list: Vec<Cluster>| list.iter().map(|c| c.key()).collect::<Vec<_>>();
+    let all = keys(store.list(None).await.unwrap());
+    let lettered: Vec<ObjectKey> = all
+        .into_iter()
+        .filter(|k| k.namespace.starts_with('l'))
+        .collect();
+    assert_eq!(
+        lettered,
+        [
+            key("la", "x"),
+            key("la", "y"),
+            key("lb", "a"),
+            key("lb", "z")
+        ]
+    );
+    assert_eq!(
+        keys(store.list(Some("lb")).await.unwrap()),
+        [key("lb", "a"), key("lb", "z")]
+    );
+    assert_eq!(keys(store.list(Some("nowhere")).await.unwrap()), []);
+    let hypervisors: Vec<Hypervisor> = store.list(Some("la")).await.unwrap();
+    assert_eq!(
+        hypervisors
+            .iter()
+            .map(|h| h.metadata.name.as_str())
+            .collect::<Vec<_>>(),
+        ["h1", "h2"]
+    );
+}
+
+/// The whole contract, in one store (each step uses keys of its own).
+async fn contract<S: Store>(store: &S) {
+    create(store).await;
+    update(store).await;
+    update_status(store).await;
+    delete(store).await;
+    list(store).await;
+}
+
+#[tokio::test]
+async fn memory_store_meets_the_contract() {
+    contract(&MemoryStore::new()).await;
+}
+
+#[test]
+fn kube_store_over_the_api_server_stand_in_meets_the_contract() {
+    let server = ApiServer::start(StandinOptions::default()).unwrap();
+    let url: http::Uri = format!("http://{}", server.address).parse().unwrap();
+    server.block_on(async {
+        let client = kube::Client::try_from(kube::Config::new(url)).unwrap();
+        contract(&KubeStore::new(client, "test/reporter", "test-1")).await;
+    });
+}

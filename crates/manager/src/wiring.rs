@@ -1,0 +1,284 @@
+//! The three controllers wired to kube-runtime: what each watches, how watch events map to
+//! keys (a Component or a Hypervisor to the Clusters it concerns), one reconcile per cluster
+//! at a time, and the reconcile functions' results turned into kube-runtime actions.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use kube::core::{ApiResource, DynamicObject};
+use kube::runtime::controller::{self as kube_controller, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use oi_api::{Component, DEFAULT_NAMESPACE, Kind, ObjectKey};
+use tokio::sync::Semaphore;
+
+use crate::controller::{self, Action, ControllerKind, ReconcileError};
+use crate::kube_store::api_resource;
+use crate::run::{KubeContext, dynamic_api, error_chain};
+
+/// How long changes are gathered before a key reconciles: a status write and the watch
+/// event it causes do not each cost a reconcile.
+pub const DEBOUNCE: Duration = Duration::from_millis(500);
+
+/// What every reconcile shares.
+pub struct Shared {
+    pub ctx: KubeContext,
+    pub(crate) groups: Groups,
+    pub(crate) permits: Semaphore,
+}
+
+/// One async lock per cluster: a Cluster and its Components reconcile one at a time.
+#[derive(Default)]
+pub(crate) struct Groups(Mutex<HashMap<ObjectKey, Arc<tokio::sync::Mutex<()>>>>);
+
+impl Groups {
+    async fn lock(&self, group: &ObjectKey) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            Arc::clone(map.entry(group.clone()).or_default())
+        };
+        lock.lock_owned().await
+    }
+
+    /// Forgets `group`'s lock when nobody holds or waits for it.
+    fn release(&self, group: &ObjectKey, guard: tokio::sync::OwnedMutexGuard<()>) {
+        drop(guard);
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if map.get(group).is_some_and(|l| Arc::strong_count(l) == 1) {
+            map.remove(group);
+        }
+    }
+}
+
+/// The key of a watched object.
+pub fn object_key(object: &DynamicObject) -> ObjectKey {
+    ObjectKey::new(
+        object.metadata.namespace.clone().unwrap_or_default(),
+        object.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+/// The cluster a reconcile belongs to, for mutual exclusion: a Cluster's own key, a
+/// Component's `spec.cluster` in its namespace; `None` for Hypervisors.
+pub fn cluster_group(kind: ControllerKind, object: &DynamicObject) -> Option<ObjectKey> {
+    let key = object_key(object);
+    match kind {
+        ControllerKind::Cluster => Some(key),
+        ControllerKind::Component => {
+            let namespace = if key.namespace.is_empty() {
+                DEFAULT_NAMESPACE.to_string()
+            } else {
+                key.namespace.clone()
+            };
+            match object.data["spec"]["cluster"].as_str() {
+                Some(cluster) if !cluster.is_empty() => Some(ObjectKey::new(namespace, cluster)),
+                _ => Some(key),
+            }
+        }
+        ControllerKind::Hypervisor => None,
+    }
+}
+
+/// kube-runtime's action for ours.
+pub fn kube_action(action: Action) -> kube_controller::Action {
+    match action {
+        Action::Requeue(after) => kube_controller::Action::requeue(after),
+        Action::AwaitChange => kube_controller::Action::await_change(),
+    }
+}
+
+/// The Components among watched objects (those that do not convert are left out).
+fn components(objects: &[Arc<DynamicObject>]) -> Vec<Component> {
+    objects
+        .iter()
+        .filter_map(|o| {
+            let value = serde_json::to_value(&**o).ok()?;
+            serde_json::from_value(value).ok()
+        })
+        .collect()
+}
+
+/// The Clusters to reconcile when Hypervisor `hypervisor` changes.
+pub fn clusters_on_hypervisor(
+    components_on_record: &[Arc<DynamicObject>],
+    hypervisor: &str,
+    cluster_resource: &ApiResource,
+) -> Vec<ObjectRef<DynamicObject>> {
+    controller::clusters_using_hypervisor(&components(components_on_record), hypervisor)
+        .into_iter()
+        .map(|key| ObjectRef::new_with(&key.name, cluster_resource.clone()).within(&key.namespace))
+        .collect()
+}
+
+async fn reconcile(
+    kind: ControllerKind,
+    object: Arc<DynamicObject>,
+    shared: Arc<Shared>,
+) -> Result<kube_controller::Action, ReconcileError> {
+    let key = object_key(&object);
+    let group = cluster_group(kind, &object);
+    let guard = match &group {
+        Some(group) => Some(shared.groups.lock(group).await),
+        None => None,
+    };
+    // Never closed: `acquire` cannot fail.
+    let permit = shared.permits.acquire().await.ok();
+    let start = Instant::now();
+    let ctx = &shared.ctx;
+    let result = match kind {
+        ControllerKind::Cluster => controller::reconcile_cluster(&key, ctx).await,
+        ControllerKind::Component => controller::reconcile_component(&key, ctx).await,
+        ControllerKind::Hypervisor => controller::reconcile_hypervisor(&key, ctx).await,
+    };
+    let elapsed = start.elapsed();
+    drop(permit);
+    if let (Some(group), Some(guard)) = (&group, guard) {
+        shared.groups.release(group, guard);
+    }
+    ctx.metrics.observe_reconcile(
+        kind.as_str(),
+        elapsed,
+        result.as_ref().err().map(ReconcileError::reason),
+    );
+    match &result {
+        Ok(action) => {
+            tracing::debug!(controller = kind.as_str(), %key, ?action, ?elapsed, "reconciled")
+        }
+        Err(e) => tracing::warn!(
+            controller = kind.as_str(),
+            %key,
+            reason = e.reason(),
+            error = %e,
+            "reconcile failed"
+        ),
+    }
+    result.map(kube_action)
+}
+
+fn error_policy(
+    kind: ControllerKind,
+    object: Arc<DynamicObject>,
+    _error: &ReconcileError,
+    shared: Arc<Shared>,
+) -> kube_controller::Action {
+    kube_controller::Action::requeue(shared.ctx.error_backoff(kind, &object_key(&object)))
+}
+
+/// The three controllers, built (watches set up) and not yet running.
+pub(crate) struct Controllers {
+    cluster: Controller<DynamicObject>,
+    component: Controller<DynamicObject>,
+    hypervisor: Controller<DynamicObject>,
+}
+
+impl Controllers {
+    /// `wakeups`: the Clusters the Hypervisor controller wants reconciled now
+    /// ([`Context::cluster_wakeups`]).
+    pub(crate) fn new(
+        client: &kube::Client,
+        namespace: Option<&str>,
+        wakeups: tokio::sync::mpsc::UnboundedReceiver<ObjectKey>,
+    ) -> Self {
+        let config = kube_controller::Config::default().debounce(DEBOUNCE);
+        let cluster_resource = api_resource(Kind::Cluster);
+        let component_resource = api_resource(Kind::Component);
+        let hypervisor_resource = api_resource(Kind::Hypervisor);
+        let component = Controller::new_with(
+            dynamic_api(client, Kind::Component, namespace),
+            watcher::Config::default(),
+            component_resource.clone(),
+        )
+        .with_config(config.clone());
+        let hypervisor = Controller::new_with(
+            dynamic_api(client, Kind::Hypervisor, namespace),
+            watcher::Config::default(),
+            hypervisor_resource.clone(),
+        )
+        .with_config(config.clone());
+        // The Component controller's cache of Components maps a Hypervisor to the Clusters
+        // placed on it, as the in-process driver does.
+        let known_components = component.store();
+        let mapper_resource = cluster_resource.clone();
+        let woken_resource = cluster_resource.clone();
+        let woken = futures::stream::unfold(wakeups, |mut rx| async move {
+            rx.recv().await.map(|key| (key, rx))
+        })
+        .map(move |key| {
+            ObjectRef::new_with(&key.name, woken_resource.clone()).within(&key.namespace)
+        });
+        let cluster = Controller::new_with(
+            dynamic_api(client, Kind::Cluster, namespace),
+            watcher::Config::default(),
+            cluster_resource,
+        )
+        .owns_with(
+            dynamic_api(client, Kind::Component, namespace),
+            component_resource,
+            watcher::Config::default(),
+        )
+        .watches_with(
+            dynamic_api(client, Kind::Hypervisor, namespace),
+            hypervisor_resource,
+            watcher::Config::default(),
+            move |h: DynamicObject| {
+                let name = h.metadata.name.clone().unwrap_or_default();
+                clusters_on_hypervisor(&known_components.state(), &name, &mapper_resource)
+            },
+        )
+        .reconcile_on(woken)
+        .with_config(config);
+        Controllers {
+            cluster,
+            component,
+            hypervisor,
+        }
+    }
+
+    /// The controllers' caches, whose first lists readiness waits for.
+    pub(crate) fn syncing(&self) -> Vec<(Kind, kube::runtime::reflector::Store<DynamicObject>)> {
+        vec![
+            (Kind::Cluster, self.cluster.store()),
+            (Kind::Component, self.component.store()),
+            (Kind::Hypervisor, self.hypervisor.store()),
+        ]
+    }
+
+    /// Runs the three until `graceful` resolves and their reconciles finished.
+    pub(crate) async fn run(
+        self,
+        shared: Arc<Shared>,
+        graceful: futures::future::Shared<impl Future<Output = ()> + Send + 'static>,
+    ) {
+        let drive = |controller: Controller<DynamicObject>, kind: ControllerKind| {
+            controller
+                .graceful_shutdown_on(graceful.clone())
+                .run(
+                    move |object, shared| reconcile(kind, object, shared),
+                    move |object, error, shared| error_policy(kind, object, error, shared),
+                    Arc::clone(&shared),
+                )
+                .for_each(move |result| async move {
+                    match result {
+                        Ok(_) => {}
+                        // Logged with its key by `reconcile`.
+                        Err(kube_controller::Error::ReconcilerFailed(..)) => {}
+                        Err(e) => tracing::warn!(
+                            controller = kind.as_str(),
+                            error = %error_chain(&e),
+                            "controller error"
+                        ),
+                    }
+                })
+        };
+        futures::join!(
+            drive(self.cluster, ControllerKind::Cluster),
+            drive(self.component, ControllerKind::Component),
+            drive(self.hypervisor, ControllerKind::Hypervisor),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests;

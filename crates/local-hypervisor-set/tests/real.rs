@@ -85,6 +85,17 @@ impl Drop for DestroyOnDrop {
     }
 }
 
+/// Kills a child process when dropped (a panicking test does not leave it running).
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // Already gone when the test killed it itself.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Every trace of a set, recorded while it exists, to check its absence afterwards.
 struct Traces {
     name: String,
@@ -462,6 +473,7 @@ fn failed_create_cleans_up() {
     let images = tempfile::tempdir().unwrap();
     std::fs::write(images.path().join("broken.tar"), b"not a tarball").unwrap();
     let name = set_name("f");
+    let _cleanup = DestroyOnDrop(name.clone());
     let out = Command::new(BIN)
         .args([
             "create",
@@ -515,7 +527,8 @@ fn destroy_converges_after_create_is_killed_halfway() {
         return;
     }
     let name = set_name("k");
-    let mut child = Command::new(BIN)
+    let _cleanup = DestroyOnDrop(name.clone());
+    let child = Command::new(BIN)
         .args([
             "create",
             "--name",
@@ -531,8 +544,10 @@ fn destroy_converges_after_create_is_killed_halfway() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // Killed when the test ends, whatever happened, before the set is destroyed.
+    let mut child = KillOnDrop(child);
     // Kill it once its containerds run and the image import has begun.
-    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let stderr = BufReader::new(child.0.stderr.take().unwrap());
     let mut seen = Vec::new();
     for line in stderr.lines() {
         let line = line.unwrap();
@@ -546,8 +561,8 @@ fn destroy_converges_after_create_is_killed_halfway() {
         seen.last().is_some_and(|l| l.contains("importing")),
         "{seen:?}"
     );
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
 
     let traces = Traces::of(&name);
     traces.assert_present();

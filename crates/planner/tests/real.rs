@@ -160,10 +160,13 @@ fn rendered_etcd_serves_mutual_tls_with_issued_certificates() -> anyhow::Result<
         .find(|c| c.name == "etcd")
         .context("etcd container rendered")?;
     let args: Vec<String> = etcd.args.iter().map(|a| reroot(a)).collect();
+    // Its output goes to a file: a pipe nobody reads would block a chatty etcd once full.
+    let log_path = dir.path().join("etcd.log");
+    let log = std::fs::File::create(&log_path)?;
     let child = Command::new("etcd")
         .args(&args)
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(log)
         .spawn()?;
     let mut child = Killed(child);
     let port = w.components[&key]
@@ -185,16 +188,13 @@ fn rendered_etcd_serves_mutual_tls_with_issued_certificates() -> anyhow::Result<
             break;
         }
         if let Some(status) = child.0.try_wait()? {
-            let mut stderr = String::new();
-            if let Some(mut e) = child.0.stderr.take() {
-                use std::io::Read as _;
-                e.read_to_string(&mut stderr)?;
-            }
-            bail!("etcd exited with {status}: {stderr}");
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            bail!("etcd exited with {status}: {log}");
         }
         if Instant::now() > deadline {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
             bail!(
-                "etcd not healthy in time: {}",
+                "etcd not healthy in time: {}\netcd's log:\n{log}",
                 String::from_utf8_lossy(&out.stderr)
             );
         }

@@ -28,16 +28,7 @@ fn refusal(given: &Path) -> Refusal {
     }
 }
 
-fn mknod(path: &Path, kind: rustix::fs::FileType, dev: (u32, u32)) {
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        path,
-        kind,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        rustix::fs::makedev(dev.0, dev.1),
-    )
-    .unwrap_or_else(|e| panic!("mknod {path:?} (needs root): {e}"));
-}
+use oi_testsupport::mknod;
 
 #[test]
 fn descriptors_by_their_spelling() {

@@ -4,61 +4,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use oi_api::{
-    Cluster, ClusterSpec, Component, ComponentRole, ComponentSpec, Hypervisor, HypervisorSpec,
-    Kind, LocalCriEndpoint, Object, ObjectKey, ObjectMeta, PortRange, Resource,
-};
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
+use fixtures::{cluster, component, hypervisor, key};
+use oi_api::{Cluster, Component, Hypervisor, Kind, Object, ObjectKey, Resource};
 use oi_manager::store::{EventType, ObjectEvent, Store, StoreError};
 use oi_manager_testsupport::memory::{Change, MemoryStore, Op, Write};
 use pretty_assertions::assert_eq;
 use tokio::sync::broadcast::error::TryRecvError;
-
-fn cluster(namespace: Option<&str>, name: &str) -> Cluster {
-    let metadata = match namespace {
-        Some(ns) => ObjectMeta::namespaced(ns, name),
-        None => ObjectMeta::named(name),
-    };
-    Cluster::new(
-        metadata,
-        ClusterSpec {
-            kubernetes_version: "1.37.1".to_string(),
-            ..ClusterSpec::default()
-        },
-    )
-}
-
-fn component(namespace: &str, name: &str, cluster: &str) -> Component {
-    Component::new(
-        ObjectMeta::namespaced(namespace, name),
-        ComponentSpec {
-            cluster: cluster.to_string(),
-            role: ComponentRole::ControlPlane,
-            hypervisor: None,
-        },
-    )
-}
-
-fn hypervisor(name: &str) -> Hypervisor {
-    Hypervisor::new(
-        ObjectMeta::named(name),
-        HypervisorSpec {
-            local_cri_endpoint: Some(LocalCriEndpoint {
-                cri_endpoint_path: "/run/containerd/containerd.sock".to_string(),
-            }),
-            remote_cri_endpoint: None,
-            public: false,
-            ip_address: "10.0.0.1".to_string(),
-            port_range: PortRange {
-                low: 30000,
-                high: 30100,
-            },
-        },
-    )
-}
-
-fn key(namespace: &str, name: &str) -> ObjectKey {
-    ObjectKey::new(namespace, name)
-}
 
 fn drain(changes: &mut tokio::sync::broadcast::Receiver<Change>) -> Vec<Change> {
     let mut seen = Vec::new();

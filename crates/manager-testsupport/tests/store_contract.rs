@@ -5,62 +5,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 
-use oi_api::{
-    Cluster, ClusterSpec, Component, ComponentRole, ComponentSpec, Hypervisor, HypervisorSpec,
-    Kind, LocalCriEndpoint, ObjectKey, ObjectMeta, PortRange, Resource as _,
-};
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
+use fixtures::{cluster, component, hypervisor, key};
+use oi_api::{Cluster, Hypervisor, Kind, ObjectKey, Resource as _};
 use oi_manager::kube_store::KubeStore;
 use oi_manager::store::{Store, StoreError};
 use oi_manager_testsupport::apiserver_standin::{ApiServer, StandinOptions};
 use oi_manager_testsupport::memory::MemoryStore;
 use pretty_assertions::assert_eq;
-
-fn cluster(namespace: Option<&str>, name: &str) -> Cluster {
-    let metadata = match namespace {
-        Some(ns) => ObjectMeta::namespaced(ns, name),
-        None => ObjectMeta::named(name),
-    };
-    Cluster::new(
-        metadata,
-        ClusterSpec {
-            kubernetes_version: "1.37.1".to_string(),
-            ..ClusterSpec::default()
-        },
-    )
-}
-
-fn component(namespace: &str, name: &str) -> Component {
-    Component::new(
-        ObjectMeta::namespaced(namespace, name),
-        ComponentSpec {
-            cluster: "c1".to_string(),
-            role: ComponentRole::ControlPlane,
-            hypervisor: None,
-        },
-    )
-}
-
-fn hypervisor(name: &str) -> Hypervisor {
-    Hypervisor::new(
-        ObjectMeta::named(name),
-        HypervisorSpec {
-            local_cri_endpoint: Some(LocalCriEndpoint {
-                cri_endpoint_path: "/run/containerd/containerd.sock".to_string(),
-            }),
-            remote_cri_endpoint: None,
-            public: false,
-            ip_address: "10.0.0.1".to_string(),
-            port_range: PortRange {
-                low: 30000,
-                high: 30100,
-            },
-        },
-    )
-}
-
-fn key(namespace: &str, name: &str) -> ObjectKey {
-    ObjectKey::new(namespace, name)
-}
 
 /// Create sets the server's fields and keeps the spec, drops status and a deletion mark;
 /// a namespaced object without a namespace is in `default`; a cluster-scoped one has none;
@@ -174,14 +128,14 @@ async fn update<S: Store>(store: &S) {
     assert_eq!(unconditional.metadata.labels.get("b").unwrap(), "2");
 
     assert!(matches!(
-        store.update(&component("ns", "missing")).await,
+        store.update(&component("ns", "missing", "c1")).await,
         Err(StoreError::NotFound {
             kind: Kind::Component,
             ..
         })
     ));
     assert!(matches!(
-        store.update_status(&component("ns", "missing")).await,
+        store.update_status(&component("ns", "missing", "c1")).await,
         Err(StoreError::NotFound {
             kind: Kind::Component,
             ..
@@ -191,7 +145,7 @@ async fn update<S: Store>(store: &S) {
 
 /// Status writes status only; a write that changes nothing keeps the resourceVersion.
 async fn update_status<S: Store>(store: &S) {
-    let created = store.create(&component("ns", "k1")).await.unwrap();
+    let created = store.create(&component("ns", "k1", "c1")).await.unwrap();
     let mut edit = created.clone();
     edit.status
         .input_endpoints

@@ -138,3 +138,18 @@ pub fn assert_golden(path: &Path, actual: &str, regenerate: &str) {
         );
     }
 }
+
+/// Makes a device node or FIFO at `path` (mode 0600) for a test of what is written there.
+///
+/// # Panics
+/// When it cannot be made (making device nodes needs root; the message says so).
+pub fn mknod(path: &Path, kind: rustix::fs::FileType, dev: (u32, u32)) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        kind,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        rustix::fs::makedev(dev.0, dev.1),
+    )
+    .unwrap_or_else(|e| panic!("mknod {} (needs root): {e}", path.display()));
+}

@@ -28,7 +28,7 @@ use oi_api::runtime::PodSpec;
 use oi_api::{Cluster, Component, ComponentRole, EtcdInitialClusterState, ObjectKey, World};
 use time::OffsetDateTime;
 
-use crate::par::parallel_map;
+use crate::par::{parallel_map, parallel_map_owned};
 use crate::ports::names;
 use crate::prepare::{PrepareOptions, Prepared, prepare_with, replica_order};
 use crate::record::Reason;
@@ -265,21 +265,30 @@ pub fn plan_prepared(prepared: Prepared, now: OffsetDateTime, options: &RenderOp
                 .contains_key(&ObjectKey::cluster_scoped(h.clone()))
         })
         .collect();
-    for (key, cluster) in &world.clusters {
+    // Each cluster's steps, independent of the others: on every core.
+    let work: Vec<(&ObjectKey, &Cluster, Vec<(&ObjectKey, Result<Rendered>)>)> = world
+        .clusters
+        .iter()
+        .map(|(key, cluster)| (key, cluster, by_cluster.remove(key).unwrap_or_default()))
+        .collect();
+    let planned = parallel_map_owned(work, |(key, cluster, rendered)| {
         let plan = if let Some(error) = failures.get(key) {
             ClusterPlan::Unplannable(error.clone())
         } else if cluster.is_being_deleted() {
-            let teardown = teardown(&world, key);
-            hypervisors.extend(teardown.hypervisors.iter().cloned());
-            ClusterPlan::Teardown(teardown)
+            ClusterPlan::Teardown(teardown(&world, key))
         } else {
-            let rendered = by_cluster.remove(key).unwrap_or_default();
             match convergence(&world, key, cluster, rendered, now) {
                 Ok(c) => ClusterPlan::Converge(Box::new(c)),
                 Err(e) => ClusterPlan::Unplannable(e),
             }
         };
-        clusters.insert(key.clone(), plan);
+        (key.clone(), plan)
+    });
+    for (key, plan) in planned {
+        if let ClusterPlan::Teardown(t) = &plan {
+            hypervisors.extend(t.hypervisors.iter().cloned());
+        }
+        clusters.insert(key, plan);
     }
     Plan {
         world,

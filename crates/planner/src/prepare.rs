@@ -194,10 +194,21 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &PrepareOpti
         .iter()
         .filter(|(_, c)| !c.is_being_deleted())
         .collect();
+    // Validation and verification of each cluster and its components, and the PKI it lacks:
+    // independent per cluster, so on every core.
     let ready: Vec<(ObjectKey, Result<Cluster>)> = parallel_map(&live, |(key, cluster)| {
+        let components: Vec<&Component> = by_cluster
+            .get(*key)
+            .map(|keys| {
+                keys.iter()
+                    .filter_map(|k| world.components.get(k))
+                    .collect()
+            })
+            .unwrap_or_default();
         (
             (*key).clone(),
-            validate_and_init_pki(key, cluster, now, options),
+            validate_and_init_pki(key, cluster, now, options)
+                .and_then(|cluster| validate_components(&cluster, &components).map(|()| cluster)),
         )
     });
     for (key, cluster) in ready {
@@ -313,22 +324,13 @@ struct ClusterPrep<'w> {
 }
 
 impl ClusterPrep<'_> {
-    /// Prepares a cluster already validated and holding its PKI (see [`validate_and_init_pki`]).
+    /// Prepares a cluster already validated, holding its PKI, whose components are valid (see
+    /// [`validate_and_init_pki`], [`validate_components`]).
     fn run(
         &mut self,
         cluster: Cluster,
         existing: &[&Component],
     ) -> Result<(Cluster, Vec<Component>, Vec<Job>)> {
-        for c in existing {
-            let mut errors = validate_component(c);
-            errors.extend(verify_component(c, Some(&cluster)));
-            if !errors.is_empty() {
-                return Err(Error::Invalid {
-                    object: c.key(),
-                    errors,
-                });
-            }
-        }
         let mut cluster = cluster;
         let vpn = cluster.spec.vpn.enabled;
         let mut components: Vec<Component> = existing.iter().map(|c| (*c).clone()).collect();
@@ -767,6 +769,22 @@ fn validate_and_init_pki(
     let mut cluster = cluster.clone();
     init_pki(key, &mut cluster, now, options)?;
     Ok(cluster)
+}
+
+/// Validates and verifies a cluster's existing components against it (its PKI included):
+/// the first invalid one fails the cluster.
+fn validate_components(cluster: &Cluster, components: &[&Component]) -> Result<()> {
+    for c in components {
+        let mut errors = validate_component(c);
+        errors.extend(verify_component(c, Some(cluster)));
+        if !errors.is_empty() {
+            return Err(Error::Invalid {
+                object: c.key(),
+                errors,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn domain(h: &HypervisorState) -> Domain<'_> {

@@ -31,12 +31,22 @@ pub fn pods_reading_changed_files(
     rendered: &Rendered,
     known: &BTreeMap<String, String>,
 ) -> BTreeSet<String> {
+    let changed = changed_files(rendered, known);
+    if changed.is_empty() {
+        return BTreeSet::new();
+    }
+    // What each pod reads, worked out once: not once per changed file.
+    let reads: Vec<(&PodSpec, BTreeSet<&str>)> = rendered
+        .pods
+        .iter()
+        .map(|p| (p, files_read(p, &rendered.files)))
+        .collect();
     let mut restart = BTreeSet::new();
-    for file in changed_files(rendered, known) {
-        let readers: Vec<&PodSpec> = rendered
-            .pods
+    for file in changed {
+        let readers: Vec<&PodSpec> = reads
             .iter()
-            .filter(|p| pod_reads(p, &rendered.files, &file.path))
+            .filter(|(_, read)| read.contains(file.path.as_str()))
+            .map(|(p, _)| *p)
             .collect();
         let readers = if readers.is_empty() {
             rendered.pods.iter().collect()
@@ -48,20 +58,58 @@ pub fn pods_reading_changed_files(
     restart
 }
 
-/// Whether `pod` reads the file at `path`: see [`pods_reading_changed_files`].
-fn pod_reads(pod: &PodSpec, files: &[HostFile], path: &str) -> bool {
-    let named: Vec<&str> = pod
+/// The paths of `files` that `pod` reads: those its containers name, and those named by the
+/// content of a file they name (see [`pods_reading_changed_files`]).
+fn files_read<'f>(pod: &PodSpec, files: &'f [HostFile]) -> BTreeSet<&'f str> {
+    let tokens: Vec<&str> = pod
         .containers
         .iter()
         .flat_map(|c| c.command.iter().chain(&c.args).chain(c.env.values()))
         .map(String::as_str)
         .collect();
-    named.iter().any(|t| t.contains(path))
-        || files.iter().any(|f| {
-            f.path != path
-                && named.iter().any(|t| t.contains(&f.path))
-                && String::from_utf8_lossy(&f.content).contains(path)
-        })
+    let named: Vec<&HostFile> = files
+        .iter()
+        .filter(|f| tokens.iter().any(|t| t.contains(&f.path)))
+        .collect();
+    let mut read: BTreeSet<&str> = named.iter().map(|f| f.path.as_str()).collect();
+    // A content that names a file names their common prefix (the component's directory): most
+    // contents (certificates, keys) do not, and are passed over at once.
+    let prefix = common_prefix(files);
+    for f in &named {
+        let content = String::from_utf8_lossy(&f.content);
+        if !content.contains(prefix) {
+            continue;
+        }
+        read.extend(
+            files
+                .iter()
+                .filter(|other| other.path != f.path && content.contains(other.path.as_str()))
+                .map(|other| other.path.as_str()),
+        );
+    }
+    read
+}
+
+/// The longest prefix every path of `files` starts with.
+fn common_prefix(files: &[HostFile]) -> &str {
+    let Some(first) = files.first() else {
+        return "";
+    };
+    let mut len = first.path.len();
+    for f in &files[1..] {
+        len = first
+            .path
+            .bytes()
+            .zip(f.path.bytes())
+            .take(len)
+            .take_while(|(a, b)| a == b)
+            .count();
+    }
+    // On a character boundary (paths are text).
+    while !first.path.is_char_boundary(len) {
+        len -= 1;
+    }
+    &first.path[..len]
 }
 
 #[cfg(test)]

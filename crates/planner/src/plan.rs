@@ -217,6 +217,9 @@ impl Error {
     }
 }
 
+/// A cluster's live components, each rendered or not.
+type Renderings<'w> = Vec<(&'w ObjectKey, Result<Rendered>)>;
+
 /// Prepares `world`, then plans every cluster; see the module documentation.
 pub fn plan(world: World, now: OffsetDateTime, options: &PlanOptions) -> Plan {
     plan_prepared(
@@ -266,7 +269,7 @@ pub fn plan_prepared(prepared: Prepared, now: OffsetDateTime, options: &RenderOp
         })
         .collect();
     // Each cluster's steps, independent of the others: on every core.
-    let work: Vec<(&ObjectKey, &Cluster, Vec<(&ObjectKey, Result<Rendered>)>)> = world
+    let work: Vec<(&ObjectKey, &Cluster, Renderings)> = world
         .clusters
         .iter()
         .map(|(key, cluster)| (key, cluster, by_cluster.remove(key).unwrap_or_default()))
@@ -328,7 +331,7 @@ fn convergence(
     world: &World,
     key: &ObjectKey,
     cluster: &Cluster,
-    rendered: Vec<(&ObjectKey, Result<Rendered>)>,
+    rendered: Renderings<'_>,
     now: OffsetDateTime,
 ) -> Result<Convergence> {
     // The first component that did not render makes the cluster unplannable.

@@ -184,7 +184,7 @@ impl Target {
         };
         Ok(Guard {
             target: self,
-            lock,
+            _lock: lock,
             digest,
         })
     }
@@ -217,7 +217,8 @@ fn digest(path: &Path) -> io::Result<Option<[u8; 32]>> {
 #[derive(Debug)]
 pub struct Guard {
     target: Target,
-    lock: Option<Lock>,
+    /// Held until the guard is dropped.
+    _lock: Option<Lock>,
     digest: Option<[u8; 32]>,
 }
 
@@ -272,11 +273,6 @@ impl Guard {
                 write_atomically(path, bytes).map_err(write_error(path))
             }
         }
-    }
-
-    /// The lock held, if any.
-    pub fn lock(&self) -> Option<&Lock> {
-        self.lock.as_ref()
     }
 }
 

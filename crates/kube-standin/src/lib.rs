@@ -27,6 +27,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod api;
 pub mod apiserver;
 pub mod config;
 pub mod controller;

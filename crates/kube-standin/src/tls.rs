@@ -248,3 +248,191 @@ pub fn identity(cert: &CertificateDer<'_>) -> Option<Identity> {
         .collect();
     Some(Identity { user, groups })
 }
+
+/// A client-certificate verifier that asks for a certificate and checks that the client holds
+/// its key, but leaves the chain to the API's authentication (as kube-apiserver's
+/// `RequestClientCert` does): a certificate from another CA then gets `401`, not a failed
+/// handshake. The client CA's subjects are sent as hints, as the real server sends them.
+#[derive(Debug)]
+pub struct RequestClientCert {
+    hints: Vec<rustls::DistinguishedName>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl RequestClientCert {
+    /// Asks for certificates, hinting `roots`' subjects.
+    pub fn new(roots: Option<&RootCertStore>) -> Arc<RequestClientCert> {
+        Arc::new(RequestClientCert {
+            hints: roots.map(RootCertStore::subjects).unwrap_or_default(),
+            provider: provider(),
+        })
+    }
+}
+
+impl rustls::server::danger::ClientCertVerifier for RequestClientCert {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &self.hints
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: rustls::pki_types::UnixTime,
+    ) -> std::result::Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        // The chain is verified by authentication, per request.
+        Ok(rustls::server::danger::ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// A server configuration serving `certs`/`key` that requests client certificates without
+/// verifying their chain (see [`RequestClientCert`]), offering h2 and http/1.1.
+///
+/// # Errors
+/// A key that does not match the certificate.
+pub fn api_server_config(
+    certs: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    client_ca: Option<&RootCertStore>,
+    what: &str,
+) -> Result<Arc<ServerConfig>> {
+    let config_error = |source| TlsError::Config {
+        what: what.to_string(),
+        source,
+    };
+    let mut config = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(config_error)?
+        .with_client_cert_verifier(RequestClientCert::new(client_ca))
+        .with_single_cert(certs, key)
+        .map_err(config_error)?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// A server-certificate verifier that accepts any certificate (but still checks handshake
+/// signatures): what kube-apiserver does towards kubelets without
+/// `--kubelet-certificate-authority`.
+#[derive(Debug)]
+pub struct AcceptAnyServer {
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for AcceptAnyServer {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> std::result::Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// A client configuration presenting `identity` that does not verify the server (see
+/// [`AcceptAnyServer`]).
+///
+/// # Errors
+/// A key that does not match its certificate.
+pub fn unverified_client_config(
+    identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+    what: &str,
+) -> Result<Arc<ClientConfig>> {
+    let config_error = |source| TlsError::Config {
+        what: what.to_string(),
+        source,
+    };
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(config_error)?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AcceptAnyServer {
+            provider: provider(),
+        }));
+    let mut config = match identity {
+        Some((certs, key)) => builder
+            .with_client_auth_cert(certs, key)
+            .map_err(config_error)?,
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}

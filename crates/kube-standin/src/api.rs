@@ -65,6 +65,7 @@ pub mod maintenance;
 pub mod meta;
 pub mod patch;
 pub mod policy;
+pub mod protobuf;
 pub mod proxy;
 pub mod registry;
 pub mod request;
@@ -382,6 +383,10 @@ impl Api {
                 return error_response(&ApiError::unauthorized());
             }
         };
+        let user = match self.impersonate(user, &parts.headers).await {
+            Ok(user) => user,
+            Err(error) => return error_response(&error),
+        };
         let info = request::parse(&parts.method, &path, &query);
         let pretty = info.flag("pretty");
         let attributes = attributes(&info);
@@ -419,6 +424,128 @@ impl Api {
             Ok(Reply::Raw(response)) => response,
             Err(error) => json_response(error.status_code(), &error.to_status(), pretty),
         }
+    }
+
+    /// The user a request acts as: `Impersonate-*` headers, when the authenticated user may
+    /// impersonate (verb `impersonate` on users, groups, serviceaccounts, uids, userextras).
+    async fn impersonate(&self, user: User, headers: &HeaderMap) -> Result<User, ApiError> {
+        let all = |name: &str| -> Vec<String> {
+            headers
+                .get_all(name)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .map(str::to_string)
+                .collect()
+        };
+        let name = all("impersonate-user").into_iter().next();
+        let groups = all("impersonate-group");
+        let uid = all("impersonate-uid").into_iter().next();
+        let mut extra: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for (header, value) in headers {
+            if let Some(key) = header.as_str().strip_prefix("impersonate-extra-")
+                && let Ok(v) = value.to_str()
+            {
+                let key = form_urlencoded::parse(key.as_bytes())
+                    .map(|(k, _)| k.into_owned())
+                    .next()
+                    .unwrap_or_else(|| key.to_string());
+                extra.entry(key).or_default().push(v.to_string());
+            }
+        }
+        let Some(name) = name else {
+            if groups.is_empty() && uid.is_none() && extra.is_empty() {
+                return Ok(user);
+            }
+            return Err(ApiError::bad_request(
+                "requested impersonation of groups, a uid or extras without impersonating a user",
+            ));
+        };
+        let mut checks = Vec::new();
+        let service_account = name
+            .strip_prefix("system:serviceaccount:")
+            .and_then(|rest| rest.split_once(':'));
+        match service_account {
+            Some((ns, sa)) => checks.push((
+                "",
+                "serviceaccounts",
+                ns.to_string(),
+                sa.to_string(),
+                String::new(),
+            )),
+            None => checks.push(("", "users", String::new(), name.clone(), String::new())),
+        }
+        for g in &groups {
+            checks.push(("", "groups", String::new(), g.clone(), String::new()));
+        }
+        if let Some(u) = &uid {
+            checks.push((
+                "authentication.k8s.io",
+                "uids",
+                String::new(),
+                u.clone(),
+                String::new(),
+            ));
+        }
+        for (key, values) in &extra {
+            for v in values {
+                checks.push((
+                    "authentication.k8s.io",
+                    "userextras",
+                    String::new(),
+                    v.clone(),
+                    key.clone(),
+                ));
+            }
+        }
+        for (group, resource, namespace, object, subresource) in checks {
+            let a = Attributes {
+                verb: "impersonate".to_string(),
+                resource_request: true,
+                namespace,
+                group: group.to_string(),
+                resource: resource.to_string(),
+                subresource,
+                name: object,
+                ..Attributes::default()
+            };
+            let decision = self
+                .authz
+                .authorize(&*self.storage, &self.registry, &user, &a)
+                .await;
+            if !decision.allowed {
+                return Err(ApiError::forbidden(
+                    &a.resource,
+                    &a.group,
+                    &a.name,
+                    &authz::forbidden_message(&user, &a),
+                ));
+            }
+        }
+        let mut groups = groups;
+        if let Some((ns, _)) = service_account {
+            for g in [
+                "system:serviceaccounts".to_string(),
+                format!("system:serviceaccounts:{ns}"),
+            ] {
+                if !groups.contains(&g) {
+                    groups.push(g);
+                }
+            }
+        }
+        let everyone = if name == "system:anonymous" {
+            "system:unauthenticated"
+        } else {
+            "system:authenticated"
+        };
+        if !groups.iter().any(|g| g == everyone) {
+            groups.push(everyone.to_string());
+        }
+        Ok(User {
+            name,
+            uid: uid.unwrap_or_default(),
+            groups,
+            extra,
+        })
     }
 
     async fn non_resource(&self, call: &Call<'_>) -> Result<Reply, ApiError> {

@@ -36,6 +36,7 @@ pub mod flags;
 pub mod https;
 pub mod keys;
 pub mod kubeconfig;
+pub mod local;
 pub mod serve;
 pub mod tls;
 

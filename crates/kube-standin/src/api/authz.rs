@@ -496,9 +496,13 @@ impl Authorizer {
                         }
                     }
                 }
+                // As in Kubernetes: a node's rules depend on what is bound to it, so they are
+                // not enumerated; anyone else has none from this mode.
                 Mode::Node if node_name(user).is_some() => {
                     resource_rules.extend(node_rules());
+                    incomplete = true;
                 }
+                Mode::Node => {}
                 Mode::AlwaysAllow => {
                     resource_rules
                         .push(json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}));

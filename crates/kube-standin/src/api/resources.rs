@@ -234,6 +234,11 @@ const BUILTINS: &[Builtin] = &[
         "SelfSubjectAccessReview",
         "selfsubjectaccessreviews",
     ),
+    review(
+        "authorization.k8s.io",
+        "SelfSubjectRulesReview",
+        "selfsubjectrulesreviews",
+    ),
 ];
 
 /// The built-in resources.
@@ -307,84 +312,5 @@ pub fn core_versions(server_address: &str) -> Value {
         "kind": "APIVersions",
         "versions": ["v1"],
         "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
-    })
-}
-
-/// `/apis`: every group and its versions (the first is preferred).
-pub fn groups(resources: &[Resource]) -> Value {
-    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
-    for r in resources.iter().filter(|r| !r.group.is_empty()) {
-        match groups.iter_mut().find(|(g, _)| *g == r.group) {
-            Some((_, versions)) => {
-                if !versions.contains(&r.version) {
-                    versions.push(r.version.clone());
-                }
-            }
-            None => groups.push((r.group.clone(), vec![r.version.clone()])),
-        }
-    }
-    let groups: Vec<Value> = groups
-        .into_iter()
-        .map(|(group, versions)| {
-            let versions: Vec<Value> = versions
-                .iter()
-                .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
-                .collect();
-            json!({
-                "name": group,
-                "versions": versions,
-                "preferredVersion": versions[0],
-            })
-        })
-        .collect();
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
-}
-
-/// `/api/v1`, `/apis/<group>/<version>`: the resources of one group version, with their
-/// subresources.
-pub fn resource_list(group_version: &str, resources: &[Resource]) -> Value {
-    let mut list = Vec::new();
-    for r in resources
-        .iter()
-        .filter(|r| r.group_version() == group_version)
-    {
-        let mut entry = json!({
-            "name": r.plural,
-            "singularName": r.singular,
-            "namespaced": r.namespaced,
-            "kind": r.kind,
-            "verbs": r.verbs(),
-        });
-        if !r.short_names.is_empty() {
-            entry["shortNames"] = json!(r.short_names);
-        }
-        if !r.categories.is_empty() {
-            entry["categories"] = json!(r.categories);
-        }
-        list.push(entry);
-        if r.status {
-            list.push(json!({
-                "name": format!("{}/status", r.plural),
-                "singularName": "",
-                "namespaced": r.namespaced,
-                "kind": r.kind,
-                "verbs": ["get", "patch", "update"],
-            }));
-        }
-        if r.group.is_empty() && r.plural == "nodes" {
-            list.push(json!({
-                "name": "nodes/proxy",
-                "singularName": "",
-                "namespaced": false,
-                "kind": "NodeProxyOptions",
-                "verbs": ["create", "delete", "get", "patch", "update"],
-            }));
-        }
-    }
-    json!({
-        "kind": "APIResourceList",
-        "apiVersion": "v1",
-        "groupVersion": group_version,
-        "resources": list,
     })
 }

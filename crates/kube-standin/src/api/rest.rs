@@ -67,12 +67,23 @@ fn content_type(call: &Call<'_>) -> String {
         .to_ascii_lowercase()
 }
 
-/// The request body as JSON (JSON or YAML).
+/// The request body as JSON (JSON, YAML, or for some kinds Kubernetes' protobuf).
 fn body_value(call: &Call<'_>) -> ApiResult<Value> {
     let kind = content_type(call);
     let text = call.body.as_ref();
     if text.is_empty() {
         return Err(ApiError::bad_request("the request body is empty"));
+    }
+    if super::protobuf::is_protobuf(&kind) {
+        return super::protobuf::to_json(text).map_err(|e| match e {
+            super::protobuf::ProtobufError::Unsupported { api_version, kind } => ApiError::unsupported_media_type(
+                &format!("{} for {api_version} {kind} (the stand-in reads protobuf only for the kinds kubectl's generators send)", super::protobuf::CONTENT_TYPE),
+                &["application/json", "application/yaml"],
+            ),
+            super::protobuf::ProtobufError::Malformed(why) => {
+                ApiError::bad_request(format!("the body of the request could not be decoded as protobuf: {why}"))
+            }
+        });
     }
     let parsed: Result<Value, String> = if kind.contains("yaml") {
         serde_yaml_ng::from_slice(text).map_err(|e| e.to_string())

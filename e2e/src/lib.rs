@@ -18,6 +18,7 @@
 //! Binaries are found in the workspace target directory next to the test executable
 //! (`cargo nextest run --workspace` builds every binary of the workspace first).
 
+pub use oi_manager_testsupport::apiserver_standin::ObjectSource;
 use std::fmt;
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
@@ -539,16 +540,16 @@ impl World {
     ///
     /// # Errors
     /// When they do not print (they always should).
-    pub fn of_store(store: &oi_manager_testsupport::memory::MemoryStore) -> Result<Self> {
+    pub fn of_store(store: &impl ObjectSource) -> Result<Self> {
         use oi_api::Resource as _;
         let mut world = oi_api::World::default();
-        for h in store.objects::<oi_api::Hypervisor>() {
+        for h in store.hypervisors() {
             world.hypervisors.insert(h.key(), h);
         }
-        for c in store.objects::<oi_api::Cluster>() {
+        for c in store.clusters() {
             world.clusters.insert(c.key(), c);
         }
-        for c in store.objects::<oi_api::Component>() {
+        for c in store.components() {
             world.components.insert(c.key(), c);
         }
         World::parse(&world.to_yaml()?)
@@ -933,11 +934,8 @@ impl Etcdctl {
 ///
 /// # Errors
 /// Naming the first hypervisor with something left, or when `ctr` fails.
-pub fn nothing_left(
-    store: &oi_manager_testsupport::memory::MemoryStore,
-    set: &LocalSet,
-) -> Result<()> {
-    for h in store.objects::<oi_api::Hypervisor>() {
+pub fn nothing_left(store: &impl ObjectSource, set: &LocalSet) -> Result<()> {
+    for h in store.hypervisors() {
         let (name, status) = (&h.metadata.name, &h.status);
         ensure!(
             status.allocated_ports.is_empty(),
@@ -960,9 +958,9 @@ pub fn nothing_left(
 
 /// The `oi_manager_hypervisor_reachable` lines `/metrics` shows when every hypervisor in
 /// `store` is reachable.
-pub fn all_reachable_metrics(store: &oi_manager_testsupport::memory::MemoryStore) -> Vec<String> {
+pub fn all_reachable_metrics(store: &impl ObjectSource) -> Vec<String> {
     store
-        .objects::<oi_api::Hypervisor>()
+        .hypervisors()
         .iter()
         .map(|h| {
             format!(

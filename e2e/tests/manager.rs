@@ -137,7 +137,8 @@ fn manager_brings_up_scales_and_deletes_a_cluster() {
     assert_eq!(components(&store, "c1").len(), 4);
     voting_members(&store, 3);
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = admin_kubeconfig(&World::of_store(&store).unwrap(), "c1", dir.path()).unwrap();
+    let kubeconfig =
+        admin_kubeconfig(&World::of_store(&*store).unwrap(), "c1", dir.path()).unwrap();
     let version = eventually(Duration::from_secs(30), || kubectl_version(&kubeconfig)).unwrap();
     assert!(
         version.pointer("/serverVersion/gitVersion").is_some(),
@@ -155,7 +156,7 @@ fn manager_brings_up_scales_and_deletes_a_cluster() {
         "{reasons:?}"
     );
     let metrics = ctx.metrics.encode();
-    for reachable in all_reachable_metrics(&store) {
+    for reachable in all_reachable_metrics(&*store) {
         assert!(metrics.contains(&reachable), "{metrics}");
     }
 
@@ -192,7 +193,7 @@ fn manager_brings_up_scales_and_deletes_a_cluster() {
     run_until(&runtime, &ctx, Duration::from_secs(120), |s| {
         s.object::<Cluster>(&key).is_none() && components(s, "c1").is_empty()
     });
-    nothing_left(&store, &set).unwrap();
+    nothing_left(&*store, &set).unwrap();
     assert!(
         store.events().iter().any(|e| e.reason == "ClusterDeleted"),
         "{:?}",

@@ -20,7 +20,6 @@ use oi_e2e::{
     Etcdctl, IMAGE_REPOSITORY, LocalSet, World, admin_kubeconfig, all_reachable_metrics, binary,
     eventually, kubectl_version, nothing_left, prerequisites,
 };
-use oi_manager::store::Store as _;
 use oi_manager_testsupport::apiserver_standin::{ApiServer, StandinOptions};
 
 use oi_manager::args::{
@@ -146,7 +145,6 @@ impl Drop for Manager {
 
 fn ready(server: &ApiServer, key: &ObjectKey) -> anyhow::Result<Cluster> {
     let cluster: Cluster = server
-        .store()
         .object(key)
         .ok_or_else(|| anyhow::anyhow!("cluster {key} is gone"))?;
     let condition = find_condition(
@@ -162,7 +160,6 @@ fn ready(server: &ApiServer, key: &ObjectKey) -> anyhow::Result<Cluster> {
 
 fn components(server: &ApiServer, cluster: &str) -> Vec<Component> {
     server
-        .store()
         .objects::<Component>()
         .into_iter()
         .filter(|c| c.spec.cluster == cluster)
@@ -170,7 +167,7 @@ fn components(server: &ApiServer, cluster: &str) -> Vec<Component> {
 }
 
 fn voting_members(server: &ApiServer, replicas: usize) {
-    Etcdctl::new(&World::of_store(server.store()).unwrap(), "c1")
+    Etcdctl::new(&World::of_store(server).unwrap(), "c1")
         .unwrap()
         .wait_voting_members(replicas, Duration::from_secs(30))
         .unwrap();
@@ -219,7 +216,6 @@ fn two_manager_replicas_bring_up_fail_over_scale_and_delete_a_cluster() {
         ..StandinOptions::default()
     })
     .unwrap();
-    let store = std::sync::Arc::clone(server.store());
     // The administrator registers the hypervisors (remote, mutual-TLS CRI endpoints).
     let hypervisors = oi_api::World::load(&set.manifests, "oi-local-hypervisor-set")
         .unwrap()
@@ -227,7 +223,7 @@ fn two_manager_replicas_bring_up_fail_over_scale_and_delete_a_cluster() {
     assert_eq!(hypervisors.len(), 4);
     for h in hypervisors.into_values() {
         assert!(h.spec.remote_cri_endpoint.is_some(), "{h:?}");
-        store.insert(h);
+        server.create(&h).unwrap();
     }
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = server.write_kubeconfig(dir.path()).unwrap();
@@ -259,13 +255,13 @@ fn two_manager_replicas_bring_up_fail_over_scale_and_delete_a_cluster() {
     // A 3-replica Cluster, declared as an administrator would.
     let key = ObjectKey::new("team-a", "c1");
     server
-        .block_on(store.create(&Cluster::new(
+        .create(&Cluster::new(
             ObjectMeta::namespaced("team-a", "c1"),
             ClusterSpec {
                 control_plane_replicas: Some(3),
                 ..ClusterSpec::default()
             },
-        )))
+        ))
         .unwrap();
     let started = Instant::now();
     let cluster = eventually(Duration::from_secs(240), || ready(&server, &key))
@@ -298,7 +294,7 @@ fn two_manager_replicas_bring_up_fail_over_scale_and_delete_a_cluster() {
     );
     voting_members(&server, 3);
     let kubeconfig_c1 =
-        admin_kubeconfig(&World::of_store(&store).unwrap(), "c1", dir.path()).unwrap();
+        admin_kubeconfig(&World::of_store(&server).unwrap(), "c1", dir.path()).unwrap();
     let version = eventually(Duration::from_secs(30), || kubectl_version(&kubeconfig_c1)).unwrap();
     assert!(
         version.pointer("/serverVersion/gitVersion").is_some(),
@@ -329,7 +325,7 @@ fn two_manager_replicas_bring_up_fail_over_scale_and_delete_a_cluster() {
     // The leader's metrics: leading, every hypervisor reachable, reconciles counted.
     let metrics = leader.metrics().unwrap();
     assert!(metrics.contains("\noi_manager_leader 1\n"), "{metrics}");
-    for reachable in all_reachable_metrics(&store) {
+    for reachable in all_reachable_metrics(&server) {
         assert!(metrics.contains(&reachable), "{metrics}");
     }
     assert!(
@@ -362,9 +358,9 @@ fn two_manager_replicas_bring_up_fail_over_scale_and_delete_a_cluster() {
     );
 
     // Scaled 3 → 1 under the new leader: two replicas leave etcd and go.
-    let mut cluster: Cluster = store.object(&key).unwrap();
+    let mut cluster: Cluster = server.object(&key).unwrap();
     cluster.spec.control_plane_replicas = Some(1);
-    server.block_on(store.update(&cluster)).unwrap();
+    server.update(&cluster).unwrap();
     eventually(Duration::from_secs(180), || {
         let names: Vec<String> = components(&server, "c1")
             .into_iter()
@@ -388,10 +384,10 @@ fn two_manager_replicas_bring_up_fail_over_scale_and_delete_a_cluster() {
     );
 
     // Deleted: nothing left in the API, on the hypervisors or in their port allocations.
-    server.block_on(store.delete::<Cluster>(&key)).unwrap();
+    server.delete::<Cluster>(&key).unwrap();
     eventually(Duration::from_secs(120), || {
         anyhow::ensure!(
-            store.object::<Cluster>(&key).is_none(),
+            server.object::<Cluster>(&key).is_none(),
             "the Cluster is still there"
         );
         let left = components(&server, "c1").len();
@@ -399,7 +395,7 @@ fn two_manager_replicas_bring_up_fail_over_scale_and_delete_a_cluster() {
         Ok(())
     })
     .unwrap_or_else(|e| failed("deletion", &e, &[&standby], &server));
-    nothing_left(&store, &set).unwrap();
+    nothing_left(&server, &set).unwrap();
     assert!(
         event_reasons(&server).contains(&"ClusterDeleted".to_string()),
         "{:?}",
@@ -411,6 +407,5 @@ fn two_manager_replicas_bring_up_fail_over_scale_and_delete_a_cluster() {
     let status = standby.exit(Duration::from_secs(30));
     assert_eq!(status.code(), Some(0), "{}", standby.log());
     assert_eq!(server.lease_holder(LEASE_NAMESPACE, LEASE), None);
-    assert_eq!(server.broken(), None);
     drop(set);
 }

@@ -1,43 +1,44 @@
-//! The kube-apiserver stand-in.
+//! The kube-apiserver stand-in: the API of [`crate::api`] over the cluster's etcd.
 //!
 //! ```text
-//!  start: load serving cert/key + client CA, service-account keys, etcd client cert
-//!         bind --bind-address:--secure-port
-//!  every 1 s: put + range <etcd-prefix>/standin/<address>:<port> on every etcd ──► Health
-//!  requests:
-//!    /livez[/ping]               200 while the process runs
-//!    /healthz /readyz [/etcd]    200 while some etcd endpoint answers, else 500 + reason
-//!                                (`?verbose` lists the checks, as the real server does)
-//!    /version                    {"major","minor","gitVersion",...}
-//!      (these four are anonymous unless --anonymous-auth=false, as in the real server)
-//!    /api /apis                  small discovery JSON     } a client certificate verified
-//!    anything else               404 Status               } against --client-ca-file, else 401
+//!  start: load serving cert/key, client CA, service-account keys, etcd client cert,
+//!         kubelet client cert, egress selector; refuse what the stand-in does not implement
+//!         bind --bind-address:--secure-port (HTTPS, client certificates requested)
+//!  every 1 s: put + range <etcd-prefix>/standin/<address>:<port> on every etcd ──► /readyz
+//!  background: bootstrap (system namespaces, RBAC policy, the kubernetes Service and this
+//!              server among its endpoints), finishing deleted namespaces and CRDs
+//!  requests: crate::api (objects in etcd under --etcd-prefix, so every replica serves the
+//!            same ones), authenticated and authorized as --anonymous-auth,
+//!            --client-ca-file, --enable-bootstrap-token-auth, --service-account-key-file,
+//!            --token-auth-file and --authorization-mode say
 //! ```
-//!
-//! `--authorization-mode` is validated but not enforced: any verified client certificate may
-//! read what the stand-in serves.
 
-use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use http::StatusCode;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use x509_parser::extensions::GeneralName;
 
+use crate::api::authn::{AuthnConfig, ServiceAccountTokens, parse_token_file};
+use crate::api::authz::Mode;
+use crate::api::etcd_storage::EtcdStorage;
+use crate::api::proxy::{Egress, KubeletClient, egress_from_file};
+use crate::api::{Api, ApiConfig, Health, TokenIssuer, jwt};
 use crate::config::ApiServerConfig;
 use crate::etcd::Etcd;
 use crate::https::{HttpsError, chain};
 use crate::keys::{self, KeyError};
-use crate::serve::{self, Handler};
-use crate::tls::{self, Identity, TlsError};
+use crate::serve;
+use crate::tls::{self, TlsError};
 
 /// How often etcd is written and read.
 pub const ETCD_INTERVAL: Duration = Duration::from_secs(1);
 const ETCD_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one storage request may take.
+const STORAGE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why the API server stand-in could not start.
 #[derive(Debug, thiserror::Error)]
@@ -72,15 +73,23 @@ pub enum ApiServerError {
     /// The signal handlers.
     #[error("cannot install signal handlers")]
     Signals(#[source] std::io::Error),
-}
-
-/// What the last etcd round found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Health {
-    /// Whether some endpoint took a write and returned it.
-    pub ready: bool,
-    /// Why not, when not.
-    pub reason: String,
+    /// Service-account tokens cannot be signed or checked.
+    #[error("service-account tokens")]
+    Tokens(#[source] jwt::JwtError),
+    /// `--token-auth-file`.
+    #[error("--token-auth-file {path}: {reason}")]
+    TokenFile {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// `--egress-selector-config-file`.
+    #[error("--egress-selector-config-file: {0}")]
+    Egress(String),
+    /// The API could not be set up.
+    #[error(transparent)]
+    Api(#[from] crate::api::ApiSetupError),
 }
 
 fn shown(path: &Path) -> String {
@@ -136,14 +145,15 @@ pub async fn run(config: ApiServerConfig, version: String) -> Result<(), ApiServ
     }
     let client_ca_what = shown(&config.client_ca);
     let client_roots = tls::roots_from_pem(&tls::read(&config.client_ca)?, &client_ca_what)?;
-    let server_tls = tls::server_config(
+    let server_tls = tls::api_server_config(
         certs,
         key,
-        Some((client_roots, &client_ca_what)),
+        Some(&client_roots),
         "--tls-cert-file and --tls-private-key-file",
     )?;
     tracing::info!("client certificates verified against {client_ca_what}");
 
+    let mut verification_keys = Vec::new();
     for file in &config.service_account_key_files {
         let found = keys::public_keys(file).map_err(ApiServerError::ServiceAccount)?;
         tracing::info!(
@@ -151,6 +161,7 @@ pub async fn run(config: ApiServerConfig, version: String) -> Result<(), ApiServ
             found.len(),
             shown(file)
         );
+        verification_keys.extend(jwt::public_keys(file).map_err(ApiServerError::Tokens)?);
     }
     let key_files: Vec<&Path> = config
         .service_account_key_files
@@ -159,11 +170,26 @@ pub async fn run(config: ApiServerConfig, version: String) -> Result<(), ApiServ
         .collect();
     keys::check_private_matches(&config.service_account_signing_key, &key_files)
         .map_err(ApiServerError::ServiceAccount)?;
+    let signer = jwt::Signer::from_file(&config.service_account_signing_key)
+        .map_err(ApiServerError::Tokens)?;
     tracing::info!(
         "service-account signing key {} matches a verification key; issuers: {}",
         shown(&config.service_account_signing_key),
         config.service_account_issuers.join(", ")
     );
+    let static_tokens = match &config.token_auth_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| ApiServerError::TokenFile {
+                path: shown(path),
+                reason: e.to_string(),
+            })?;
+            parse_token_file(&text).map_err(|reason| ApiServerError::TokenFile {
+                path: shown(path),
+                reason,
+            })?
+        }
+        None => Vec::new(),
+    };
 
     let etcd_roots = tls::roots_from_pem(&tls::read(&config.etcd_ca)?, &shown(&config.etcd_ca))?;
     let etcd_certs =
@@ -174,15 +200,19 @@ pub async fn run(config: ApiServerConfig, version: String) -> Result<(), ApiServ
         Some((etcd_certs, etcd_key_der)),
         "--etcd-certfile and --etcd-keyfile",
     )?;
-    let etcd =
-        Etcd::new(&config.etcd_servers, etcd_tls, ETCD_TIMEOUT).map_err(ApiServerError::Etcd)?;
+    let etcd = Etcd::new(&config.etcd_servers, Arc::clone(&etcd_tls), ETCD_TIMEOUT)
+        .map_err(ApiServerError::Etcd)?;
+    let storage = EtcdStorage::new(&config.etcd_servers, etcd_tls, STORAGE_TIMEOUT)
+        .map_err(ApiServerError::Etcd)?;
+
+    let kubelet = kubelet_client(&config)?;
 
     let address = SocketAddr::new(config.bind_address, config.secure_port);
     let listener = TcpListener::bind(address)
         .await
         .map_err(|source| ApiServerError::Bind { address, source })?;
     tracing::info!(
-        "serving securely on {address}; authorization modes {} (not enforced by the stand-in); anonymous health endpoints: {}",
+        "serving securely on {address}; authorization modes {}; anonymous requests: {}",
         config.authorization_modes.join(","),
         config.anonymous_auth
     );
@@ -194,8 +224,74 @@ pub async fn run(config: ApiServerConfig, version: String) -> Result<(), ApiServ
     let (stop_tx, stop_rx) = watch::channel(false);
     let key = etcd_key(&config);
     let checker = tokio::spawn(check_etcd(etcd, key, health_tx, stop_rx.clone()));
-    let handler = handler(&config, version, health_rx);
-    let server = tokio::spawn(serve::serve(listener, server_tls, handler, stop_rx));
+
+    let advertised = config
+        .advertise_address
+        .unwrap_or(match config.bind_address {
+            a if a.is_unspecified() => IpAddr::from([127, 0, 0, 1]),
+            a => a,
+        });
+    let audiences = if config.api_audiences.is_empty() {
+        config.service_account_issuers.clone()
+    } else {
+        config.api_audiences.clone()
+    };
+    let modes = config
+        .authorization_modes
+        .iter()
+        .filter_map(|m| Mode::parse(m))
+        .collect();
+    // As kube-apiserver: a watch lasts between --min-request-timeout and twice that.
+    let spread = {
+        use rand::Rng as _;
+        rand::thread_rng().gen_range(1.0..2.0)
+    };
+    let api = Api::new(
+        Arc::new(storage),
+        ApiConfig {
+            root: config.etcd_prefix.clone(),
+            version: crate::version_info(&version),
+            authn: AuthnConfig {
+                client_ca: Some(client_roots),
+                bootstrap_tokens: config.bootstrap_token_auth,
+                service_accounts: Some(ServiceAccountTokens {
+                    keys: verification_keys,
+                    issuers: config.service_account_issuers.clone(),
+                    audiences: audiences.clone(),
+                }),
+                static_tokens,
+                anonymous: config.anonymous_auth,
+            },
+            modes,
+            node_restriction: config.node_restriction,
+            service_cluster_ip_ranges: config.service_cluster_ip_ranges.clone(),
+            tokens: Some(TokenIssuer {
+                signer,
+                issuer: config
+                    .service_account_issuers
+                    .first()
+                    .cloned()
+                    .unwrap_or_default(),
+                audiences,
+                max_seconds: config
+                    .service_account_max_token_expiration
+                    .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)),
+            }),
+            kubelet,
+            watch_timeout: config.min_request_timeout.mul_f64(spread),
+            advertise: Some((advertised, config.secure_port)),
+            server_address: SocketAddr::new(advertised, config.secure_port).to_string(),
+            health: Some(health_rx),
+            ..ApiConfig::default()
+        },
+    )?;
+    let maintenance = tokio::spawn(crate::api::maintenance::run(
+        Arc::clone(&api),
+        stop_rx.clone(),
+    ));
+    let server = tokio::spawn(crate::api::server::serve(
+        listener, server_tls, api, stop_rx,
+    ));
 
     let signal = termination.await.map_err(ApiServerError::Signals)?;
     tracing::info!("{signal} received, shutting down");
@@ -203,7 +299,52 @@ pub async fn run(config: ApiServerConfig, version: String) -> Result<(), ApiServ
     let _ = stop_tx.send(true);
     let _ = server.await;
     checker.abort();
+    maintenance.abort();
     Ok(())
+}
+
+/// How the node proxy reaches kubelets, from the `--kubelet-*` flags and the egress
+/// selector; `None` without a kubelet client certificate.
+fn kubelet_client(config: &ApiServerConfig) -> Result<Option<KubeletClient>, ApiServerError> {
+    let Some((cert, key)) = config.kubelet_client() else {
+        return Ok(None);
+    };
+    let identity = (
+        tls::certs_from_pem(&tls::read(cert)?, &shown(cert))?,
+        tls::key_from_pem(&tls::read(key)?, &shown(key))?,
+    );
+    let what = "--kubelet-client-certificate and --kubelet-client-key";
+    let tls_config = match &config.kubelet_ca {
+        Some(ca) => {
+            let roots = tls::roots_from_pem(&tls::read(ca)?, &shown(ca))?;
+            tracing::info!(
+                "kubelets verified against --kubelet-certificate-authority {}",
+                shown(ca)
+            );
+            tls::client_config(roots, Some(identity), what)?
+        }
+        None => {
+            tracing::info!(
+                "no --kubelet-certificate-authority: kubelet serving certificates are not verified (as in Kubernetes)"
+            );
+            tls::unverified_client_config(Some(identity), what)?
+        }
+    };
+    let egress = match &config.egress_selector_config {
+        Some(path) => egress_from_file(path).map_err(ApiServerError::Egress)?,
+        None => Egress::Direct,
+    };
+    tracing::info!(
+        "node proxy: {egress:?}, address types {}",
+        config.kubelet_preferred_address_types.join(",")
+    );
+    Ok(Some(KubeletClient {
+        tls: tls_config,
+        preferred: config.kubelet_preferred_address_types.clone(),
+        default_port: config.kubelet_port,
+        egress,
+        timeout: config.kubelet_timeout,
+    }))
 }
 
 fn check_pair(what: &str, cert: &Path, key: &Path) -> Result<(), ApiServerError> {
@@ -312,184 +453,9 @@ async fn check_etcd(
     }
 }
 
-fn handler(config: &ApiServerConfig, version: String, health: watch::Receiver<Health>) -> Handler {
-    let anonymous = config.anonymous_auth;
-    let advertised = config
-        .advertise_address
-        .unwrap_or(match config.bind_address {
-            a if a.is_unspecified() => IpAddr::from([127, 0, 0, 1]),
-            a => a,
-        });
-    let server_address = SocketAddr::new(advertised, config.secure_port).to_string();
-    let version_json = crate::version_info(&version);
-    let seen = Arc::new(Mutex::new(BTreeSet::<String>::new()));
-    Arc::new(move |request, who: Option<&Identity>| {
-        let path = request.uri().path();
-        if let Some(who) = who {
-            note_user(&seen, who);
-        }
-        let public = path == "/version" || health_endpoint(path).is_some();
-        if who.is_none() && !(public && anonymous) {
-            return serve::status_json(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
-        }
-        if let Some((status, body)) = health_check(path, request.uri().query(), &health.borrow()) {
-            return serve::text(status, body);
-        }
-        match path {
-            "/version" => serve::json(StatusCode::OK, &version_json),
-            "/api" => serve::json(
-                StatusCode::OK,
-                &serde_json::json!({
-                    "kind": "APIVersions",
-                    "versions": ["v1"],
-                    "serverAddressByClientCIDRs": [
-                        {"clientCIDR": "0.0.0.0/0", "serverAddress": server_address},
-                    ],
-                }),
-            ),
-            "/apis" => serve::json(
-                StatusCode::OK,
-                &serde_json::json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}),
-            ),
-            other => serve::not_found(other),
-        }
-    })
-}
-
-/// The health endpoint a path names (`/healthz`, `/livez`, `/readyz`) and the single check
-/// it asks for, if any (`/readyz/etcd`).
-fn health_endpoint(path: &str) -> Option<(&str, Option<&str>)> {
-    let trimmed = path.strip_prefix('/')?;
-    let (endpoint, check) = match trimmed.split_once('/') {
-        Some((endpoint, check)) => (endpoint, Some(check)),
-        None => (trimmed, None),
-    };
-    matches!(endpoint, "healthz" | "livez" | "readyz").then_some((endpoint, check))
-}
-
-/// Answers a health endpoint like the real server's: checks `ping` and (except `/livez`)
-/// `etcd`; `?verbose` lists them; `/<endpoint>/<check>` asks for one. `None`: not a health
-/// path.
-pub fn health_check(
-    path: &str,
-    query: Option<&str>,
-    health: &Health,
-) -> Option<(StatusCode, String)> {
-    let (endpoint, only) = health_endpoint(path)?;
-    let mut checks: Vec<(&str, Result<(), &str>)> = vec![("ping", Ok(()))];
-    if endpoint != "livez" {
-        let etcd = if health.ready {
-            Ok(())
-        } else {
-            Err(health.reason.as_str())
-        };
-        checks.push(("etcd", etcd));
-    }
-    if let Some(only) = only {
-        return Some(match checks.iter().find(|(name, _)| *name == only) {
-            Some((_, Ok(()))) => (StatusCode::OK, "ok".to_string()),
-            Some((name, Err(reason))) => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("internal server error: {name} failed: {reason}\n"),
-            ),
-            None => (
-                StatusCode::NOT_FOUND,
-                format!("no such {endpoint} check: {only}\n"),
-            ),
-        });
-    }
-    let failed = checks.iter().any(|(_, r)| r.is_err());
-    let verbose = query.is_some_and(|q| {
-        q.split('&')
-            .any(|p| p == "verbose" || p.starts_with("verbose="))
-    });
-    if !failed && !verbose {
-        return Some((StatusCode::OK, "ok".to_string()));
-    }
-    let mut body = String::new();
-    for (name, result) in &checks {
-        match result {
-            Ok(()) => body.push_str(&format!("[+]{name} ok\n")),
-            Err(reason) => body.push_str(&format!("[-]{name} failed: {reason}\n")),
-        }
-    }
-    if failed {
-        body.push_str(&format!("{endpoint} check failed\n"));
-        Some((StatusCode::INTERNAL_SERVER_ERROR, body))
-    } else {
-        body.push_str(&format!("{endpoint} check passed\n"));
-        Some((StatusCode::OK, body))
-    }
-}
-
-fn note_user(seen: &Mutex<BTreeSet<String>>, who: &Identity) {
-    // A poisoned lock only means another request panicked mid-insert; the set is still usable.
-    let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
-    if seen.insert(who.user.clone()) {
-        tracing::info!(
-            "first authenticated request from user {:?} groups {:?}",
-            who.user,
-            who.groups
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn health(ready: bool) -> Health {
-        Health {
-            ready,
-            reason: if ready {
-                String::new()
-            } else {
-                "connection refused".to_string()
-            },
-        }
-    }
-
-    #[test]
-    fn health_endpoints_report_etcd_like_the_real_server() {
-        let up = health(true);
-        let down = health(false);
-        assert_eq!(
-            health_check("/readyz", None, &up),
-            Some((StatusCode::OK, "ok".into()))
-        );
-        assert_eq!(
-            health_check("/readyz", Some("verbose"), &up),
-            Some((
-                StatusCode::OK,
-                "[+]ping ok\n[+]etcd ok\nreadyz check passed\n".into()
-            ))
-        );
-        assert_eq!(
-            health_check("/healthz", None, &down),
-            Some((
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "[+]ping ok\n[-]etcd failed: connection refused\nhealthz check failed\n".into()
-            ))
-        );
-        assert_eq!(
-            health_check("/livez", None, &down),
-            Some((StatusCode::OK, "ok".into()))
-        );
-        assert_eq!(
-            health_check("/readyz/etcd", None, &down).map(|(s, _)| s),
-            Some(StatusCode::INTERNAL_SERVER_ERROR)
-        );
-        assert_eq!(
-            health_check("/livez/ping", None, &down),
-            Some((StatusCode::OK, "ok".into()))
-        );
-        assert_eq!(
-            health_check("/livez/etcd", None, &up).map(|(s, _)| s),
-            Some(StatusCode::NOT_FOUND)
-        );
-        assert_eq!(health_check("/api", None, &up), None);
-        assert_eq!(health_check("/readyzz", None, &up), None);
-    }
 
     #[test]
     fn etcd_key_prefers_advertised_then_bound_address() {
@@ -512,6 +478,17 @@ mod tests {
             service_account_signing_key: Default::default(),
             service_cluster_ip_ranges: vec![],
             client_pairs: vec![],
+            bootstrap_token_auth: false,
+            api_audiences: vec![],
+            token_auth_file: None,
+            node_restriction: false,
+            kubelet_ca: None,
+            kubelet_port: 10250,
+            kubelet_preferred_address_types: vec![],
+            kubelet_timeout: Duration::from_secs(5),
+            egress_selector_config: None,
+            service_account_max_token_expiration: None,
+            min_request_timeout: Duration::from_secs(1800),
         };
         assert_eq!(etcd_key(&config), "/registry/standin/10.0.0.1:30001");
         config.advertise_address = None;

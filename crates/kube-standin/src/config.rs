@@ -122,7 +122,70 @@ pub struct ApiServerConfig {
     /// `--proxy-client-cert-file`/`--proxy-client-key-file`, and
     /// `--kubelet-client-certificate`/`--kubelet-client-key`.
     pub client_pairs: Vec<(&'static str, PathBuf, PathBuf)>,
+    /// `--enable-bootstrap-token-auth`.
+    pub bootstrap_token_auth: bool,
+    /// `--api-audiences` (default: the issuers).
+    pub api_audiences: Vec<String>,
+    /// `--token-auth-file`.
+    pub token_auth_file: Option<PathBuf>,
+    /// NodeRestriction among `--enable-admission-plugins` and not disabled.
+    pub node_restriction: bool,
+    /// `--kubelet-certificate-authority`.
+    pub kubelet_ca: Option<PathBuf>,
+    /// `--kubelet-port` (default 10250).
+    pub kubelet_port: u16,
+    /// `--kubelet-preferred-address-types`.
+    pub kubelet_preferred_address_types: Vec<String>,
+    /// `--kubelet-timeout` (default 5 s).
+    pub kubelet_timeout: std::time::Duration,
+    /// `--egress-selector-config-file`.
+    pub egress_selector_config: Option<PathBuf>,
+    /// `--service-account-max-token-expiration`.
+    pub service_account_max_token_expiration: Option<std::time::Duration>,
+    /// `--min-request-timeout` (default 1800 s): watches last between it and twice it.
+    pub min_request_timeout: std::time::Duration,
 }
+
+impl ApiServerConfig {
+    /// `--kubelet-client-certificate` and `--kubelet-client-key`, if given.
+    pub fn kubelet_client(&self) -> Option<(&PathBuf, &PathBuf)> {
+        self.client_pairs
+            .iter()
+            .find(|(flag, _, _)| *flag == "kubelet-client-certificate")
+            .map(|(_, cert, key)| (cert, key))
+    }
+}
+
+/// kube-apiserver's `--kubelet-preferred-address-types` default.
+pub const KUBELET_ADDRESS_TYPES: &[&str] = &[
+    "Hostname",
+    "InternalDNS",
+    "InternalIP",
+    "ExternalDNS",
+    "ExternalIP",
+];
+
+/// Flags the stand-in takes (the real binary does) but whose feature it does not have: it
+/// refuses them rather than run without them.
+const UNSUPPORTED_APISERVER: &[(&str, &str)] = &[
+    (
+        "authentication-config",
+        "structured authentication configuration",
+    ),
+    (
+        "authentication-token-webhook-config-file",
+        "webhook token authentication",
+    ),
+    (
+        "authorization-config",
+        "structured authorization configuration",
+    ),
+    ("oidc-issuer-url", "OIDC authentication"),
+    (
+        "admission-control-config-file",
+        "admission plugin configuration",
+    ),
+];
 
 /// The validated configuration of the controller-manager or scheduler stand-in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -392,6 +455,89 @@ pub fn apiserver(flags: &Flags) -> Result<ApiServerConfig> {
         }
     }
 
+    for (flag, feature) in UNSUPPORTED_APISERVER {
+        if flags.is_set(flag) {
+            return Err(invalid(
+                flag,
+                flags.get(flag).unwrap_or_default(),
+                format!("{feature} is not implemented by the kube-apiserver stand-in"),
+            ));
+        }
+    }
+    for mode in ["ABAC", "Webhook"] {
+        if authorization_modes.iter().any(|m| m == mode) {
+            return Err(invalid(
+                "authorization-mode",
+                mode,
+                "the kube-apiserver stand-in implements AlwaysAllow, AlwaysDeny, Node and RBAC",
+            ));
+        }
+    }
+    let listed = |flag: &str| -> Vec<String> {
+        flags
+            .items(flag)
+            .iter()
+            .flat_map(|v| v.split(','))
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+            .collect()
+    };
+    let node_restriction = listed("enable-admission-plugins")
+        .iter()
+        .any(|p| p == "NodeRestriction")
+        && !listed("disable-admission-plugins")
+            .iter()
+            .any(|p| p == "NodeRestriction");
+    let duration = |flag: &str, default: std::time::Duration| -> Result<std::time::Duration> {
+        match flags.get(flag) {
+            None => Ok(default),
+            Some(v) => {
+                crate::flags::parse_go_duration(v).ok_or_else(|| invalid(flag, v, "not a duration"))
+            }
+        }
+    };
+    let kubelet_timeout = duration("kubelet-timeout", std::time::Duration::from_secs(5))?;
+    let service_account_max_token_expiration =
+        match flags.get("service-account-max-token-expiration") {
+            None => None,
+            Some(v) => Some(crate::flags::parse_go_duration(v).ok_or_else(|| {
+                invalid("service-account-max-token-expiration", v, "not a duration")
+            })?),
+        };
+    let min_request_timeout = match flags.get("min-request-timeout") {
+        None => std::time::Duration::from_secs(1800),
+        Some(v) => match parse_go_int(v).and_then(|n| u64::try_from(n).ok()) {
+            Some(n) if n > 0 => std::time::Duration::from_secs(n),
+            _ => {
+                return Err(invalid(
+                    "min-request-timeout",
+                    v,
+                    "must be a positive number of seconds",
+                ));
+            }
+        },
+    };
+    let kubelet_preferred_address_types = if flags.is_set("kubelet-preferred-address-types") {
+        listed("kubelet-preferred-address-types")
+    } else {
+        KUBELET_ADDRESS_TYPES
+            .iter()
+            .map(|s| (*s).to_string())
+            .collect()
+    };
+    for kind in &kubelet_preferred_address_types {
+        if !KUBELET_ADDRESS_TYPES.contains(&kind.as_str()) {
+            return Err(invalid(
+                "kubelet-preferred-address-types",
+                kind,
+                format!(
+                    "not a node address type; valid: {}",
+                    KUBELET_ADDRESS_TYPES.join(",")
+                ),
+            ));
+        }
+    }
+
     let mut client_pairs = Vec::new();
     for (cert_flag, key_flag) in [
         ("proxy-client-cert-file", "proxy-client-key-file"),
@@ -429,6 +575,17 @@ pub fn apiserver(flags: &Flags) -> Result<ApiServerConfig> {
             .collect(),
         service_account_signing_key: required_path("service-account-signing-key-file"),
         service_cluster_ip_ranges,
+        bootstrap_token_auth: flags.bool_or("enable-bootstrap-token-auth", false),
+        api_audiences: listed("api-audiences"),
+        token_auth_file: path(flags, "token-auth-file"),
+        node_restriction,
+        kubelet_ca: path(flags, "kubelet-certificate-authority"),
+        kubelet_port: port(flags, "kubelet-port", 10250, false)?,
+        kubelet_preferred_address_types,
+        kubelet_timeout,
+        egress_selector_config: path(flags, "egress-selector-config-file"),
+        service_account_max_token_expiration,
+        min_request_timeout,
     })
 }
 

@@ -264,10 +264,14 @@ async fn memory_store_meets_the_contract() {
 
 #[test]
 fn kube_store_over_the_api_server_stand_in_meets_the_contract() {
-    let server = ApiServer::start(StandinOptions::default()).unwrap();
-    let url: http::Uri = format!("http://{}", server.address).parse().unwrap();
+    // The namespaces the contract's objects go in must exist, as in Kubernetes.
+    let server = ApiServer::start(StandinOptions {
+        namespaces: ["del", "gen", "la", "lb", "ns"].map(String::from).to_vec(),
+        ..StandinOptions::default()
+    })
+    .unwrap();
     server.block_on(async {
-        let client = kube::Client::try_from(kube::Config::new(url)).unwrap();
+        let client = server.client().await.unwrap();
         contract(&KubeStore::new(client, "test/reporter", "test-1")).await;
     });
 }

@@ -10,12 +10,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use oi_api::{Hypervisor, ObjectKey};
+use oi_api::Hypervisor;
 use oi_manager_testsupport::apiserver_standin::{ApiServer, StandinOptions};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -265,9 +264,9 @@ struct Manager {
 }
 
 impl Manager {
-    fn start(api: SocketAddr, extra: &[&str]) -> Manager {
+    fn start(server: &ApiServer, extra: &[&str]) -> Manager {
         let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = write_kubeconfig(dir.path(), &format!("http://{api}"));
+        let kubeconfig = server.write_kubeconfig(dir.path()).unwrap();
         let stderr = dir.path().join("stderr");
         let (metrics, probes) = (
             oi_testsupport::free_loopback_port(),
@@ -322,14 +321,14 @@ impl Manager {
 async fn missing_crds_are_named_with_the_fix() {
     let server = start_api(false);
     let api = server.address;
-    let mut manager = Manager::start(api, &["--leader-elect=false"]);
+    let mut manager = Manager::start(&server, &["--leader-elect=false"]);
     let status = manager.exit(Duration::from_secs(30)).await;
     assert_eq!(status.code(), Some(1));
     let log = manager.log();
     assert_eq!(
         log.lines().last().unwrap(),
         format!(
-            "error: the API server at http://{api}/ does not serve Clusters: install the \
+            "error: the API server at https://{api}/ does not serve Clusters: install the \
              CustomResourceDefinitions (`oi-manager crds | kubectl apply -f -`, or \
              `kubectl apply -k config`)"
         ),
@@ -388,7 +387,7 @@ async fn lead(server: &ApiServer, manager: &Manager) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_leads_then_releases_the_lease_on_sigterm() {
     let server = start_api(true);
-    let mut manager = Manager::start(server.address, &LEASE_FLAGS);
+    let mut manager = Manager::start(&server, &LEASE_FLAGS);
     lead(&server, &manager).await;
     // Renewals go on while leading.
     let writes = lease_writes(&server).len();
@@ -431,7 +430,7 @@ async fn run_leads_then_releases_the_lease_on_sigterm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_the_lease_exits_non_zero() {
     let server = start_api(true);
-    let mut manager = Manager::start(server.address, &LEASE_FLAGS);
+    let mut manager = Manager::start(&server, &LEASE_FLAGS);
     lead(&server, &manager).await;
 
     // Another replica took the Lease (as after this one failed to renew in time).
@@ -458,7 +457,7 @@ async fn a_standby_replica_is_ready_and_stops_on_sigterm() {
     // Another replica holds the Lease.
     server.put_lease("ops", "oi-lease", "pod-b", 3600);
     let writes = lease_writes(&server);
-    let mut manager = Manager::start(server.address, &LEASE_FLAGS);
+    let mut manager = Manager::start(&server, &LEASE_FLAGS);
     eventually("/readyz 200 on the standby", || async {
         get(manager.probes, "/readyz").await == Some((200, "ok\n".to_string()))
     })
@@ -468,7 +467,8 @@ async fn a_standby_replica_is_ready_and_stops_on_sigterm() {
             .requests()
             .iter()
             .filter(|r| {
-                r.starts_with("GET /apis/coordination.k8s.io/v1/namespaces/ops/leases/oi-lease?")
+                let lease = "GET /apis/coordination.k8s.io/v1/namespaces/ops/leases/oi-lease";
+                *r == lease || r.starts_with(&format!("{lease}?"))
             })
             .count()
             >= 3
@@ -511,15 +511,8 @@ async fn the_leader_reconciles_what_it_watches() {
         },
     }))
     .unwrap();
-    server.store().insert(h1);
-    let uid = server
-        .store()
-        .object::<Hypervisor>(&ObjectKey::cluster_scoped("h1"))
-        .unwrap()
-        .metadata
-        .uid
-        .unwrap();
-    let mut manager = Manager::start(server.address, &LEASE_FLAGS);
+    let uid = server.create(&h1).unwrap().metadata.uid.unwrap();
+    let mut manager = Manager::start(&server, &LEASE_FLAGS);
     lead(&server, &manager).await;
     eventually("the hypervisor reconciled", || async {
         get(manager.metrics, "/metrics")
@@ -560,10 +553,7 @@ async fn the_leader_reconciles_what_it_watches() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_leader_election_it_leads_at_once_in_its_namespace() {
     let server = start_api(true);
-    let mut manager = Manager::start(
-        server.address,
-        &["--leader-elect=false", "--namespace=tenants"],
-    );
+    let mut manager = Manager::start(&server, &["--leader-elect=false", "--namespace=tenants"]);
     eventually("/readyz 200 and oi_manager_leader 1", || async {
         get(manager.probes, "/readyz").await == Some((200, "ok\n".to_string()))
             && get(manager.metrics, "/metrics")

@@ -133,7 +133,8 @@ impl EtcdStorage {
             .map(|s| Endpoint::parse(s))
             .collect::<Result<Vec<_>, _>>()?;
         let mut tls = (*tls).clone();
-        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // The connector sets ALPN itself (and refuses a configuration that has it).
+        tls.alpn_protocols = Vec::new();
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_only()

@@ -190,12 +190,13 @@ pub async fn run(s: &dyn Storage, root: &str) {
     assert!(s.revision().await.expect("revision") >= r9);
 }
 
-/// A watch from a revision older than the history kept fails as compacted.
+/// A watch from a revision older than the history kept fails as compacted: `oldest` is the
+/// oldest revision a watch may start after.
 ///
 /// # Panics
 /// When it does not.
-pub async fn compacted_watch_is_refused(s: &dyn Storage, prefix: &str, compacted: u64) {
-    match s.watch(prefix, compacted.saturating_sub(1)).await {
+pub async fn compacted_watch_is_refused(s: &dyn Storage, prefix: &str, oldest: u64) {
+    match s.watch(prefix, oldest.saturating_sub(1)).await {
         Err(StorageError::Compacted { .. }) => {}
         Ok(mut stream) => {
             match tokio::time::timeout(Duration::from_secs(10), stream.next()).await {

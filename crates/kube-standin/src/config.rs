@@ -10,6 +10,10 @@ use ipnet::IpNet;
 use crate::Role;
 use crate::flags::{Flags, Kind, parse_go_int, table};
 
+pub mod kubelet;
+
+pub use kubelet::{KubeletConfig, Taint, kubelet};
+
 /// A configuration the real binary would refuse, or that the stand-in cannot act on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -206,6 +210,8 @@ pub struct ControllerConfig {
     pub serving: Option<(PathBuf, PathBuf)>,
     /// `--leader-elect` (default true).
     pub leader_elect: bool,
+    /// How leader election is done.
+    pub leader_election: LeaderElection,
     /// Controller-manager only.
     pub controller_manager: Option<ControllerManagerExtras>,
 }
@@ -229,6 +235,25 @@ pub struct ControllerManagerExtras {
     pub controllers: Vec<String>,
     /// `--use-service-account-credentials`.
     pub use_service_account_credentials: bool,
+    /// `--node-monitor-grace-period` (40 s): a Lease older than this marks its Node unknown.
+    pub node_monitor_grace_period: std::time::Duration,
+    /// `--node-monitor-period` (5 s).
+    pub node_monitor_period: std::time::Duration,
+}
+
+/// Leader election, as `--leader-elect-*` configure it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderElection {
+    /// `--leader-elect-lease-duration` (15 s).
+    pub lease_duration: std::time::Duration,
+    /// `--leader-elect-renew-deadline` (10 s).
+    pub renew_deadline: std::time::Duration,
+    /// `--leader-elect-retry-period` (2 s).
+    pub retry_period: std::time::Duration,
+    /// `--leader-elect-resource-name`.
+    pub name: String,
+    /// `--leader-elect-resource-namespace` (kube-system).
+    pub namespace: String,
 }
 
 /// Checks that every file flag given names a readable regular file.
@@ -617,6 +642,21 @@ pub fn controller(role: Role, flags: &Flags) -> Result<ControllerConfig> {
         secure_port,
         serving,
         leader_elect: flags.bool_or("leader-elect", true),
+        leader_election: LeaderElection {
+            lease_duration: go_duration(flags, "leader-elect-lease-duration", 15)?,
+            renew_deadline: go_duration(flags, "leader-elect-renew-deadline", 10)?,
+            retry_period: go_duration(flags, "leader-elect-retry-period", 2)?,
+            name: flags
+                .get("leader-elect-resource-name")
+                .filter(|n| !n.is_empty())
+                .unwrap_or(role.command())
+                .to_string(),
+            namespace: flags
+                .get("leader-elect-resource-namespace")
+                .filter(|n| !n.is_empty())
+                .unwrap_or("kube-system")
+                .to_string(),
+        },
         controller_manager,
     })
 }
@@ -692,5 +732,17 @@ fn controller_manager_extras(flags: &Flags) -> Result<ControllerManagerExtras> {
         allocate_node_cidrs,
         controllers,
         use_service_account_credentials: flags.bool_or("use-service-account-credentials", false),
+        node_monitor_grace_period: go_duration(flags, "node-monitor-grace-period", 40)?,
+        node_monitor_period: go_duration(flags, "node-monitor-period", 5)?,
     })
+}
+
+/// A duration flag, `default_seconds` when absent.
+fn go_duration(flags: &Flags, name: &str, default_seconds: u64) -> Result<std::time::Duration> {
+    match flags.get(name) {
+        None => Ok(std::time::Duration::from_secs(default_seconds)),
+        Some(v) => crate::flags::parse_go_duration(v)
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| invalid(name, v, "must be a positive duration")),
+    }
 }

@@ -7,10 +7,12 @@
 //!         --tls-cert-file/--tls-private-key-file or a self-signed certificate made at start
 //!  every 2 s: GET /healthz, /version, /api on the kubeconfig's server with its client cert
 //!         no success for longer than the grace period ──► exit 1
+//!  controller-manager: leader election over the Lease --leader-elect-resource-name in
+//!         kube-system (leader.rs); while leading, the controllers of controllers.rs
 //! ```
 //!
-//! Leader election and every controller are not implemented: the stand-in only proves that
-//! its kubeconfig, certificates and flags work against the API server.
+//! The scheduler stand-in schedules nothing and elects no leader: it only proves that its
+//! kubeconfig, certificates and flags work against the API server.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -142,16 +144,48 @@ pub async fn run(config: ControllerConfig, grace: Duration) -> Result<(), Contro
             extras.use_service_account_credentials
         );
     }
-    tracing::info!(
-        "leader election {} (not performed by the stand-in)",
-        if config.leader_elect {
-            "requested"
-        } else {
-            "off"
-        }
-    );
-
     let (stop_tx, stop_rx) = watch::channel(false);
+    let mut background = Vec::new();
+    if let Some(extras) = &config.controller_manager {
+        let client = crate::client::Client::new(&kubeconfig);
+        let root_ca = match &extras.root_ca {
+            Some(path) => Some(String::from_utf8_lossy(&tls::read(path)?).into_owned()),
+            None => None,
+        };
+        let controllers =
+            crate::controllers::Controllers::new(client.clone(), extras.clone(), root_ca);
+        let not_run: Vec<&String> = extras
+            .controllers
+            .iter()
+            .filter(|c| *c != "*" && !c.starts_with('-'))
+            .filter(|c| {
+                !crate::controllers::IMPLEMENTED
+                    .iter()
+                    .any(|(name, _)| name == c)
+            })
+            .collect();
+        tracing::info!(
+            "controllers run by the stand-in: {}; named but not implemented: {:?}",
+            controllers.running().join(","),
+            not_run
+        );
+        let (leading_tx, leading_rx) = watch::channel(!config.leader_elect);
+        if config.leader_elect {
+            let identity = format!("{}_{}", hostname(), crate::api::meta::uid());
+            tracing::info!(
+                "leader election: Lease {}/{} as {identity}",
+                config.leader_election.namespace,
+                config.leader_election.name
+            );
+            let elector =
+                crate::leader::Elector::new(client, config.leader_election.clone(), identity);
+            background.push(tokio::spawn(elector.run(leading_tx, stop_rx.clone())));
+        } else {
+            tracing::info!("leader election off: leading at once");
+            drop(leading_tx);
+        }
+        background.push(tokio::spawn(controllers.run(leading_rx, stop_rx.clone())));
+    }
     let server = if config.secure_port == 0 {
         tracing::info!("--secure-port=0: not serving /healthz");
         None
@@ -183,7 +217,16 @@ pub async fn run(config: ControllerConfig, grace: Duration) -> Result<(), Contro
     if let Some(server) = server {
         let _ = server.await;
     }
+    for task in background {
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    }
     result
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".to_string())
 }
 
 fn serving_tls(

@@ -153,8 +153,43 @@ pub async fn request(
     body: Option<Vec<u8>>,
     timeout: Duration,
 ) -> Result<Response> {
-    let url = format!("{}{path}", endpoint.url);
-    match tokio::time::timeout(timeout, exchange(tls, endpoint, method, path, body, &url)).await {
+    let outgoing = Outgoing {
+        method,
+        path,
+        body,
+        content_type: "application/json",
+        bearer: None,
+    };
+    send(tls, endpoint, outgoing, timeout).await
+}
+
+/// One request with what [`request`] does not set.
+#[derive(Debug, Clone)]
+pub struct Outgoing<'a> {
+    /// The method.
+    pub method: Method,
+    /// Path and query.
+    pub path: &'a str,
+    /// The body, if any.
+    pub body: Option<Vec<u8>>,
+    /// The body's media type.
+    pub content_type: &'a str,
+    /// A bearer token for `Authorization`.
+    pub bearer: Option<&'a str>,
+}
+
+/// Sends `outgoing` to `endpoint` over a fresh TLS connection made with `tls`.
+///
+/// # Errors
+/// Any [`HttpsError`]; a non-2xx status is not an error.
+pub async fn send(
+    tls: &Arc<ClientConfig>,
+    endpoint: &Endpoint,
+    outgoing: Outgoing<'_>,
+    timeout: Duration,
+) -> Result<Response> {
+    let url = format!("{}{}", endpoint.url, outgoing.path);
+    match tokio::time::timeout(timeout, exchange(tls, endpoint, outgoing, &url)).await {
         Ok(result) => result,
         Err(_) => Err(HttpsError::Timeout { url, timeout }),
     }
@@ -163,11 +198,16 @@ pub async fn request(
 async fn exchange(
     tls: &Arc<ClientConfig>,
     endpoint: &Endpoint,
-    method: Method,
-    path: &str,
-    body: Option<Vec<u8>>,
+    outgoing: Outgoing<'_>,
     url: &str,
 ) -> Result<Response> {
+    let Outgoing {
+        method,
+        path,
+        body,
+        content_type,
+        bearer,
+    } = outgoing;
     let authority = endpoint.authority();
     let addrs: Vec<_> = tokio::net::lookup_host((endpoint.host.as_str(), endpoint.port))
         .await
@@ -220,7 +260,10 @@ async fn exchange(
         .header(http::header::ACCEPT, "application/json")
         .header(http::header::USER_AGENT, "kube-standin");
     if body.is_some() {
-        builder = builder.header(http::header::CONTENT_TYPE, "application/json");
+        builder = builder.header(http::header::CONTENT_TYPE, content_type);
+    }
+    if let Some(token) = bearer {
+        builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
     }
     let request = builder
         .body(Full::new(Bytes::from(body.unwrap_or_default())))

@@ -115,6 +115,10 @@ struct RawUser {
     client_key_data: Option<String>,
     #[serde(default)]
     client_key: Option<String>,
+    #[serde(default)]
+    token: Option<String>,
+    #[serde(default)]
+    token_file: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -134,8 +138,12 @@ pub struct Kubeconfig {
     pub context: String,
     /// The user name in the kubeconfig.
     pub user: String,
-    /// CA, client certificate and key.
+    /// CA, and the client certificate and key when the user has them.
     pub tls: Arc<ClientConfig>,
+    /// The CA, for other clients of the same server (with tokens).
+    pub roots: rustls::RootCertStore,
+    /// The user's bearer token, when it authenticates with one.
+    pub token: Option<String>,
 }
 
 /// Loads the current context of the kubeconfig at `path`.
@@ -195,29 +203,53 @@ pub fn load(path: &Path) -> Result<Kubeconfig, KubeconfigError> {
         &cluster.certificate_authority_data,
         &cluster.certificate_authority,
     )?;
-    let cert = material(
-        &shown,
-        base,
-        "client-certificate",
-        &user.client_certificate_data,
-        &user.client_certificate,
-    )?;
-    let key = material(
-        &shown,
-        base,
-        "client-key",
-        &user.client_key_data,
-        &user.client_key,
-    )?;
     let tls_error = |source| KubeconfigError::Tls {
         path: shown.clone(),
         source,
     };
     let roots = tls::roots_from_pem(&ca, "certificate-authority").map_err(tls_error)?;
-    let certs = tls::certs_from_pem(&cert, "client-certificate").map_err(tls_error)?;
-    let key = tls::key_from_pem(&key, "client-key").map_err(tls_error)?;
-    let tls =
-        tls::client_config(roots, Some((certs, key)), "kubeconfig user").map_err(tls_error)?;
+    let token = match (&user.token, &user.token_file) {
+        (Some(t), _) if !t.is_empty() => Some(t.trim().to_string()),
+        (_, Some(f)) if !f.is_empty() => {
+            let full = base.join(f);
+            let text = std::fs::read_to_string(&full).map_err(|source| KubeconfigError::Read {
+                path: full.display().to_string(),
+                source,
+            })?;
+            Some(text.trim().to_string())
+        }
+        _ => None,
+    };
+    let has_certificate = user
+        .client_certificate_data
+        .as_deref()
+        .is_some_and(|d| !d.is_empty())
+        || user
+            .client_certificate
+            .as_deref()
+            .is_some_and(|f| !f.is_empty());
+    let identity = if token.is_some() && !has_certificate {
+        None
+    } else {
+        let cert = material(
+            &shown,
+            base,
+            "client-certificate",
+            &user.client_certificate_data,
+            &user.client_certificate,
+        )?;
+        let key = material(
+            &shown,
+            base,
+            "client-key",
+            &user.client_key_data,
+            &user.client_key,
+        )?;
+        let certs = tls::certs_from_pem(&cert, "client-certificate").map_err(tls_error)?;
+        let key = tls::key_from_pem(&key, "client-key").map_err(tls_error)?;
+        Some((certs, key))
+    };
+    let tls = tls::client_config(roots.clone(), identity, "kubeconfig user").map_err(tls_error)?;
     let server = Endpoint::parse(&cluster.server).map_err(|source| KubeconfigError::Server {
         path: shown.clone(),
         source,
@@ -227,6 +259,8 @@ pub fn load(path: &Path) -> Result<Kubeconfig, KubeconfigError> {
         context: context_name,
         user: context.user.clone(),
         tls,
+        roots,
+        token,
     })
 }
 
@@ -257,8 +291,6 @@ fn material(
     }
     Err(KubeconfigError::Invalid {
         path: shown.to_string(),
-        what: format!(
-            "neither {field}-data nor {field} is set (the stand-in authenticates with client certificates only)"
-        ),
+        what: format!("neither {field}-data nor {field} is set (and no token)"),
     })
 }

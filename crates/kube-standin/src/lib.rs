@@ -29,13 +29,17 @@
 
 pub mod api;
 pub mod apiserver;
+pub mod client;
 pub mod config;
 pub mod controller;
+pub mod controllers;
 pub mod etcd;
 pub mod flags;
 pub mod https;
 pub mod keys;
 pub mod kubeconfig;
+pub mod kubelet;
+pub mod leader;
 pub mod local;
 pub mod serve;
 pub mod tls;
@@ -56,6 +60,8 @@ pub enum Role {
     ControllerManager,
     /// kube-scheduler
     Scheduler,
+    /// kubelet
+    Kubelet,
 }
 
 impl Role {
@@ -65,14 +71,20 @@ impl Role {
             Role::ApiServer => "kube-apiserver",
             Role::ControllerManager => "kube-controller-manager",
             Role::Scheduler => "kube-scheduler",
+            Role::Kubelet => "kubelet",
         }
     }
 
     /// The role named exactly `name`.
     pub fn from_command(name: &str) -> Option<Role> {
-        [Role::ApiServer, Role::ControllerManager, Role::Scheduler]
-            .into_iter()
-            .find(|r| r.command() == name)
+        [
+            Role::ApiServer,
+            Role::ControllerManager,
+            Role::Scheduler,
+            Role::Kubelet,
+        ]
+        .into_iter()
+        .find(|r| r.command() == name)
     }
 
     /// Picks the role from `argv`: the basename of `argv[0]`, or, when that is not a role

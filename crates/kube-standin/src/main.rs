@@ -1,5 +1,5 @@
-//! `kube-standin`: a TEST STAND-IN for kube-apiserver, kube-controller-manager and
-//! kube-scheduler, not Kubernetes. See the library documentation.
+//! `kube-standin`: a TEST STAND-IN for kube-apiserver, kube-controller-manager,
+//! kube-scheduler and the kubelet, not Kubernetes. See the library documentation.
 
 use std::process::ExitCode;
 
@@ -13,8 +13,8 @@ fn main() -> ExitCode {
     let Some((role, args)) = Role::from_argv(&argv) else {
         eprintln!(
             "kube-standin: a test stand-in for the Kubernetes control plane binaries, not Kubernetes.\n\
-             Invoke it as kube-apiserver, kube-controller-manager or kube-scheduler (a link or copy\n\
-             with that name), or as `kube-standin <one of those names> [flags]`."
+             Invoke it as kube-apiserver, kube-controller-manager, kube-scheduler or kubelet (a link\n\
+             or copy with that name), or as `kube-standin <one of those names> [flags]`."
         );
         return ExitCode::FAILURE;
     };
@@ -76,6 +76,12 @@ fn main() -> ExitCode {
         Role::ApiServer => match config::apiserver(&flags) {
             Ok(config) => runtime
                 .block_on(apiserver::run(config, version))
+                .map_err(|e| chain(&e)),
+            Err(e) => Err(e.to_string()),
+        },
+        Role::Kubelet => match config::kubelet(&flags) {
+            Ok(config) => runtime
+                .block_on(oi_kube_standin::kubelet::run(config, version))
                 .map_err(|e| chain(&e)),
             Err(e) => Err(e.to_string()),
         },

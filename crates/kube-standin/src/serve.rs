@@ -173,3 +173,93 @@ pub fn status_json(code: StatusCode, reason: &str, message: &str) -> Reply {
         }),
     )
 }
+
+/// Answers one request asynchronously, with the certificate chain the client presented (not
+/// verified by TLS: the handler decides).
+pub type AsyncHandler = Arc<
+    dyn Fn(
+            Request<Bytes>,
+            Arc<Vec<rustls::pki_types::CertificateDer<'static>>>,
+        ) -> futures::future::BoxFuture<'static, Reply>
+        + Send
+        + Sync,
+>;
+
+/// The largest request body [`serve_async`] reads.
+const MAX_BODY: usize = 1024 * 1024;
+
+/// Like [`serve`], for an async handler that reads whole request bodies (up to 1 MiB).
+pub async fn serve_async(
+    listener: TcpListener,
+    tls: Arc<ServerConfig>,
+    handler: AsyncHandler,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    use http_body_util::{BodyExt as _, Limited};
+    let acceptor = TlsAcceptor::from(tls);
+    let mut connections = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stopped(&mut shutdown) => break,
+        };
+        while connections.try_join_next().is_some() {}
+        let Ok((tcp, peer)) = accepted else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let acceptor = acceptor.clone();
+        let handler = Arc::clone(&handler);
+        let mut shutdown = shutdown.clone();
+        connections.spawn(async move {
+            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(stream)) => stream,
+                _ => {
+                    tracing::debug!("TLS handshake from {peer} failed or timed out");
+                    return;
+                }
+            };
+            let certificates: Arc<Vec<rustls::pki_types::CertificateDer<'static>>> = Arc::new(
+                stream
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
+                    .unwrap_or_default(),
+            );
+            let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                let handler = Arc::clone(&handler);
+                let certificates = Arc::clone(&certificates);
+                async move {
+                    let (parts, body) = request.into_parts();
+                    let reply = match Limited::new(body, MAX_BODY).collect().await {
+                        Ok(body) => {
+                            handler(Request::from_parts(parts, body.to_bytes()), certificates).await
+                        }
+                        Err(_) => text(StatusCode::PAYLOAD_TOO_LARGE, "request body too large"),
+                    };
+                    Ok::<_, Infallible>(reply)
+                }
+            });
+            let builder = auto::Builder::new(TokioExecutor::new());
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                _ = stopped(&mut shutdown) => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(DRAIN_TIMEOUT, connection).await;
+                }
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await
+    .is_err()
+    {
+        connections.abort_all();
+    }
+}

@@ -365,6 +365,20 @@ pub fn bootstrap_policy() -> Vec<Value> {
                 rule(EVENTS, &["", "events.k8s.io"], &["events"]),
             ],
         ),
+        cluster_role(
+            "system:controller:service-account-controller",
+            vec![
+                rule(&["create"], &[""], &["serviceaccounts"]),
+                rule(EVENTS, &["", "events.k8s.io"], &["events"]),
+            ],
+        ),
+        cluster_role(
+            "system:controller:root-ca-cert-publisher",
+            vec![
+                rule(&["create", "update"], &[""], &["configmaps"]),
+                rule(EVENTS, &["", "events.k8s.io"], &["events"]),
+            ],
+        ),
         // --- cluster role bindings
         cluster_binding("cluster-admin", "cluster-admin", &["Group:system:masters"]),
         cluster_binding(
@@ -417,6 +431,16 @@ pub fn bootstrap_policy() -> Vec<Value> {
             "system:controller:node-controller",
             &["ServiceAccount:kube-system/node-controller"],
         ),
+        cluster_binding(
+            "system:controller:service-account-controller",
+            "system:controller:service-account-controller",
+            &["ServiceAccount:kube-system/service-account-controller"],
+        ),
+        cluster_binding(
+            "system:controller:root-ca-cert-publisher",
+            "system:controller:root-ca-cert-publisher",
+            &["ServiceAccount:kube-system/root-ca-cert-publisher"],
+        ),
         // --- roles and bindings in kube-system
         role(
             "kube-system",
@@ -432,6 +456,34 @@ pub fn bootstrap_policy() -> Vec<Value> {
             "Role",
             "system:controller:token-cleaner",
             &["ServiceAccount:kube-system/token-cleaner"],
+        ),
+        role(
+            "kube-system",
+            "system:controller:bootstrap-signer",
+            vec![rule(READ, &[""], &["secrets"])],
+        ),
+        binding(
+            "kube-system",
+            "system:controller:bootstrap-signer",
+            "Role",
+            "system:controller:bootstrap-signer",
+            &["ServiceAccount:kube-system/bootstrap-signer"],
+        ),
+        role(
+            "kube-public",
+            "system:controller:bootstrap-signer",
+            vec![
+                rule(READ, &[""], &["configmaps"]),
+                named_rule(&["update"], &[""], &["configmaps"], &["cluster-info"]),
+                rule(EVENTS, &["", "events.k8s.io"], &["events"]),
+            ],
+        ),
+        binding(
+            "kube-public",
+            "system:controller:bootstrap-signer",
+            "Role",
+            "system:controller:bootstrap-signer",
+            &["ServiceAccount:kube-system/bootstrap-signer"],
         ),
         role(
             "kube-system",

@@ -239,6 +239,12 @@ const BUILTINS: &[Builtin] = &[
         "SelfSubjectRulesReview",
         "selfsubjectrulesreviews",
     ),
+    review(
+        "authorization.k8s.io",
+        "SubjectAccessReview",
+        "subjectaccessreviews",
+    ),
+    review("authentication.k8s.io", "TokenReview", "tokenreviews"),
 ];
 
 /// The built-in resources.

@@ -1549,48 +1549,84 @@ impl Api {
             "selfsubjectreviews" => {
                 answer["status"] = json!({"userInfo": call.user.to_user_info()});
             }
-            "selfsubjectaccessreviews" => {
-                let spec = &answer["spec"];
-                let a = if let Some(ra) = spec.get("resourceAttributes").filter(|v| v.is_object()) {
-                    Attributes {
-                        verb: ra["verb"].as_str().unwrap_or_default().to_string(),
-                        resource_request: true,
-                        namespace: ra["namespace"].as_str().unwrap_or_default().to_string(),
-                        group: ra["group"].as_str().unwrap_or_default().to_string(),
-                        version: ra["version"].as_str().unwrap_or_default().to_string(),
-                        resource: ra["resource"].as_str().unwrap_or_default().to_string(),
-                        subresource: ra["subresource"].as_str().unwrap_or_default().to_string(),
-                        name: ra["name"].as_str().unwrap_or_default().to_string(),
-                        path: String::new(),
+            "selfsubjectaccessreviews" | "subjectaccessreviews" => {
+                let spec = answer["spec"].clone();
+                let a = review_attributes(&spec).ok_or_else(|| {
+                    ApiError::invalid(&r.kind, &r.group, "", vec![Cause::required("spec.resourceAttributes", "exactly one of nonResourceAttributes or resourceAttributes must be specified")])
+                })?;
+                // A SubjectAccessReview asks about the user in its spec; a self review, the caller.
+                let subject = if r.plural == "subjectaccessreviews" {
+                    let strings = |v: &Value| -> Vec<String> {
+                        v.as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|s| s.as_str().map(str::to_string))
+                            .collect()
+                    };
+                    let user = spec["user"].as_str().unwrap_or_default().to_string();
+                    let groups = strings(&spec["groups"]);
+                    if user.is_empty() && groups.is_empty() {
+                        return Err(ApiError::invalid(
+                            &r.kind,
+                            &r.group,
+                            "",
+                            vec![Cause::required(
+                                "spec.user",
+                                "at least one of user or group must be specified",
+                            )],
+                        ));
                     }
-                } else if let Some(na) = spec.get("nonResourceAttributes").filter(|v| v.is_object())
-                {
-                    Attributes {
-                        verb: na["verb"].as_str().unwrap_or_default().to_string(),
-                        resource_request: false,
-                        path: na["path"].as_str().unwrap_or_default().to_string(),
-                        ..Attributes::default()
+                    let mut extra = std::collections::BTreeMap::new();
+                    if let Some(map) = spec["extra"].as_object() {
+                        for (k, v) in map {
+                            extra.insert(k.clone(), strings(v));
+                        }
+                    }
+                    super::authn::User {
+                        name: user,
+                        uid: spec["uid"].as_str().unwrap_or_default().to_string(),
+                        groups,
+                        extra,
                     }
                 } else {
-                    return Err(ApiError::invalid(
-                        &r.kind,
-                        &r.group,
-                        "",
-                        vec![Cause::required(
-                            "spec.resourceAttributes",
-                            "exactly one of nonResourceAttributes or resourceAttributes must be specified",
-                        )],
-                    ));
+                    call.user.clone()
                 };
                 let decision = self
                     .authz
-                    .authorize(&*self.storage, &self.registry, call.user, &a)
+                    .authorize(&*self.storage, &self.registry, &subject, &a)
                     .await;
                 let mut status = json!({"allowed": decision.allowed});
                 if !decision.reason.is_empty() {
                     status["reason"] = json!(decision.reason);
                 }
                 answer["status"] = status;
+            }
+            "tokenreviews" => {
+                let token = answer["spec"]["token"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                let header = format!("Bearer {token}");
+                let audiences = answer["spec"]["audiences"].clone();
+                answer["status"] = match self
+                    .authn
+                    .authenticate(&*self.storage, &self.settings.root, &[], Some(&header))
+                    .await
+                {
+                    Ok(user) if !token.is_empty() && user.name != "system:anonymous" => {
+                        let mut status =
+                            json!({"authenticated": true, "user": user.to_user_info()});
+                        if audiences.is_array() {
+                            status["audiences"] = audiences;
+                        }
+                        status
+                    }
+                    _ => json!({"authenticated": false, "error": "invalid bearer token"}),
+                };
+                // The token is not echoed back.
+                if let Some(spec) = answer["spec"].as_object_mut() {
+                    spec.remove("token");
+                }
             }
             "selfsubjectrulesreviews" => {
                 let namespace = answer["spec"]["namespace"]
@@ -1844,6 +1880,33 @@ impl Api {
         object["spec"]["internalTrafficPolicy"] = json!("Cluster");
         Ok(())
     }
+}
+
+/// The attributes a (self) subject access review asks about.
+fn review_attributes(spec: &Value) -> Option<Attributes> {
+    if let Some(ra) = spec.get("resourceAttributes").filter(|v| v.is_object()) {
+        let field = |k: &str| ra[k].as_str().unwrap_or_default().to_string();
+        return Some(Attributes {
+            verb: field("verb"),
+            resource_request: true,
+            namespace: field("namespace"),
+            group: field("group"),
+            version: field("version"),
+            resource: field("resource"),
+            subresource: field("subresource"),
+            name: field("name"),
+            path: String::new(),
+        });
+    }
+    let na = spec
+        .get("nonResourceAttributes")
+        .filter(|v| v.is_object())?;
+    Some(Attributes {
+        verb: na["verb"].as_str().unwrap_or_default().to_string(),
+        resource_request: false,
+        path: na["path"].as_str().unwrap_or_default().to_string(),
+        ..Attributes::default()
+    })
 }
 
 /// The part of an object an update covers.

@@ -126,10 +126,13 @@ fn node_status(object: &Value) -> String {
         .into_iter()
         .flatten()
         .find(|c| c["type"] == "Ready")
-        .map(|c| match c["status"].as_str() {
-            Some("True") => "Ready",
-            Some("False") => "NotReady",
-            _ => "Unknown",
+        // As kubectl's printer: anything but True is NotReady; no condition at all, Unknown.
+        .map(|c| {
+            if c["status"] == "True" {
+                "Ready"
+            } else {
+                "NotReady"
+            }
         })
         .unwrap_or("Unknown");
     if object["spec"]["unschedulable"].as_bool() == Some(true) {

@@ -815,7 +815,8 @@ mod tests {
         assert_eq!(subresource("/stats/summary"), "stats");
         assert_eq!(subresource("/metrics/cadvisor"), "metrics");
         assert_eq!(subresource("/logs/"), "log");
-        assert_eq!(subresource("/pods"), "proxy");
+        assert_eq!(subresource("/pods"), "pods");
+        assert_eq!(subresource("/exec/ns/pod/c"), "proxy");
         assert_eq!(verb(&http::Method::POST), "create");
         assert_eq!(verb(&http::Method::GET), "get");
     }

@@ -442,6 +442,40 @@ impl LocalSet {
         Ok(pid)
     }
 
+    /// Stops and removes the pod sandbox named `pod` on `hypervisor` (its containers die with
+    /// it), as a crashed or deleted pod would go.
+    ///
+    /// # Errors
+    /// When the hypervisor is unknown, the pod is not there, or the CRI calls fail.
+    pub fn remove_pod(&self, hypervisor: &str, pod: &str) -> Result<()> {
+        let state = self.state()?;
+        let socket = state
+            .hypervisors
+            .iter()
+            .find(|h| h.name == hypervisor)
+            .map(|h| h.socket.clone())
+            .with_context(|| format!("set {} has no hypervisor {hypervisor}", self.name))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start a tokio runtime")?;
+        runtime.block_on(async {
+            let client = oi_cri::CriClient::connect(
+                hypervisor,
+                oi_cri::CriEndpoint::Unix(socket),
+                oi_cri::ClientOptions::default(),
+            )
+            .await?;
+            let sandboxes = client.list_sandboxes(None).await?;
+            let found = sandboxes
+                .iter()
+                .find(|s| s.metadata.as_ref().is_some_and(|m| m.name == pod))
+                .with_context(|| format!("no pod {pod} on {hypervisor}"))?;
+            client.stop_and_remove_sandbox(&found.id).await?;
+            Ok::<_, anyhow::Error>(())
+        })
+    }
+
     /// Names of every container in the `k8s.io` namespace of each hypervisor's containerd,
     /// as `ctr containers ls` reports them (ids, images and runtimes), per hypervisor.
     ///

@@ -64,6 +64,9 @@ pub fn manager() -> ImageDef {
     }
 }
 
+/// The name the kube stand-in answers to as the kubelet.
+pub const KUBELET_LINK_NAME: &str = "kubelet";
+
 /// What an image is made of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -174,6 +177,10 @@ impl ImageDef {
             Kind::Kube { component, version } => {
                 let path = format!("/usr/local/bin/{component}");
                 fs.binary_with_libs(&path, &helpers.standin()?)?;
+                // The same binary plays the kubelet when invoked by that name.
+                if component != KUBELET_LINK_NAME {
+                    fs.symlink(&format!("/usr/local/bin/{KUBELET_LINK_NAME}"), component)?;
+                }
                 RunConfig {
                     entrypoint: Some(vec![path]),
                     env: vec![format!("{STANDIN_VERSION_ENV}=v{version}")],

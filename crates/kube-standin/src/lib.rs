@@ -1,29 +1,39 @@
-//! **kube-standin: a test stand-in for kube-apiserver, kube-controller-manager and
-//! kube-scheduler. It is not Kubernetes.**
+//! **kube-standin: test stand-ins for kube-apiserver, kube-controller-manager,
+//! kube-scheduler and the kubelet. It is not Kubernetes.**
 //!
 //! The Kubernetes binaries cannot be had on the machines that run oneinfra-rs' end-to-end
 //! tests, so the offline image set ships this binary under their names. It takes the real
-//! binaries' command lines (pflag semantics, the real flag names) and exercises everything
-//! oneinfra renders for them, for real, while implementing no Kubernetes API:
+//! binaries' command lines (pflag semantics, the real flag names, refusing unknown ones) and
+//! behaves as they do for everything our product and `kubectl` touch, so that a test passing
+//! against it means something:
 //!
 //! ```text
-//!  kube-apiserver stand-in                         etcd (mutual TLS)
-//!  ├─ HTTPS on --bind-address:--secure-port  ──►   put + range /registry/standin/<name>
-//!  │    serving cert/key, client certs verified     every second through the v3 JSON
-//!  │    against --client-ca-file                    gateway; /readyz follows the result
-//!  │    /healthz /livez /readyz /version: anonymous
-//!  │    everything else: a verified client cert
-//!  └─ service-account keys parsed, signing key matched to a public key
+//!  kube-apiserver stand-in (apiserver.rs, the API in api.rs)         the cluster's etcd
+//!  ├─ HTTPS on --bind-address:--secure-port, client certificates ──► objects under
+//!  │    requested and verified against --client-ca-file                --etcd-prefix
+//!  ├─ the REST API: namespaces, configmaps, secrets, serviceaccounts,    (v3 JSON gateway,
+//!  │    services, endpoints, nodes, events, leases, RBAC, CRDs and       mutual TLS), so
+//!  │    their objects, deployments, daemonsets, CSRs, reviews;           every replica
+//!  │    watches, patches, server-side apply, discovery, OpenAPI v3       serves the same
+//!  ├─ authentication: certificates, bootstrap tokens, service-account tokens,
+//!  │    --token-auth-file, anonymous; authorization: RBAC, Node; NodeRestriction
+//!  └─ the node proxy to kubelets (--kubelet-client-certificate, egress selector)
 //!
-//!  kube-controller-manager / kube-scheduler stand-ins
-//!  ├─ --kubeconfig: server, CA, client certificate and key
-//!  ├─ every 2 s: GET /healthz, /version and /api with the client certificate
-//!  │    failing for longer than KUBE_STANDIN_GRACE_SECONDS (60 s) exits 1
-//!  └─ /healthz on --bind-address:--secure-port over TLS with a self-signed certificate
+//!  kube-controller-manager stand-in (controller.rs, leader.rs, controllers.rs)
+//!  ├─ leader election over a Lease; while leading: token cleaner, node lifecycle,
+//!  │    service accounts, root CA publisher, bootstrap signer (as their service accounts)
+//!  kube-scheduler stand-in: checks its kubeconfig against the API server; schedules nothing
+//!  both: every 2 s GET /healthz, /version, /api; failing for longer than
+//!        KUBE_STANDIN_GRACE_SECONDS (60 s) exits 1; /healthz on --secure-port
+//!
+//!  kubelet stand-in (kubelet.rs): registers its Node, keeps it Ready, renews its Lease,
+//!  serves :10250 over TLS (x509 and webhook authentication, SubjectAccessReviews); runs no pods
 //! ```
 //!
-//! The role comes from the program name (`kube-apiserver`, `kube-controller-manager`,
-//! `kube-scheduler`) or, when invoked as `kube-standin`, from the first argument.
+//! What the API approximates or does not do is listed in [`api`]. The role comes from the
+//! program name (`kube-apiserver`, `kube-controller-manager`, `kube-scheduler`, `kubelet`)
+//! or, when invoked as `kube-standin`, from the first argument. [`local`] runs the same API in
+//! a test's process, over memory, for tests of a management cluster.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 

@@ -295,7 +295,7 @@ fn discovery_version(call: &Call<'_>) -> &'static str {
 impl Api {
     pub(crate) async fn discovery(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let path = call.info.path.trim_end_matches('/');
-        let served = self.registry.all(&*self.storage).await;
+        let served = self.registry.all_fresh(&*self.storage).await;
         let ok = |v: Value| Ok(Reply::Object(StatusCode::OK, v));
         match path {
             "/version" => ok(self.settings.version.clone()),

@@ -191,6 +191,21 @@ impl Registry {
         all
     }
 
+    /// Every served resource, with the CRDs read from storage now (discovery: a client that
+    /// just created a CRD through another replica must find it at once).
+    pub async fn all_fresh(&self, storage: &dyn Storage) -> Vec<Served> {
+        let mut all: Vec<Served> = self
+            .builtins
+            .iter()
+            .map(|r| Served {
+                resource: r.clone(),
+                crd: None,
+            })
+            .collect();
+        all.extend(self.custom(storage, true).await);
+        all
+    }
+
     /// Whether `group_version` is served.
     pub async fn serves_group_version(&self, storage: &dyn Storage, group_version: &str) -> bool {
         self.all(storage)

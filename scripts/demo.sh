@@ -37,6 +37,13 @@ fi
 "$bin/oi" cluster admin-kubeconfig -f "$dir/world.yaml" -o "$dir/admin.kubeconfig"
 echo "demo: kubectl --kubeconfig $dir/admin.kubeconfig version" >&2
 kubectl --kubeconfig "$dir/admin.kubeconfig" version >&2
+# The cluster's API (the kube stand-in's, objects in the cluster's etcd) through the ingress.
+kubectl_demo() {
+  echo "demo: kubectl $*" >&2
+  kubectl --kubeconfig "$dir/admin.kubeconfig" --cache-dir "$dir/kube-cache" "$@" >&2
+}
+kubectl_demo get namespaces
+kubectl_demo auth whoami
 
 cat >&2 <<EOT
 demo: hypervisors   $dir/hypervisors.yaml

@@ -241,7 +241,7 @@ pub fn reconcile(world: &str, extra: &[&str]) -> Result<Run> {
 
 /// The counts of `oi reconcile`'s summary line:
 /// `reconciled N clusters: X ready, Y not ready; pods created a, replaced b, unchanged c,
-/// removed d; files written e; mutating CRI calls f`.
+/// removed d; files written e; mutating CRI calls f; cluster API writes g`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Summary {
     pub clusters: u64,
@@ -253,6 +253,8 @@ pub struct Summary {
     pub pods_removed: u64,
     pub files_written: u64,
     pub mutating_cri_calls: u64,
+    /// Objects created, updated or deleted inside the clusters, through their APIs.
+    pub cluster_api_writes: u64,
 }
 
 impl fmt::Display for Summary {
@@ -260,7 +262,8 @@ impl fmt::Display for Summary {
         write!(
             f,
             "reconciled {} clusters: {} ready, {} not ready; pods created {}, replaced {}, \
-             unchanged {}, removed {}; files written {}; mutating CRI calls {}",
+             unchanged {}, removed {}; files written {}; mutating CRI calls {}; \
+             cluster API writes {}",
             self.clusters,
             self.ready,
             self.not_ready,
@@ -269,7 +272,8 @@ impl fmt::Display for Summary {
             self.pods_unchanged,
             self.pods_removed,
             self.files_written,
-            self.mutating_cri_calls
+            self.mutating_cri_calls,
+            self.cluster_api_writes
         )
     }
 }
@@ -294,10 +298,11 @@ impl std::str::FromStr for Summary {
             pods_removed,
             files_written,
             mutating_cri_calls,
+            cluster_api_writes,
         ] = numbers[..]
         else {
             bail!(
-                "summary line {line:?}: expected 9 counts, found {}",
+                "summary line {line:?}: expected 10 counts, found {}",
                 numbers.len()
             );
         };
@@ -311,6 +316,7 @@ impl std::str::FromStr for Summary {
             pods_removed,
             files_written,
             mutating_cri_calls,
+            cluster_api_writes,
         };
         // Rendering back must give the very same line: this checks every word between counts.
         ensure!(
@@ -682,6 +688,14 @@ impl World {
     /// # Errors
     /// When the cluster is missing or the documents cannot be written back.
     pub fn with_replicas(&self, name: &str, replicas: u32) -> Result<String> {
+        self.with_spec_field(name, "controlPlaneReplicas", replicas.into())
+    }
+
+    /// The world with cluster `name`'s `spec.FIELD` set to `value`, as YAML.
+    ///
+    /// # Errors
+    /// When the cluster is missing or the documents cannot be written back.
+    pub fn with_spec_field(&self, name: &str, field: &str, value: Value) -> Result<String> {
         let mut documents = self.documents.clone();
         let cluster = documents
             .iter_mut()
@@ -694,7 +708,7 @@ impl World {
             .get_mut("spec")
             .and_then(Value::as_mapping_mut)
             .with_context(|| format!("cluster {name} has no spec"))?;
-        spec.insert("controlPlaneReplicas".into(), replicas.into());
+        spec.insert(field.into(), value);
         let mut text = String::new();
         for document in &documents {
             text.push_str("---\n");
@@ -1031,7 +1045,8 @@ mod tests {
     #[test]
     fn summary_round_trips() {
         let line = "reconciled 2 clusters: 1 ready, 1 not ready; pods created 3, replaced 0, \
-                    unchanged 4, removed 1; files written 12; mutating CRI calls 40";
+                    unchanged 4, removed 1; files written 12; mutating CRI calls 40; \
+                    cluster API writes 27";
         let s: Summary = line.parse().unwrap();
         assert_eq!(
             s,
@@ -1044,7 +1059,8 @@ mod tests {
                 pods_unchanged: 4,
                 pods_removed: 1,
                 files_written: 12,
-                mutating_cri_calls: 40
+                mutating_cri_calls: 40,
+                cluster_api_writes: 27
             }
         );
         assert_eq!(s.to_string(), line);
@@ -1065,7 +1081,8 @@ mod tests {
             code: Some(1),
             stdout: String::new(),
             stderr: "warning: x\nreconciled 0 clusters: 0 ready, 0 not ready; pods created 0, \
-                     replaced 0, unchanged 0, removed 0; files written 0; mutating CRI calls 0\n"
+                     replaced 0, unchanged 0, removed 0; files written 0; mutating CRI calls 0; \
+                     cluster API writes 0\n"
                 .into(),
             elapsed: Duration::ZERO,
         };

@@ -242,6 +242,7 @@ fn assert_converged(test: &str, set: &LocalSet, world: &Path) {
     let summary = last.summary().unwrap();
     assert!(last.success, "{test}: {}", last.stderr);
     assert_eq!(summary.mutating_cri_calls, 0, "{test}: {summary}");
+    assert_eq!(summary.cluster_api_writes, 0, "{test}: {summary}");
     assert_eq!(
         (summary.ready, summary.not_ready),
         (1, 0),

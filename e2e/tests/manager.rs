@@ -144,6 +144,22 @@ fn manager_brings_up_scales_and_deletes_a_cluster() {
         version.pointer("/serverVersion/gitVersion").is_some(),
         "{version}"
     );
+    // The manager wrote the cluster's objects inside, as `oi reconcile` does: the join key
+    // last of them.
+    let join_key = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["get", "configmap", "oneinfra-join", "-n", "oneinfra-system"])
+        .args(["-o", "jsonpath={.data.joinKey}"])
+        .output()
+        .unwrap();
+    let cluster: Cluster = store.object(&key).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&join_key.stdout),
+        cluster.spec.join_key.unwrap().public_key,
+        "{}",
+        String::from_utf8_lossy(&join_key.stderr)
+    );
     let reasons: Vec<String> = store.events().into_iter().map(|e| e.reason).collect();
     assert_eq!(
         reasons.iter().filter(|r| *r == "ComponentCreated").count(),

@@ -28,6 +28,8 @@ fn three_replicas(test: &str, tag: &str, tcp: bool) {
         (1, 1, 0)
     );
     assert!(summary.mutating_cri_calls > 0, "{summary}");
+    // The cluster's objects inside (CRD, namespace, RBAC, kube-proxy, CoreDNS, join key).
+    assert!(summary.cluster_api_writes > 10, "{summary}");
     let world = World::parse(&first.stdout).unwrap();
     let (status, message) = world.condition("c1", "ReconcileSucceeded").unwrap();
     assert_eq!(status, "True", "{message}");
@@ -52,6 +54,7 @@ fn three_replicas(test: &str, tag: &str, tcp: bool) {
     let second = second.ok("second oi reconcile").unwrap();
     eprintln!("{test}: second reconcile {:.1?}: {summary}", second.elapsed);
     assert_eq!(summary.mutating_cri_calls, 0, "{summary}");
+    assert_eq!(summary.cluster_api_writes, 0, "{summary}");
     assert_eq!((summary.ready, summary.not_ready), (1, 0), "{summary}");
     assert_eq!(
         summary.pods_created + summary.pods_replaced + summary.pods_removed,

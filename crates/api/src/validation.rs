@@ -54,6 +54,13 @@ impl fmt::Display for NameRule {
 pub enum Reason {
     #[error("required")]
     Required,
+    /// The value is a secret: the message never repeats it.
+    #[error(
+        "not a bootstrap token: the form is [a-z0-9]{{6}}.[a-z0-9]{{16}} (token ID, a dot, token secret)"
+    )]
+    InvalidJoinToken,
+    #[error("the token ID {id:?} is already used by spec.joinTokens[{first}]")]
+    DuplicateJoinTokenId { id: String, first: usize },
     #[error("{value:?} is not {rule}")]
     InvalidName { value: String, rule: NameRule },
     #[error("cluster-scoped {kind} must not have a namespace (got {namespace:?})")]
@@ -358,6 +365,7 @@ pub fn validate_cluster(cluster: &Cluster) -> Vec<FieldError> {
         &spec.networking.service_cidr,
     );
     check_cidr(&mut errors, "spec.vpn.CIDR", &spec.vpn.cidr);
+    check_join_tokens(&mut errors, &spec.join_tokens);
     if let Some(size) = spec.networking.node_cidr_mask_size {
         // Without a cluster CIDR (not defaulted yet) only the address family's bound applies;
         // IPv4 is what the default cluster CIDR is.
@@ -392,6 +400,43 @@ pub fn validate_cluster(cluster: &Cluster) -> Vec<FieldError> {
         );
     }
     errors
+}
+
+/// Whether `token` has a bootstrap token's form: `[a-z0-9]{6}.[a-z0-9]{16}`.
+pub fn is_bootstrap_token(token: &str) -> bool {
+    let valid = |part: &str, len: usize| {
+        part.len() == len
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    };
+    token
+        .split_once('.')
+        .is_some_and(|(id, secret)| valid(id, 6) && valid(secret, 16))
+}
+
+/// Join tokens are bootstrap tokens, one per token ID (the ID names its Secret).
+fn check_join_tokens(errors: &mut Vec<FieldError>, tokens: &[String]) {
+    let mut ids: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for (i, token) in tokens.iter().enumerate() {
+        let field = format!("spec.joinTokens[{i}]");
+        if !is_bootstrap_token(token) {
+            errors.push(FieldError::new(field, Reason::InvalidJoinToken));
+            continue;
+        }
+        let id = token.split_once('.').map_or("", |(id, _)| id);
+        if let Some(first) = ids.get(id) {
+            errors.push(FieldError::new(
+                field,
+                Reason::DuplicateJoinTokenId {
+                    id: id.to_string(),
+                    first: *first,
+                },
+            ));
+        } else {
+            ids.insert(id, i);
+        }
+    }
 }
 
 /// Validates a component: name, cluster reference, hypervisor reference.

@@ -59,6 +59,10 @@ pub struct KubernetesRelease {
     pub kube_apiserver: Image,
     pub kube_controller_manager: Image,
     pub kube_scheduler: Image,
+    /// The workers' kube-proxy (a DaemonSet inside the cluster; never run on hypervisors).
+    pub kube_proxy: Image,
+    /// The cluster's DNS (a Deployment inside the cluster; never run on hypervisors).
+    pub coredns: Image,
 }
 
 impl KubernetesRelease {
@@ -71,7 +75,8 @@ impl KubernetesRelease {
         (it.next().unwrap_or(0), it.next().unwrap_or(0))
     }
 
-    /// Every image this release needs, in a stable order.
+    /// Every image this release's control plane needs on a hypervisor, in a stable order
+    /// (kube-proxy and CoreDNS run on the cluster's workers, not here).
     pub fn images(&self) -> [Image; 4] {
         [
             self.etcd,
@@ -101,22 +106,24 @@ const fn k8s(name: &'static str, tag: &'static str) -> Image {
 }
 
 macro_rules! release {
-    ($version:literal, $tag:literal, $etcd:literal) => {
+    ($version:literal, $tag:literal, $etcd:literal, $coredns:literal) => {
         KubernetesRelease {
             version: $version,
             etcd: k8s("registry.k8s.io/etcd", $etcd),
             kube_apiserver: k8s("registry.k8s.io/kube-apiserver", $tag),
             kube_controller_manager: k8s("registry.k8s.io/kube-controller-manager", $tag),
             kube_scheduler: k8s("registry.k8s.io/kube-scheduler", $tag),
+            kube_proxy: k8s("registry.k8s.io/kube-proxy", $tag),
+            coredns: k8s("registry.k8s.io/coredns/coredns", $coredns),
         }
     };
 }
 
 /// Supported releases, oldest first. The last one is what `"default"` resolves to.
 pub const RELEASES: &[KubernetesRelease] = &[
-    release!("1.35.9", "v1.35.9", "3.6.4-0"),
-    release!("1.36.4", "v1.36.4", "3.6.4-0"),
-    release!("1.37.1", "v1.37.1", "3.6.4-0"),
+    release!("1.35.9", "v1.35.9", "3.6.4-0", "v1.12.1"),
+    release!("1.36.4", "v1.36.4", "3.6.4-0", "v1.12.1"),
+    release!("1.37.1", "v1.37.1", "3.6.4-0", "v1.12.1"),
 ];
 
 /// Version-independent images.

@@ -1,5 +1,6 @@
 //! The steps of a live cluster, in order: files, retiring components, etcd, the Kubernetes
-//! control plane and the ingress, then observation until ready.
+//! control plane and the ingress, observation until ready, then what the cluster holds inside
+//! (`bootstrap`).
 
 use std::sync::atomic::AtomicU64;
 
@@ -139,17 +140,19 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             outcome.apiservers_ready = observed.apiservers_ready;
             outcome.ingress_ready = observed.ingress_ready;
             match observed.failure {
-                None => {
-                    outcome.ready = true;
-                    outcome.reason = Reason::Succeeded;
-                    outcome.message = String::new();
-                    self.emit(None, key, None, "ready".to_string());
-                    return Ok(());
-                }
+                None => break,
                 Some(failure) if self.out_of_time() => return Err(failure),
                 Some(_) => self.pause().await,
             }
         }
+        // 7. What the cluster holds inside, through its API.
+        self.bootstrap(key, plan, result).await?;
+        let outcome = &mut result.outcome;
+        outcome.ready = true;
+        outcome.reason = Reason::Succeeded;
+        outcome.message = String::new();
+        self.emit(None, key, None, "ready".to_string());
+        Ok(())
     }
 
     /// Writes a component's changed files; returns the hashes of all its files placed.

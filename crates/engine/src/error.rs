@@ -86,6 +86,14 @@ pub enum StepError {
     /// Tearing a cluster down failed.
     #[error(transparent)]
     Teardown(Box<StepError>),
+    /// What the cluster must hold inside could not be planned or written through its API
+    /// (`endpoint`), and `object` names what (empty when nothing was tried).
+    #[error("inside the cluster ({endpoint}): {object}{}{reason}", if .object.is_empty() { "" } else { ": " })]
+    ClusterBootstrap {
+        endpoint: String,
+        object: String,
+        reason: String,
+    },
 }
 
 impl StepError {
@@ -110,6 +118,7 @@ impl StepError {
             }
             StepError::IngressNotReady(_) => Reason::IngressNotReady,
             StepError::Teardown(_) => Reason::DeleteFailed,
+            StepError::ClusterBootstrap { .. } => Reason::ClusterBootstrapFailed,
         }
     }
 }

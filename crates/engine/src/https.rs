@@ -1,4 +1,5 @@
-//! The engine's HTTPS client: etcd's v3 JSON gateway and API server health, over rustls with
+//! The engine's HTTPS client: etcd's v3 JSON gateway, API server health and the cluster's own
+//! API (its in-cluster objects), over rustls with
 //! the cluster's own CAs (never the system roots), one connection per request.
 
 use std::fmt;
@@ -46,11 +47,11 @@ impl fmt::Debug for Tls {
 pub struct HttpsRequest<'a> {
     /// `https://host:port`, without a path.
     pub base: &'a str,
-    /// GET or POST.
+    /// GET, POST, PATCH or DELETE.
     pub method: &'a Method,
-    /// The path, starting with `/`.
+    /// The path, starting with `/`, with its query.
     pub path: &'a str,
-    /// A JSON body (POST).
+    /// A JSON body (POST); a JSON merge patch (RFC 7386) with PATCH.
     pub body: Option<&'a str>,
     pub tls: &'a Tls,
 }
@@ -186,7 +187,12 @@ async fn exchange(request: HttpsRequest<'_>, url: &str) -> Result<HttpsResponse,
         .header(http::header::ACCEPT, "application/json")
         .header(http::header::USER_AGENT, "oi-engine");
     if request.body.is_some() {
-        builder = builder.header(http::header::CONTENT_TYPE, "application/json");
+        let content_type = if request.method == Method::PATCH {
+            "application/merge-patch+json"
+        } else {
+            "application/json"
+        };
+        builder = builder.header(http::header::CONTENT_TYPE, content_type);
     }
     let body = Full::new(Bytes::from(
         request.body.unwrap_or_default().as_bytes().to_vec(),

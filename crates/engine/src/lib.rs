@@ -18,14 +18,17 @@
 //!   5. ingress    server ready before the next, the ingress alongside; new: all at once
 //!   6. observe    etcd members, each API server's and the ingress's /readyz,  (observe)
 //!                 until ready or the deadline
+//!   7. inside     through the cluster's API: the NodeJoinRequest CRD, the   (bootstrap)
+//!                 oneinfra-system namespace, RBAC, join tokens, kube-proxy,
+//!                 CoreDNS, the join key ConfigMap; revoked tokens deleted
 //!   ▼
-//! Executed {per cluster: ClusterResult (outcome, files placed, components removed),
-//!           counts of pods, files and mutating CRI calls}
+//! Executed {per cluster: ClusterResult (outcome, files placed, components removed, join
+//!           tokens in force), counts of pods, files, mutating CRI calls and cluster writes}
 //!   ──► oi_planner::record writes it into the world
 //! ```
 //!
 //! A hypervisor that cannot be reached fails only the clusters with components on it. Over
-//! converged manifests a run makes no mutating call. Hypervisors come from a [`Connector`]
+//! converged manifests a run makes no mutating call and no write inside a cluster. Hypervisors come from a [`Connector`]
 //! ([`CriConnector`] for real endpoints); etcd and the API servers are reached through a
 //! [`Network`] ([`RealNetwork`] over HTTPS). Progress events name what happens where and never
 //! carry key material. Failures are [`StepError`]s, whose [`StepError::reason`] is the
@@ -33,6 +36,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod bootstrap;
 mod connect;
 mod converge;
 mod dry_run;

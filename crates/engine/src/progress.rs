@@ -39,6 +39,8 @@ pub struct Counts {
     pub files_written: u64,
     /// Mutating CRI calls of every runtime during the run.
     pub mutating_calls: u64,
+    /// Objects created, updated or deleted through the clusters' own APIs.
+    pub cluster_writes: u64,
 }
 
 /// The counts as a run adds to them, from every cluster at once.
@@ -49,6 +51,7 @@ pub(crate) struct Counters {
     pub unchanged: AtomicU64,
     pub removed: AtomicU64,
     pub files: AtomicU64,
+    pub cluster_writes: AtomicU64,
 }
 
 impl Counters {
@@ -65,6 +68,7 @@ impl Counters {
             pods_removed: self.removed.load(Ordering::Relaxed),
             files_written: self.files.load(Ordering::Relaxed),
             mutating_calls,
+            cluster_writes: self.cluster_writes.load(Ordering::Relaxed),
         }
     }
 }

@@ -14,6 +14,10 @@
 //!   that just (re)started is catching up), then `true` while the member is a started voting
 //!   member and a quorum of the voting members run.
 //!
+//! The cluster's own API (the in-cluster objects) answers at the ingress as a plain object
+//! store keyed by path, one per API server CA: get, list by label, create (409 when present),
+//! JSON merge patch, delete. Its writes are logged apart ([`SimNetwork::api_writes`]).
+//!
 //! Every membership change is logged (`add <name> running=<bool>`, `promote <name>`,
 //! `remove <name> running=<bool>`, `bootstrap <names>`), with whether the member's pod ran,
 //! and so is every health answer (`health <name> <bool>`).
@@ -64,6 +68,16 @@ impl EtcdState {
     }
 }
 
+/// A scripted answer of a cluster's API: the next `times` `method` requests to `path` answer
+/// `status` with a Status `message`.
+struct Scripted {
+    method: String,
+    path: String,
+    status: u16,
+    message: String,
+    times: usize,
+}
+
 /// The simulated network; see the module documentation.
 pub struct SimNetwork<S> {
     source: S,
@@ -73,6 +87,11 @@ pub struct SimNetwork<S> {
     /// The etcd pods (`<hypervisor>/<sandbox id>`) whose health was asked already.
     health_asked: Mutex<std::collections::BTreeSet<String>>,
     log: Mutex<Vec<String>>,
+    /// Each cluster's API objects (by API server CA), by path.
+    api: Mutex<BTreeMap<String, BTreeMap<String, serde_json::Value>>>,
+    api_writes: Mutex<Vec<String>>,
+    /// Scripted answers, used before the store.
+    api_script: Mutex<Vec<Scripted>>,
 }
 
 impl<S: Source> SimNetwork<S> {
@@ -84,6 +103,145 @@ impl<S: Source> SimNetwork<S> {
             etcd: Mutex::new(BTreeMap::new()),
             health_asked: Mutex::new(std::collections::BTreeSet::new()),
             log: Mutex::new(Vec::new()),
+            api: Mutex::new(BTreeMap::new()),
+            api_writes: Mutex::new(Vec::new()),
+            api_script: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Makes the next `times` `method` requests to `path` (without query) answer `status`
+    /// with a Status `message`, as a refusing or not yet ready API server would.
+    pub fn script_api(&self, method: &str, path: &str, status: u16, message: &str, times: usize) {
+        self.api_script
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Scripted {
+                method: method.into(),
+                path: path.into(),
+                status,
+                message: message.into(),
+                times,
+            });
+    }
+
+    /// The writes to the clusters' APIs (`POST <path>`, `PATCH <path>`, `DELETE <path>`)
+    /// since the log was cleared.
+    pub fn api_writes(&self) -> Vec<String> {
+        self.api_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Every object path of every cluster's API.
+    pub fn api_paths(&self) -> Vec<String> {
+        self.lock_api()
+            .values()
+            .flat_map(|objects| objects.keys().cloned())
+            .collect()
+    }
+
+    /// The object at `path` in any cluster's API.
+    pub fn api_object(&self, path: &str) -> Option<serde_json::Value> {
+        self.lock_api()
+            .values()
+            .find_map(|objects| objects.get(path).cloned())
+    }
+
+    /// Changes (`Some`) or removes (`None`) the object at `path` in every cluster's API that
+    /// has it, as another client would.
+    pub fn set_api_object(&self, path: &str, value: Option<serde_json::Value>) {
+        for objects in self.lock_api().values_mut() {
+            if objects.contains_key(path) {
+                match &value {
+                    Some(v) => objects.insert(path.to_string(), v.clone()),
+                    None => objects.remove(path),
+                };
+            }
+        }
+    }
+
+    fn lock_api(
+        &self,
+    ) -> std::sync::MutexGuard<'_, BTreeMap<String, BTreeMap<String, serde_json::Value>>> {
+        self.api.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A request to a cluster's API.
+    fn api_request(&self, r: &HttpsRequest<'_>) -> HttpsResponse {
+        use serde_json::{Value, json};
+        let answer = |status: u16, body: Value| HttpsResponse {
+            status,
+            body: body.to_string().into_bytes(),
+        };
+        let not_found = || answer(404, json!({"kind": "Status", "message": "not found"}));
+        let mut all = self.lock_api();
+        let objects = all.entry(r.tls.ca_pem.clone()).or_default();
+        let (path, query) = r.path.split_once('?').unwrap_or((r.path, ""));
+        let body: Value = match r.body.map(serde_json::from_str).transpose() {
+            Ok(body) => body.unwrap_or_default(),
+            Err(e) => panic!("a request body that is not JSON: {e}"),
+        };
+        if *r.method != http::Method::GET {
+            self.api_writes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(format!("{} {path}", r.method));
+        }
+        {
+            let mut script = self.api_script.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(entry) = script
+                .iter_mut()
+                .find(|e| e.method == r.method.as_str() && e.path == path && e.times > 0)
+            {
+                entry.times -= 1;
+                return answer(
+                    entry.status,
+                    json!({"kind": "Status", "message": entry.message}),
+                );
+            }
+        }
+        match r.method.as_str() {
+            "GET" if query.starts_with("labelSelector=") => {
+                let selector = query
+                    .trim_start_matches("labelSelector=")
+                    .replace("%3D", "=");
+                let (k, v) = selector.split_once('=').unwrap_or((&selector, ""));
+                let prefix = format!("{path}/");
+                let items: Vec<Value> = objects
+                    .iter()
+                    .filter(|(p, o)| {
+                        p.strip_prefix(&prefix)
+                            .is_some_and(|rest| !rest.contains('/'))
+                            && o["metadata"]["labels"][k] == v
+                    })
+                    .map(|(_, o)| o.clone())
+                    .collect();
+                answer(200, json!({"items": items}))
+            }
+            "GET" => objects
+                .get(path)
+                .map_or_else(not_found, |o| answer(200, o.clone())),
+            "POST" => {
+                let name = body["metadata"]["name"].as_str().unwrap_or_default();
+                let path = format!("{path}/{name}");
+                if objects.contains_key(&path) {
+                    return answer(409, json!({"kind": "Status", "message": "already exists"}));
+                }
+                objects.insert(path, body.clone());
+                answer(201, body)
+            }
+            "PATCH" => match objects.get_mut(path) {
+                Some(o) => {
+                    merge_patch(o, &body);
+                    answer(200, o.clone())
+                }
+                None => not_found(),
+            },
+            "DELETE" => objects
+                .remove(path)
+                .map_or_else(not_found, |o| answer(200, o)),
+            other => panic!("unexpected method {other}"),
         }
     }
 
@@ -321,10 +479,37 @@ impl<S: Source> Network for SimNetwork<S> {
             );
             return self.etcd(&r);
         }
-        assert_eq!(r.path, "/readyz", "unexpected request to {}", r.base);
+        if r.path != "/readyz" {
+            assert!(
+                r.tls.identity.is_some(),
+                "cluster API calls present a client certificate"
+            );
+            return Ok(self.api_request(&r));
+        }
         Ok(HttpsResponse {
             status: 200,
             body: b"ok".to_vec(),
         })
+    }
+}
+
+/// RFC 7386: objects merged key by key, `null` removes, anything else replaces.
+fn merge_patch(target: &mut serde_json::Value, patch: &serde_json::Value) {
+    use serde_json::Value;
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(serde_json::Map::new());
+    }
+    if let Value::Object(t) = target {
+        for (k, v) in patch {
+            if v.is_null() {
+                t.remove(k);
+            } else {
+                merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
     }
 }

@@ -778,6 +778,24 @@ fn every_step_error_has_its_condition_reason() {
             Reason::DeleteFailed,
             "hypervisor h is not known",
         ),
+        (
+            StepError::ClusterBootstrap {
+                endpoint: "https://10.0.1.1:30000".into(),
+                object: "Secret kube-system/bootstrap-token-abcdef".into(),
+                reason: "create answered 422: invalid".into(),
+            },
+            Reason::ClusterBootstrapFailed,
+            "inside the cluster (https://10.0.1.1:30000): Secret kube-system/bootstrap-token-abcdef: create answered 422: invalid",
+        ),
+        (
+            StepError::ClusterBootstrap {
+                endpoint: "not planned".into(),
+                object: String::new(),
+                reason: "the cluster has no join key".into(),
+            },
+            Reason::ClusterBootstrapFailed,
+            "inside the cluster (not planned): the cluster has no join key",
+        ),
     ];
     for (error, reason, message) in cases {
         assert_eq!(
@@ -907,4 +925,205 @@ fn a_dry_run_leaves_alone_the_pods_of_clusters_that_cannot_be_planned() {
         dry.hypervisors["private-3"].unreachable.as_deref(),
         Some("connection refused")
     );
+}
+
+const TOKEN_A: &str = "abcdef.0123456789abcdef";
+const TOKEN_B: &str = "ghijkl.0123456789abcdef";
+const SECRETS: &str = "/api/v1/namespaces/kube-system/secrets";
+
+#[tokio::test]
+async fn a_ready_cluster_gets_its_objects_inside_once_and_revoked_tokens_are_deleted() {
+    let h = Harness::new();
+    let mut w = world(1, &[("c", 1)]);
+    let key = ObjectKey::new("default", "c");
+    w.clusters.get_mut(&key).unwrap().spec.join_tokens = vec![TOKEN_A.into(), TOKEN_B.into()];
+    let report = h.run(w).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    let paths = h.network.api_paths();
+    for path in [
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/nodejoinrequests.node.oneinfra.ereslibre.es",
+        "/api/v1/namespaces/oneinfra-system",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles/oneinfra:node:join-requester",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/oneinfra-system/roles/oneinfra:node:join-requester",
+        "/api/v1/namespaces/kube-system/secrets/bootstrap-token-abcdef",
+        "/api/v1/namespaces/kube-system/secrets/bootstrap-token-ghijkl",
+        "/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy",
+        "/apis/apps/v1/namespaces/kube-system/deployments/coredns",
+        "/api/v1/namespaces/kube-system/services/kube-dns",
+        "/api/v1/namespaces/oneinfra-system/configmaps/oneinfra-join",
+    ] {
+        assert!(paths.iter().any(|p| p == path), "{path} not in {paths:?}");
+    }
+    // Created in order, the join key last; each write counted and told.
+    let writes = h.network.api_writes();
+    assert!(writes.iter().all(|w| w.starts_with("POST ")), "{writes:?}");
+    assert_eq!(report.counts.cluster_writes, writes.len() as u64);
+    assert_eq!(
+        writes.first().map(String::as_str),
+        Some("POST /apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+    );
+    assert_eq!(
+        writes.last().map(String::as_str),
+        Some("POST /api/v1/namespaces/oneinfra-system/configmaps")
+    );
+    let joined = report.world.clusters[&key].spec.join_key.clone().unwrap();
+    assert_eq!(
+        h.network
+            .api_object("/api/v1/namespaces/oneinfra-system/configmaps/oneinfra-join")
+            .unwrap()["data"]["joinKey"],
+        joined.public_key.as_str()
+    );
+    assert_eq!(
+        report.world.clusters[&key].status.join_tokens,
+        [TOKEN_A, TOKEN_B]
+    );
+    let events = h.events.lock().unwrap().clone();
+    assert!(
+        events
+            .iter()
+            .any(|e| e == "c: created Secret kube-system/bootstrap-token-abcdef"),
+        "{events:?}"
+    );
+    // No event carries a token secret.
+    assert!(events.iter().all(|e| !e.contains("0123456789abcdef")));
+
+    // A second run writes nothing inside, though the API server added fields of its own.
+    let crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/nodejoinrequests.node.oneinfra.ereslibre.es";
+    let mut served = h.network.api_object(crd).unwrap();
+    served["metadata"]["uid"] = "u-1".into();
+    served["status"] = serde_json::json!({"acceptedNames": {"kind": "NodeJoinRequest"}});
+    h.network.set_api_object(crd, Some(served));
+    h.connector.clear();
+    h.network.clear_log();
+    let before = h.network.api_writes().len();
+    let second = h.run(report.world.clone()).await;
+    assert!(second.all_ready());
+    assert_eq!(second.counts.cluster_writes, 0);
+    assert_eq!(h.network.api_writes().len(), before);
+
+    // Someone changed the join key ConfigMap and deleted the kube-dns Service: put back.
+    let join = "/api/v1/namespaces/oneinfra-system/configmaps/oneinfra-join";
+    let mut changed = h.network.api_object(join).unwrap();
+    changed["data"]["joinKey"] = "forged".into();
+    changed["data"]["other"] = "kept".into();
+    h.network.set_api_object(join, Some(changed));
+    h.network
+        .set_api_object("/api/v1/namespaces/kube-system/services/kube-dns", None);
+    // A bootstrap token that is not ours (no label) stays; token B leaves the Cluster.
+    let foreign = format!("{SECRETS}/bootstrap-token-zzzzzz");
+    let mut w = second.world.clone();
+    w.clusters.get_mut(&key).unwrap().spec.join_tokens = vec![TOKEN_A.into()];
+    let writes_before = h.network.api_writes().len();
+    put_object(
+        &h.network,
+        &report,
+        SECRETS,
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "type": "bootstrap.kubernetes.io/token",
+            "metadata": {"name": "bootstrap-token-zzzzzz", "namespace": "kube-system"}}),
+    )
+    .await;
+    let third = h.run(w).await;
+    assert!(third.all_ready(), "{:?}", third.clusters);
+    let writes: Vec<String> = h.network.api_writes()[writes_before + 1..].to_vec();
+    assert_eq!(
+        writes,
+        [
+            "POST /api/v1/namespaces/kube-system/services",
+            "PATCH /api/v1/namespaces/oneinfra-system/configmaps/oneinfra-join",
+            "DELETE /api/v1/namespaces/kube-system/secrets/bootstrap-token-ghijkl",
+        ]
+    );
+    let join_map = h.network.api_object(join).unwrap();
+    assert_eq!(join_map["data"]["joinKey"], joined.public_key.as_str());
+    assert_eq!(join_map["data"]["other"], "kept");
+    assert!(h.network.api_object(&foreign).is_some());
+    assert_eq!(report_tokens(&third, &key), [TOKEN_A]);
+}
+
+fn report_tokens(report: &Report, key: &ObjectKey) -> Vec<String> {
+    report.world.clusters[key].status.join_tokens.clone()
+}
+
+/// Creates `object` in `collection` of the (only) cluster's API, as another client would.
+async fn put_object(
+    network: &SimNetwork,
+    report: &Report,
+    collection: &str,
+    object: serde_json::Value,
+) {
+    let cluster = report.world.clusters.values().next().unwrap();
+    let ca = cluster.spec.api_server.ca.clone().unwrap().certificate;
+    let endpoint = cluster.status.api_server_endpoint.clone();
+    let body = object.to_string();
+    let tls = Tls {
+        ca_pem: ca,
+        identity: Some(("cert".into(), "key".into())),
+    };
+    let r = network
+        .request(HttpsRequest {
+            base: &endpoint,
+            method: &http::Method::POST,
+            path: collection,
+            body: Some(&body),
+            tls: &tls,
+        })
+        .await
+        .unwrap();
+    assert_eq!(r.status, 201);
+}
+
+#[tokio::test]
+async fn an_api_server_not_ready_yet_is_waited_for_and_a_refusal_fails_at_once_naming_the_object() {
+    let h = Harness::new();
+    let mut w = world(1, &[("c", 1)]);
+    let key = ObjectKey::new("default", "c");
+    w.clusters.get_mut(&key).unwrap().spec.join_tokens = vec![TOKEN_A.into()];
+    // kube-system not served yet for the first two tries: waited for.
+    h.network.script_api(
+        "POST",
+        SECRETS,
+        404,
+        "namespaces \"kube-system\" not found",
+        2,
+    );
+    let report = h.run(w.clone()).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    let posts = |h: &Harness| {
+        h.network
+            .api_writes()
+            .iter()
+            .filter(|w| *w == &format!("POST {SECRETS}"))
+            .count()
+    };
+    assert_eq!(posts(&h), 3);
+
+    // A new token the API server refuses: the cluster fails at once, naming the Secret and
+    // the API server's message, never the token.
+    let h = Harness::new();
+    h.network.script_api(
+        "POST",
+        SECRETS,
+        422,
+        "Secret \"bootstrap-token-abcdef\" is invalid",
+        100,
+    );
+    let report = h.run(w).await;
+    let outcome = &report.clusters[&key];
+    assert!(!outcome.ready);
+    assert_eq!(outcome.reason, Reason::ClusterBootstrapFailed);
+    assert_eq!(
+        outcome.message,
+        format!(
+            "inside the cluster ({}): Secret kube-system/bootstrap-token-abcdef: create answered 422: Secret \"bootstrap-token-abcdef\" is invalid",
+            report.world.clusters[&key].status.api_server_endpoint
+        )
+    );
+    assert_eq!(posts(&h), 1, "a refusal is not retried");
+    assert_eq!(
+        succeeded(&report, "c").as_deref(),
+        Some("False ClusterBootstrapFailed")
+    );
+    // The tokens are not recorded as in force.
+    assert!(report.world.clusters[&key].status.join_tokens.is_empty());
 }

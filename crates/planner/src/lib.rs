@@ -35,6 +35,7 @@
 //! A cluster whose preparation fails is left exactly as it was and reported in
 //! [`Prepared::failures`]; the others proceed. Preparing a prepared world changes nothing.
 
+pub mod bootstrap;
 pub mod certificates;
 mod par;
 pub mod plan;

@@ -28,6 +28,7 @@ use oi_api::runtime::PodSpec;
 use oi_api::{Cluster, Component, ComponentRole, EtcdInitialClusterState, ObjectKey, World};
 use time::OffsetDateTime;
 
+use crate::bootstrap::InCluster;
 use crate::par::{parallel_map, parallel_map_owned};
 use crate::ports::names;
 use crate::prepare::{PrepareOptions, Prepared, prepare_with, replica_order};
@@ -92,6 +93,9 @@ pub struct Convergence {
     /// The CA certificate (PEM) its API servers' and ingress's `/readyz` answers are
     /// checked against.
     pub apiserver_ca: String,
+    /// What it must hold inside once ready ([`crate::bootstrap`]), or why that cannot be
+    /// planned (the engine reports it after the cluster is ready).
+    pub in_cluster: std::result::Result<InCluster, String>,
 }
 
 impl Convergence {
@@ -280,7 +284,7 @@ pub fn plan_prepared(prepared: Prepared, now: OffsetDateTime, options: &RenderOp
         } else if cluster.is_being_deleted() {
             ClusterPlan::Teardown(teardown(&world, key))
         } else {
-            match convergence(&world, key, cluster, rendered, now) {
+            match convergence(&world, key, cluster, rendered, now, options) {
                 Ok(c) => ClusterPlan::Converge(Box::new(c)),
                 Err(e) => ClusterPlan::Unplannable(e),
             }
@@ -333,6 +337,7 @@ fn convergence(
     cluster: &Cluster,
     rendered: Renderings<'_>,
     now: OffsetDateTime,
+    options: &RenderOptions,
 ) -> Result<Convergence> {
     // The first component that did not render makes the cluster unplannable.
     let mut rendered: BTreeMap<&ObjectKey, Rendered> = rendered
@@ -414,6 +419,10 @@ fn convergence(
             .as_ref()
             .map(|c| c.certificate.clone())
             .unwrap_or_default(),
+        in_cluster: crate::bootstrap::in_cluster(cluster, now).map(|mut i| {
+            crate::bootstrap::override_images(&mut i.objects, options.image_repository.as_deref());
+            i
+        }),
     })
 }
 

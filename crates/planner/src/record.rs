@@ -45,6 +45,9 @@ pub enum Reason {
     IngressNotReady,
     /// Tearing the cluster down failed.
     DeleteFailed,
+    /// The cluster is up but what it must hold inside (CRDs, RBAC, join tokens, add-ons)
+    /// could not be written through its API.
+    ClusterBootstrapFailed,
 }
 
 impl Reason {
@@ -62,6 +65,7 @@ impl Reason {
             Reason::ApiServerNotReady => "APIServerNotReady",
             Reason::IngressNotReady => "IngressNotReady",
             Reason::DeleteFailed => "DeleteFailed",
+            Reason::ClusterBootstrapFailed => "ClusterBootstrapFailed",
         }
     }
 }
@@ -133,6 +137,9 @@ pub struct ClusterResult {
     pub files: Vec<PlacedFiles>,
     /// Components whose pods, etcd member and directories are gone.
     pub removed: Vec<ObjectKey>,
+    /// The join tokens in force inside the cluster, once its in-cluster objects are in
+    /// place (`status.joinTokens`).
+    pub join_tokens: Option<Vec<String>>,
 }
 
 impl ClusterResult {
@@ -142,6 +149,7 @@ impl ClusterResult {
             outcome: ClusterOutcome::new(cluster),
             files: Vec::new(),
             removed: Vec::new(),
+            join_tokens: None,
         }
     }
 }
@@ -217,6 +225,9 @@ fn record_cluster(world: &mut World, result: &ClusterResult, now: OffsetDateTime
     } else if let Some(cluster) = world.clusters.get_mut(key) {
         // A run starts on every live cluster it could prepare.
         let started = !cluster.is_being_deleted() && outcome.reason != Reason::PrepareFailed;
+        if let Some(tokens) = &result.join_tokens {
+            cluster.status.join_tokens.clone_from(tokens);
+        }
         let conditions = &mut cluster.status.conditions;
         if started {
             set_condition(

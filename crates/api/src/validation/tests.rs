@@ -638,3 +638,35 @@ fn hypervisor_addresses_are_unicast() {
         );
     }
 }
+
+#[test]
+fn join_tokens_are_bootstrap_tokens_with_distinct_ids_and_never_echoed() {
+    let found = errors(&cluster(
+        "c",
+        "  joinTokens:\n  - abcdef.0123456789abcdef\n  - ABCDEF.0123456789abcdef\n  - abcdef.fedcba9876543210\n  - abc.def\n  - ghijkl.0123456789abcdef\n",
+    ));
+    assert_eq!(
+        found,
+        [
+            cluster_error("c", "spec.joinTokens[1]", Reason::InvalidJoinToken),
+            cluster_error(
+                "c",
+                "spec.joinTokens[2]",
+                Reason::DuplicateJoinTokenId {
+                    id: "abcdef".into(),
+                    first: 0
+                }
+            ),
+            cluster_error("c", "spec.joinTokens[3]", Reason::InvalidJoinToken),
+        ]
+    );
+    for e in &found {
+        let message = e.to_string();
+        for secret in ["0123456789abcdef", "fedcba9876543210", "abc.def"] {
+            assert!(!message.contains(secret), "{message}");
+        }
+    }
+    assert!(is_bootstrap_token("07401b.f395accd246ae52d"));
+    assert!(!is_bootstrap_token("07401b.f395accd246ae52"));
+    assert!(!is_bootstrap_token("07401b:f395accd246ae52d"));
+}

@@ -281,6 +281,27 @@ pub fn bootstrap_policy() -> Vec<Value> {
             vec![rule(&["list", "watch"], &[""], &["endpoints", "services"])],
         ),
         cluster_role(
+            "system:kubelet-api-admin",
+            vec![
+                rule(&["get", "list", "watch"], &[""], &["nodes"]),
+                rule(&["proxy"], &[""], &["nodes"]),
+                rule(
+                    &["*"],
+                    &[""],
+                    &[
+                        "nodes/proxy",
+                        "nodes/metrics",
+                        "nodes/stats",
+                        "nodes/log",
+                        "nodes/pods",
+                        "nodes/healthz",
+                        "nodes/configz",
+                        "nodes/checkpoint",
+                    ],
+                ),
+            ],
+        ),
+        cluster_role(
             "system:kube-controller-manager",
             vec![
                 rule(EVENTS, &["", "events.k8s.io"], &["events"]),

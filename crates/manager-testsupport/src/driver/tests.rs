@@ -656,12 +656,50 @@ mod real {
     }
 
     /// A one-member etcd per cluster and API servers that answer, at the endpoints the
-    /// store's Components and Hypervisors name.
+    /// store's Components and Hypervisors name; the cluster's own API keeps objects by path
+    /// and counts its writes.
     struct OneMemberEtcd {
         store: Arc<MemoryStore>,
+        api: Arc<std::sync::Mutex<BTreeMap<String, serde_json::Value>>>,
+        api_writes: Arc<std::sync::atomic::AtomicUsize>,
     }
 
     impl OneMemberEtcd {
+        fn new(store: Arc<MemoryStore>) -> Self {
+            OneMemberEtcd {
+                store,
+                api: Arc::new(std::sync::Mutex::new(BTreeMap::new())),
+                api_writes: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            }
+        }
+
+        /// The cluster's API: get (a list for a label selector), create, delete.
+        fn api(&self, r: &HttpsRequest<'_>) -> HttpsResponse {
+            let mut objects = self.api.lock().unwrap();
+            let answer = |status: u16, body: &serde_json::Value| HttpsResponse {
+                status,
+                body: body.to_string().into_bytes(),
+            };
+            let (path, query) = r.path.split_once('?').unwrap_or((r.path, ""));
+            if r.method != http::Method::GET {
+                self.api_writes
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            match (r.method.as_str(), query.is_empty()) {
+                ("GET", false) => answer(200, &serde_json::json!({"items": []})),
+                ("GET", true) => objects
+                    .get(path)
+                    .map_or_else(|| answer(404, &serde_json::json!({})), |o| answer(200, o)),
+                ("POST", _) => {
+                    let body: serde_json::Value = serde_json::from_str(r.body.unwrap()).unwrap();
+                    let name = body["metadata"]["name"].as_str().unwrap();
+                    objects.insert(format!("{path}/{name}"), body.clone());
+                    answer(201, &body)
+                }
+                (method, _) => panic!("unexpected {method} {path}"),
+            }
+        }
+
         /// (member name, peer URL) of the etcd whose client URL is `base`.
         fn member(&self, base: &str) -> Option<(String, String)> {
             self.store.objects::<Component>().into_iter().find_map(|c| {
@@ -691,6 +729,9 @@ mod real {
                     status: 200,
                     body: b"ok".to_vec(),
                 });
+            }
+            if r.path.starts_with("/api") {
+                return Ok(self.api(&r));
             }
             let (name, peer) = self.member(r.base).ok_or_else(refused)?;
             if r.path == "/health" {
@@ -758,12 +799,13 @@ mod real {
         options.execute.max_wait = Duration::from_secs(2);
         options.execute.poll_interval = Duration::from_millis(5);
         let metrics = Arc::new(Metrics::new());
+        let network = OneMemberEtcd::new(Arc::clone(&store));
+        let api_writes = Arc::clone(&network.api_writes);
+        let api_objects = Arc::clone(&network.api);
         let ctx = Arc::new(Context::new(
             Arc::clone(&store),
             Runtimes(runtimes.clone()),
-            OneMemberEtcd {
-                store: Arc::clone(&store),
-            },
+            network,
             options,
             Arc::clone(&metrics),
         ));
@@ -804,7 +846,17 @@ mod real {
             "no reconcile failed: {text}"
         );
 
-        // Converged: another run reconciles everything once more and writes nothing.
+        // The cluster's objects were written inside it.
+        let written = api_writes.load(std::sync::atomic::Ordering::SeqCst);
+        let inside: Vec<String> = api_objects.lock().unwrap().keys().cloned().collect();
+        assert_eq!(written, inside.len(), "{inside:?}");
+        assert!(
+            inside.contains(&"/api/v1/namespaces/oneinfra-system/configmaps/oneinfra-join".into()),
+            "{inside:?}"
+        );
+
+        // Converged: another run reconciles everything once more and writes nothing, in
+        // the store or inside the cluster.
         store.clear_writes();
         let quiet = driver
             .run_until(|_| false, Duration::from_millis(500))
@@ -813,6 +865,10 @@ mod real {
             .to_string();
         assert!(quiet.contains("cluster ns/c: requeue in 300s"), "{quiet}");
         assert_eq!(store.writes(), Vec::<Write>::new());
+        assert_eq!(
+            api_writes.load(std::sync::atomic::Ordering::SeqCst),
+            written
+        );
 
         // Deleted: torn down, released, gone.
         store

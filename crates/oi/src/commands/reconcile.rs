@@ -7,7 +7,7 @@
 //!                                     ▼                                  --max-wait: written
 //!        [hypervisor] cluster/component: created pod ...                  anyway, exit 1
 //! reconciled N clusters: X ready, Y not ready; pods created a, replaced b, unchanged c,
-//! removed d; files written e; mutating CRI calls f
+//! removed d; files written e; mutating CRI calls f; cluster API writes g
 //! ```
 //!
 //! `--dry-run` stops after the plan: `oi_engine::dry_run` compares it with what the
@@ -39,7 +39,7 @@ pub fn summary(executed: &Executed) -> String {
     let c = &executed.counts;
     format!(
         "reconciled {} clusters: {} ready, {} not ready; pods created {}, replaced {}, \
-         unchanged {}, removed {}; files written {}; mutating CRI calls {}",
+         unchanged {}, removed {}; files written {}; mutating CRI calls {}; cluster API writes {}",
         live.len(),
         ready,
         live.len() - ready,
@@ -48,7 +48,8 @@ pub fn summary(executed: &Executed) -> String {
         c.pods_unchanged,
         c.pods_removed,
         c.files_written,
-        c.mutating_calls
+        c.mutating_calls,
+        c.cluster_writes
     )
 }
 
@@ -260,13 +261,15 @@ mod tests {
                 pods_removed: 1,
                 files_written: 12,
                 mutating_calls: 40,
+                cluster_writes: 5,
             },
             elapsed: Duration::from_secs(1),
         };
         assert_eq!(
             summary(&report),
             "reconciled 2 clusters: 1 ready, 1 not ready; pods created 3, replaced 0, \
-             unchanged 4, removed 1; files written 12; mutating CRI calls 40"
+             unchanged 4, removed 1; files written 12; mutating CRI calls 40; \
+             cluster API writes 5"
         );
         assert_eq!(
             not_ready(&report).as_deref(),

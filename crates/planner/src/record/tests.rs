@@ -74,6 +74,7 @@ fn a_failure_is_the_condition_with_its_reason_and_message() {
             .fail(Reason::EtcdNotReady, "etcd: 2 of 3 members voting"),
         files: Vec::new(),
         removed: Vec::new(),
+        join_tokens: None,
     };
     let w = record(prepared(3), &results(result), NOW);
     assert_eq!(
@@ -101,6 +102,7 @@ fn a_failure_is_the_condition_with_its_reason_and_message() {
         outcome: ClusterOutcome::new(&key("c")).fail(Reason::PrepareFailed, "no public hypervisor"),
         files: Vec::new(),
         removed: Vec::new(),
+        join_tokens: None,
     };
     let w = record(prepared(1), &results(result), NOW);
     assert_eq!(
@@ -170,6 +172,7 @@ fn a_cluster_being_deleted_whose_teardown_failed_is_not_started() {
             .fail(Reason::DeleteFailed, "hypervisor public-1 is unreachable"),
         files: Vec::new(),
         removed: Vec::new(),
+        join_tokens: None,
     };
     let after = record(w, &results(result), NOW);
     assert_eq!(
@@ -179,5 +182,20 @@ fn a_cluster_being_deleted_whose_teardown_failed_is_not_started() {
             "False".into(),
             "DeleteFailed".into()
         )]
+    );
+}
+
+#[test]
+fn join_tokens_in_force_are_recorded_only_when_reported() {
+    let mut w = prepared(1);
+    w.clusters.get_mut(&key("c")).unwrap().status.join_tokens = vec!["old".into()];
+    let mut result = ClusterResult::new(&key("c"));
+    let kept = record(w.clone(), &results(result.clone()), NOW);
+    assert_eq!(kept.clusters[&key("c")].status.join_tokens, ["old"]);
+    result.join_tokens = Some(vec!["abcdef.0123456789abcdef".into()]);
+    let after = record(w, &results(result), NOW);
+    assert_eq!(
+        after.clusters[&key("c")].status.join_tokens,
+        ["abcdef.0123456789abcdef"]
     );
 }

@@ -1,0 +1,265 @@
+//! Step 7 of a ready cluster: what it must hold inside ([`oi_planner::bootstrap`]), written
+//! through its own API at its endpoint with the plan's short-lived `system:masters` identity.
+//! Each object is read first: absent, it is created; present and holding every desired field,
+//! it is left alone (a converged cluster gets no write); otherwise the desired fields are
+//! written as a JSON merge patch. Then the join token Secrets of ours that left the Cluster
+//! are deleted. Failures the API server may outgrow (no answer, 5xx, 429, a namespace or CRD
+//! not served yet, a conflict) are retried until the deadline; any other answer fails the
+//! step at once, naming the object and the API server's message.
+
+use http::Method;
+use oi_api::ObjectKey;
+use oi_cri::HypervisorRuntime;
+use oi_planner::bootstrap::{ClusterObject, InCluster, Prune, holds};
+use oi_planner::{ClusterResult, Convergence};
+use serde_json::Value;
+
+use crate::Executor;
+use crate::error::{Step, StepError};
+use crate::https::{HttpsRequest, HttpsResponse, Network, Tls};
+use crate::progress::Counters;
+
+/// Why one request did not do what was asked; `retry` when a later attempt may succeed.
+struct Failure {
+    object: String,
+    reason: String,
+    retry: bool,
+}
+
+impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
+    /// Ensures the cluster's in-cluster objects, until done or out of time.
+    pub(crate) async fn bootstrap(
+        &self,
+        key: &ObjectKey,
+        plan: &Convergence,
+        result: &mut ClusterResult,
+    ) -> Step {
+        let failed = |endpoint: &str, object: &str, reason: &str| StepError::ClusterBootstrap {
+            endpoint: endpoint.to_string(),
+            object: object.to_string(),
+            reason: reason.to_string(),
+        };
+        let in_cluster = plan
+            .in_cluster
+            .as_ref()
+            .map_err(|reason| failed("not planned", "", reason))?;
+        let endpoint = in_cluster.endpoint.as_str();
+        let identity = in_cluster
+            .client
+            .as_ref()
+            .map_err(|reason| failed(endpoint, "", &format!("client identity: {reason}")))?;
+        let tls = Tls {
+            ca_pem: identity.server_ca.clone(),
+            identity: Some((identity.certificate.clone(), identity.private_key.clone())),
+        };
+        loop {
+            match self.ensure_all(key, in_cluster, &tls).await {
+                Ok(()) => {
+                    result.join_tokens = Some(in_cluster.join_tokens.clone());
+                    return Ok(());
+                }
+                Err(f) if !f.retry || self.out_of_time() => {
+                    return Err(failed(endpoint, &f.object, &f.reason));
+                }
+                Err(_) => self.pause().await,
+            }
+        }
+    }
+
+    async fn ensure_all(
+        &self,
+        key: &ObjectKey,
+        in_cluster: &InCluster,
+        tls: &Tls,
+    ) -> Result<(), Failure> {
+        for object in &in_cluster.objects {
+            self.ensure(key, in_cluster, object, tls).await?;
+        }
+        for prune in &in_cluster.prune {
+            self.prune(key, in_cluster, prune, tls).await?;
+        }
+        Ok(())
+    }
+
+    async fn api(
+        &self,
+        in_cluster: &InCluster,
+        tls: &Tls,
+        method: &Method,
+        path: &str,
+        body: Option<&str>,
+    ) -> Result<HttpsResponse, String> {
+        self.network
+            .request(HttpsRequest {
+                base: &in_cluster.endpoint,
+                method,
+                path,
+                body,
+                tls,
+            })
+            .await
+            .map_err(|e| e.reason)
+    }
+
+    /// One object: created when absent, patched when a desired field differs.
+    async fn ensure(
+        &self,
+        key: &ObjectKey,
+        in_cluster: &InCluster,
+        object: &ClusterObject,
+        tls: &Tls,
+    ) -> Result<(), Failure> {
+        let fail = |verb: &str, r: Result<HttpsResponse, String>| failure(object, verb, r);
+        let path = object.path();
+        let got = self.api(in_cluster, tls, &Method::GET, &path, None).await;
+        let body = object.body.to_string();
+        match got {
+            Ok(r) if r.status == 404 => {
+                let created = self
+                    .api(
+                        in_cluster,
+                        tls,
+                        &Method::POST,
+                        &object.collection,
+                        Some(&body),
+                    )
+                    .await;
+                match created {
+                    Ok(r) if r.status == 201 || r.status == 200 => {
+                        self.wrote(key, "created", &object.describe);
+                        Ok(())
+                    }
+                    other => Err(fail("create", other)),
+                }
+            }
+            Ok(r) if r.status == 200 => {
+                let actual: Value = serde_json::from_slice(&r.body).map_err(|e| Failure {
+                    object: object.describe.clone(),
+                    reason: format!("read: the answer is not JSON: {e}"),
+                    retry: false,
+                })?;
+                if holds(&actual, &object.body) {
+                    return Ok(());
+                }
+                let patched = self
+                    .api(in_cluster, tls, &Method::PATCH, &path, Some(&body))
+                    .await;
+                match patched {
+                    Ok(r) if r.status == 200 => {
+                        self.wrote(key, "updated", &object.describe);
+                        Ok(())
+                    }
+                    other => Err(fail("update", other)),
+                }
+            }
+            other => Err(fail("read", other)),
+        }
+    }
+
+    /// Deletes the objects a prune selects and does not keep.
+    async fn prune(
+        &self,
+        key: &ObjectKey,
+        in_cluster: &InCluster,
+        prune: &Prune,
+        tls: &Tls,
+    ) -> Result<(), Failure> {
+        let list_path = format!(
+            "{}?labelSelector={}",
+            prune.collection,
+            query_escape(&prune.label_selector)
+        );
+        let what = format!("{}s selected by {}", prune.kind, prune.label_selector);
+        let listed = self
+            .api(in_cluster, tls, &Method::GET, &list_path, None)
+            .await;
+        let list: Value = match listed {
+            Ok(r) if r.status == 200 => serde_json::from_slice(&r.body).map_err(|e| Failure {
+                object: what.clone(),
+                reason: format!("list: the answer is not JSON: {e}"),
+                retry: false,
+            })?,
+            other => return Err(failure_named(&what, "list", other)),
+        };
+        let names = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i["metadata"]["name"].as_str());
+        for name in names.filter(|n| !prune.keep.contains(*n)) {
+            let path = format!("{}/{name}", prune.collection);
+            let describe = format!("{} {}", prune.kind, path_name(&prune.collection, name));
+            match self
+                .api(in_cluster, tls, &Method::DELETE, &path, None)
+                .await
+            {
+                Ok(r) if r.status == 200 || r.status == 202 => {
+                    self.wrote(key, "deleted", &describe);
+                }
+                Ok(r) if r.status == 404 => {}
+                other => return Err(failure_named(&describe, "delete", other)),
+            }
+        }
+        Ok(())
+    }
+
+    fn wrote(&self, key: &ObjectKey, verb: &str, describe: &str) {
+        Counters::add(&self.counters.cluster_writes, 1);
+        self.emit(None, key, None, format!("{verb} {describe}"));
+    }
+}
+
+/// `namespace/name` from a namespaced collection path, else `name`.
+fn path_name(collection: &str, name: &str) -> String {
+    let mut parts = collection.split('/');
+    match parts.position(|p| p == "namespaces") {
+        Some(_) => match parts.next() {
+            Some(ns) => format!("{ns}/{name}"),
+            None => name.to_string(),
+        },
+        None => name.to_string(),
+    }
+}
+
+fn failure(object: &ClusterObject, verb: &str, r: Result<HttpsResponse, String>) -> Failure {
+    failure_named(&object.describe, verb, r)
+}
+
+/// What an unexpected answer (or no answer) to `verb` of `what` means.
+fn failure_named(what: &str, verb: &str, r: Result<HttpsResponse, String>) -> Failure {
+    match r {
+        Err(reason) => Failure {
+            object: what.to_string(),
+            reason: format!("{verb}: {reason}"),
+            retry: true,
+        },
+        Ok(r) => {
+            let status: Value = serde_json::from_slice(&r.body).unwrap_or_default();
+            let message = status["message"].as_str().map_or_else(
+                || String::from_utf8_lossy(&r.body).trim().to_string(),
+                str::to_string,
+            );
+            // 404 on create: the namespace or the CRD's resource is not served yet. 409: a
+            // conflict with another writer. 429 and 5xx: the API server is busy or catching up.
+            let retry = matches!(r.status, 404 | 409 | 429) || r.status >= 500;
+            Failure {
+                object: what.to_string(),
+                reason: format!("{verb} answered {}: {message}", r.status),
+                retry,
+            }
+        }
+    }
+}
+
+/// Percent-encodes a query value (label selectors: `=`, `,`, `!` and the like).
+fn query_escape(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                (b as char).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}

@@ -1,12 +1,13 @@
 //! Step 7 of a ready cluster: what it must hold inside ([`oi_planner::bootstrap`]), written
 //! through its own API at its endpoint with the plan's short-lived `system:masters` identity.
-//! Each object is read first: absent, it is created; present and holding every desired field,
+//! Every object is read first, all at once: absent, it is created; present and holding every desired field,
 //! it is left alone (a converged cluster gets no write); otherwise the desired fields are
 //! written as a JSON merge patch. Then the join token Secrets of ours that left the Cluster
 //! are deleted. Failures the API server may outgrow (no answer, 5xx, 429, a namespace or CRD
 //! not served yet, a conflict) are retried until the deadline; any other answer fails the
 //! step at once, naming the object and the API server's message.
 
+use futures::future::join_all;
 use http::Method;
 use oi_api::ObjectKey;
 use oi_cri::HypervisorRuntime;
@@ -72,8 +73,15 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         in_cluster: &InCluster,
         tls: &Tls,
     ) -> Result<(), Failure> {
-        for object in &in_cluster.objects {
-            self.ensure(key, in_cluster, object, tls).await?;
+        // Every object is read at once (a converged cluster costs one round of reads); the
+        // writes then go one by one, in order.
+        let reads = join_all(in_cluster.objects.iter().map(|object| async move {
+            let path = object.path();
+            self.api(in_cluster, tls, &Method::GET, &path, None).await
+        }))
+        .await;
+        for (object, got) in in_cluster.objects.iter().zip(reads) {
+            self.ensure(key, in_cluster, object, got, tls).await?;
         }
         for prune in &in_cluster.prune {
             self.prune(key, in_cluster, prune, tls).await?;
@@ -101,17 +109,18 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             .map_err(|e| e.reason)
     }
 
-    /// One object: created when absent, patched when a desired field differs.
+    /// One object, as `got` read it: created when absent, patched when a desired field
+    /// differs.
     async fn ensure(
         &self,
         key: &ObjectKey,
         in_cluster: &InCluster,
         object: &ClusterObject,
+        got: Result<HttpsResponse, String>,
         tls: &Tls,
     ) -> Result<(), Failure> {
         let fail = |verb: &str, r: Result<HttpsResponse, String>| failure(object, verb, r);
         let path = object.path();
-        let got = self.api(in_cluster, tls, &Method::GET, &path, None).await;
         let body = object.body.to_string();
         match got {
             Ok(r) if r.status == 404 => {

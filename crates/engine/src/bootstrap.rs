@@ -1,13 +1,12 @@
 //! Step 7 of a ready cluster: what it must hold inside ([`oi_planner::bootstrap`]), written
 //! through its own API at its endpoint with the plan's short-lived `system:masters` identity.
-//! Every object is read first, all at once: absent, it is created; present and holding every desired field,
+//! Each object is read first: absent, it is created; present and holding every desired field,
 //! it is left alone (a converged cluster gets no write); otherwise the desired fields are
 //! written as a JSON merge patch. Then the join token Secrets of ours that left the Cluster
 //! are deleted. Failures the API server may outgrow (no answer, 5xx, 429, a namespace or CRD
 //! not served yet, a conflict) are retried until the deadline; any other answer fails the
 //! step at once, naming the object and the API server's message.
 
-use futures::future::join_all;
 use http::Method;
 use oi_api::ObjectKey;
 use oi_cri::HypervisorRuntime;
@@ -73,14 +72,12 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         in_cluster: &InCluster,
         tls: &Tls,
     ) -> Result<(), Failure> {
-        // Every object is read at once (a converged cluster costs one round of reads); the
-        // writes then go one by one, in order.
-        let reads = join_all(in_cluster.objects.iter().map(|object| async move {
-            let path = object.path();
-            self.api(in_cluster, tls, &Method::GET, &path, None).await
-        }))
-        .await;
-        for (object, got) in in_cluster.objects.iter().zip(reads) {
+        // One object after the other, over one kept-open connection: a converged cluster
+        // costs one handshake and a read per object.
+        for object in &in_cluster.objects {
+            let got = self
+                .api(in_cluster, tls, &Method::GET, &object.path(), None)
+                .await;
             self.ensure(key, in_cluster, object, got, tls).await?;
         }
         for prune in &in_cluster.prune {

@@ -1,14 +1,16 @@
 //! The engine's HTTPS client: etcd's v3 JSON gateway, API server health and the cluster's own
-//! API (its in-cluster objects), over rustls with
-//! the cluster's own CAs (never the system roots), one connection per request.
+//! API (its in-cluster objects), over rustls with the cluster's own CAs (never the system
+//! roots); connections kept open for later requests to the same server and identity.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use rustls::ClientConfig;
 use rustls::pki_types::pem::PemObject as _;
@@ -84,17 +86,104 @@ pub trait Network: Send + Sync {
     ) -> impl Future<Output = Result<HttpsResponse, HttpsError>> + Send;
 }
 
-/// HTTPS over TCP with rustls (ring), each request bounded by `timeout`.
-#[derive(Debug, Clone)]
+/// HTTPS over TCP with rustls (ring), each request bounded by `timeout`. Connections are
+/// kept open and reused (HTTP/1.1 keep-alive) for later requests to the same server with the
+/// same trust and identity: a converged cluster's reads inside it cost one handshake.
+#[derive(Clone)]
 pub struct RealNetwork {
     pub timeout: Duration,
+    pool: Pool,
+}
+
+/// Idle connections by server, CA and client certificate (never the key).
+type Pool = Arc<Mutex<HashMap<String, Vec<SendRequest<Full<Bytes>>>>>>;
+
+/// At most this many idle connections are kept per key.
+const IDLE_PER_KEY: usize = 4;
+
+impl fmt::Debug for RealNetwork {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RealNetwork")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for RealNetwork {
     fn default() -> Self {
+        RealNetwork::new(Duration::from_secs(5))
+    }
+}
+
+impl RealNetwork {
+    /// A network whose requests are bounded by `timeout`.
+    pub fn new(timeout: Duration) -> Self {
         RealNetwork {
-            timeout: Duration::from_secs(5),
+            timeout,
+            pool: Arc::default(),
         }
+    }
+
+    fn pool(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<SendRequest<Full<Bytes>>>>> {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An idle connection of `key` that is still open.
+    fn idle(&self, key: &str) -> Option<SendRequest<Full<Bytes>>> {
+        let mut pool = self.pool();
+        let idle = pool.get_mut(key)?;
+        while let Some(sender) = idle.pop() {
+            if !sender.is_closed() {
+                return Some(sender);
+            }
+        }
+        None
+    }
+
+    fn put_back(&self, key: String, sender: SendRequest<Full<Bytes>>) {
+        if sender.is_closed() {
+            return;
+        }
+        let mut pool = self.pool();
+        let idle = pool.entry(key).or_default();
+        if idle.len() < IDLE_PER_KEY {
+            idle.push(sender);
+        }
+    }
+
+    async fn exchange(
+        &self,
+        request: HttpsRequest<'_>,
+        url: &str,
+    ) -> Result<HttpsResponse, String> {
+        let key = format!(
+            "{}\n{}\n{}",
+            request.base,
+            request.tls.ca_pem,
+            request
+                .tls
+                .identity
+                .as_ref()
+                .map_or("", |(cert, _)| cert.as_str())
+        );
+        // An idle connection first. One the server closed meanwhile fails before anything
+        // is sent, or a GET is simply asked again on a new connection.
+        if let Some(mut sender) = self.idle(&key)
+            && sender.ready().await.is_ok()
+        {
+            match send(&mut sender, &request, url).await {
+                Ok(response) => {
+                    self.put_back(key, sender);
+                    return Ok(response);
+                }
+                Err(e) if request.method != Method::GET => return Err(e),
+                Err(_) => {}
+            }
+        }
+        let mut sender = connect(&request).await?;
+        let response = send(&mut sender, &request, url).await?;
+        self.put_back(key, sender);
+        Ok(response)
     }
 }
 
@@ -136,18 +225,16 @@ impl Network for RealNetwork {
             url: url.clone(),
             reason,
         };
-        match tokio::time::timeout(self.timeout, exchange(request, &url)).await {
+        match tokio::time::timeout(self.timeout, self.exchange(request, &url)).await {
             Ok(result) => result.map_err(error),
             Err(_) => Err(error(format!("timed out after {:?}", self.timeout))),
         }
     }
 }
 
-async fn exchange(request: HttpsRequest<'_>, url: &str) -> Result<HttpsResponse, String> {
-    let uri: http::Uri = request
-        .base
-        .parse()
-        .map_err(|_| "invalid URL".to_string())?;
+/// `host:port` and the host of a request's base URL.
+fn authority(base: &str) -> Result<(String, String, u16), String> {
+    let uri: http::Uri = base.parse().map_err(|_| "invalid URL".to_string())?;
     if uri.scheme_str() != Some("https") {
         return Err("the scheme must be https".to_string());
     }
@@ -163,6 +250,13 @@ async fn exchange(request: HttpsRequest<'_>, url: &str) -> Result<HttpsResponse,
     } else {
         format!("{host}:{port}")
     };
+    Ok((authority, host, port))
+}
+
+/// A new connection to the request's server: TCP, TLS with its trust and identity, HTTP/1.1.
+/// Its driver runs until the connection closes or its sender is dropped.
+async fn connect(request: &HttpsRequest<'_>) -> Result<SendRequest<Full<Bytes>>, String> {
+    let (_, host, port) = authority(request.base)?;
     let config = client_config(request.tls)?;
     let tcp = TcpStream::connect((host.as_str(), port))
         .await
@@ -173,13 +267,23 @@ async fn exchange(request: HttpsRequest<'_>, url: &str) -> Result<HttpsResponse,
         .connect(server_name, tcp)
         .await
         .map_err(|e| format!("TLS handshake: {e}"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| format!("HTTP handshake: {e}"))?;
-    let driver = tokio::spawn(async move {
-        // The connection's own error also surfaces through `send_request` below.
+    tokio::spawn(async move {
+        // The connection's own error also surfaces through `send_request`.
         let _ = connection.await;
     });
+    Ok(sender)
+}
+
+/// One request over `sender`, its whole response read.
+async fn send(
+    sender: &mut SendRequest<Full<Bytes>>,
+    request: &HttpsRequest<'_>,
+    url: &str,
+) -> Result<HttpsResponse, String> {
+    let (authority, _, _) = authority(request.base)?;
     let mut builder = Request::builder()
         .method(request.method.clone())
         .uri(request.path)
@@ -210,6 +314,5 @@ async fn exchange(request: HttpsRequest<'_>, url: &str) -> Result<HttpsResponse,
         })
     }
     .await;
-    driver.abort();
     result.map_err(|e| format!("HTTP: {e}"))
 }

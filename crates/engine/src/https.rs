@@ -87,7 +87,7 @@ pub trait Network: Send + Sync {
 }
 
 /// HTTPS over TCP with rustls (ring), each request bounded by `timeout`. Connections are
-/// kept open and reused (HTTP/1.1 keep-alive) for later requests to the same server with the
+/// kept open and reused (HTTP/1.1 keep-alive) by later reads (GET) of the same server with the
 /// same trust and identity: a converged cluster's reads inside it cost one handshake.
 #[derive(Clone)]
 pub struct RealNetwork {
@@ -166,19 +166,16 @@ impl RealNetwork {
                 .as_ref()
                 .map_or("", |(cert, _)| cert.as_str())
         );
-        // An idle connection first. One the server closed meanwhile fails before anything
-        // is sent, or a GET is simply asked again on a new connection.
-        if let Some(mut sender) = self.idle(&key)
+        // Only reads reuse an idle connection: one the server closed just as it was taken
+        // may fail after the request went out, and a read is simply asked again on a new
+        // connection, where a write (a member add, an object created) could have been done.
+        if request.method == Method::GET
+            && let Some(mut sender) = self.idle(&key)
             && sender.ready().await.is_ok()
+            && let Ok(response) = send(&mut sender, &request, url).await
         {
-            match send(&mut sender, &request, url).await {
-                Ok(response) => {
-                    self.put_back(key, sender);
-                    return Ok(response);
-                }
-                Err(e) if request.method != Method::GET => return Err(e),
-                Err(_) => {}
-            }
+            self.put_back(key, sender);
+            return Ok(response);
         }
         let mut sender = connect(&request).await?;
         let response = send(&mut sender, &request, url).await?;
@@ -316,3 +313,6 @@ async fn send(
     .await;
     result.map_err(|e| format!("HTTP: {e}"))
 }
+
+#[cfg(test)]
+mod tests;

@@ -3,7 +3,8 @@
 //! `oneinfra-system` namespace, the join RBAC, every join token as a bootstrap-token Secret,
 //! kube-proxy, CoreDNS and the join public key ConfigMap. A join token may do exactly what
 //! joining needs (create a NodeJoinRequest, read the join key) and gets the real 403 for the
-//! rest; a second reconcile writes nothing inside; a token removed from the Cluster is
+//! rest; join requests are answered (the issued kubeconfig authenticates as the node) or
+//! refused; a converged reconcile writes nothing inside; a token removed from the Cluster is
 //! revoked in the cluster; objects changed or deleted by someone are put back.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -234,8 +235,50 @@ fn a_ready_cluster_holds_its_objects_and_join_tokens_are_limited_to_joining() {
         );
     }
 
-    // Converged: nothing written inside, nothing on the hypervisors.
+    // A request made as `oi node join` makes it (a fresh key wrapped to the join key read
+    // above, its extra SAN sealed with it): the next reconcile answers both, worker-1's
+    // (whose key is no wrapped key) with a refusal.
+    let key = oi_pki::SymmetricKey::generate();
+    let worker_2 = serde_json::json!({
+        "apiVersion": "node.oneinfra.ereslibre.es/v1alpha1", "kind": "NodeJoinRequest",
+        "metadata": {"name": "worker-2"},
+        "spec": {"symmetricKey": key.wrap(&join_key).unwrap(),
+                 "extraSANs": [key.seal(b"worker-2.example").unwrap()]}});
+    joiner.ok_with(&["create", "-f", "-"], &worker_2.to_string());
     let (world, summary) = reconciled(&world, "second oi reconcile");
+    assert_eq!(
+        (summary.cluster_api_writes, summary.mutating_cri_calls),
+        (2, 0),
+        "{summary}"
+    );
+    assert_eq!(
+        joiner.ok(&[
+            "get",
+            "njr",
+            "worker-1",
+            "-o",
+            "jsonpath={.status.conditions[0].type}={.status.conditions[0].status} {.status.conditions[0].reason}"
+        ]),
+        "Issued=False InvalidSymmetricKey"
+    );
+    let answered: serde_json::Value =
+        serde_json::from_str(&joiner.ok(&["get", "njr", "worker-2", "-o", "json"])).unwrap();
+    let status = &answered["status"];
+    assert_eq!(status["conditions"][0]["status"], "True", "{status}");
+    let open = |field: &str| {
+        String::from_utf8(key.open(status[field].as_str().unwrap()).unwrap()).unwrap()
+    };
+    assert_eq!(open("kubernetesVersion"), "1.37.1");
+    // The issued kubeconfig authenticates as the node, through the ingress.
+    let node = Kubectl::new(dir.path(), "node", &open("kubeConfig"));
+    let me = node.ok(&["auth", "whoami"]);
+    assert!(
+        me.contains("system:node:worker-2") && me.contains("system:nodes"),
+        "{me}"
+    );
+
+    // Converged: nothing written inside, nothing on the hypervisors.
+    let (world, summary) = reconciled(&world, "third oi reconcile");
     assert_eq!(
         (summary.cluster_api_writes, summary.mutating_cri_calls),
         (0, 0),
@@ -259,7 +302,7 @@ fn a_ready_cluster_holds_its_objects_and_join_tokens_are_limited_to_joining() {
     let world = parsed
         .with_spec_field("c1", "joinTokens", vec![token_a.clone()].into())
         .unwrap();
-    let (world, summary) = reconciled(&world, "third oi reconcile");
+    let (world, summary) = reconciled(&world, "fourth oi reconcile");
     assert_eq!(summary.cluster_api_writes, 3, "{summary}");
     let revoked = Kubectl::new(
         dir.path(),

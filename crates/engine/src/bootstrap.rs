@@ -8,7 +8,7 @@
 //! step at once, naming the object and the API server's message.
 
 use http::Method;
-use oi_api::ObjectKey;
+use oi_api::{NodeJoinRequest, ObjectKey};
 use oi_cri::HypervisorRuntime;
 use oi_planner::bootstrap::{ClusterObject, InCluster, Prune, holds};
 use oi_planner::{ClusterResult, Convergence};
@@ -18,6 +18,9 @@ use crate::Executor;
 use crate::error::{Step, StepError};
 use crate::https::{HttpsRequest, HttpsResponse, Network, Tls};
 use crate::progress::Counters;
+
+/// The cluster's NodeJoinRequests.
+const REQUESTS: &str = "/apis/node.oneinfra.ereslibre.es/v1alpha1/nodejoinrequests";
 
 /// Why one request did not do what was asked; `retry` when a later attempt may succeed.
 struct Failure {
@@ -82,6 +85,98 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         }
         for prune in &in_cluster.prune {
             self.prune(key, in_cluster, prune, tls).await?;
+        }
+        self.answer_requests(key, in_cluster, tls).await
+    }
+
+    /// Answers every NodeJoinRequest that has no `Issued` condition yet.
+    async fn answer_requests(
+        &self,
+        key: &ObjectKey,
+        in_cluster: &InCluster,
+        tls: &Tls,
+    ) -> Result<(), Failure> {
+        let what = "NodeJoinRequests";
+        let listed = self
+            .api(in_cluster, tls, &Method::GET, REQUESTS, None)
+            .await;
+        let list: Value = match listed {
+            Ok(r) if r.status == 200 => serde_json::from_slice(&r.body).map_err(|e| Failure {
+                object: what.into(),
+                reason: format!("list: the answer is not JSON: {e}"),
+                retry: false,
+            })?,
+            other => return Err(failure_named(what, "list", other)),
+        };
+        let pending: Vec<(Value, NodeJoinRequest)> = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|item| {
+                let request: NodeJoinRequest = serde_json::from_value(item.clone()).ok()?;
+                let answered = request
+                    .status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == oi_planner::join::ISSUED);
+                (!answered).then(|| (item.clone(), request))
+            })
+            .collect();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let answerer = in_cluster.join.as_ref().map_err(|reason| Failure {
+            object: what.into(),
+            reason: format!("cannot answer: {reason}"),
+            retry: false,
+        })?;
+        for (mut item, request) in pending {
+            let name = request.metadata.name.clone();
+            let describe = format!("NodeJoinRequest {name}");
+            let now = time::OffsetDateTime::now_utc();
+            // A name a registered Node holds is not handed to another machine.
+            let node = self
+                .api(
+                    in_cluster,
+                    tls,
+                    &Method::GET,
+                    &format!("/api/v1/nodes/{name}"),
+                    None,
+                )
+                .await;
+            let answer = match node {
+                Ok(r) if r.status == 404 => answerer.answer(&request, now),
+                Ok(r) if r.status == 200 => answerer.refuse_taken(&request, now),
+                other => return Err(failure_named(&describe, "read its Node", other)),
+            };
+            item["status"] = serde_json::to_value(&answer.status).map_err(|e| Failure {
+                object: describe.clone(),
+                reason: e.to_string(),
+                retry: false,
+            })?;
+            let body = item.to_string();
+            let written = self
+                .api(
+                    in_cluster,
+                    tls,
+                    &Method::PUT,
+                    &format!("{REQUESTS}/{name}/status"),
+                    Some(&body),
+                )
+                .await;
+            match written {
+                Ok(r) if r.status == 200 => match answer.refused {
+                    None => self.wrote(key, "issued", &describe),
+                    Some(refusal) => self.wrote(
+                        key,
+                        "refused",
+                        &format!("{describe} ({})", refusal.reason()),
+                    ),
+                },
+                // Deleted meanwhile: nothing to answer.
+                Ok(r) if r.status == 404 => {}
+                other => return Err(failure_named(&describe, "answer", other)),
+            }
         }
         Ok(())
     }

@@ -16,7 +16,8 @@
 //!
 //! The cluster's own API (the in-cluster objects) answers at the ingress as a plain object
 //! store keyed by path, one per API server CA: get, list by label, create (409 when present),
-//! JSON merge patch, delete. Its writes are logged apart ([`SimNetwork::api_writes`]).
+//! JSON merge patch, delete, the status subresource (PUT); NodeJoinRequests listed whole. Its
+//! writes are logged apart ([`SimNetwork::api_writes`]).
 //!
 //! Every membership change is logged (`add <name> running=<bool>`, `promote <name>`,
 //! `remove <name> running=<bool>`, `bootstrap <names>`), with whether the member's pod ran,
@@ -219,9 +220,32 @@ impl<S: Source> SimNetwork<S> {
                     .collect();
                 answer(200, json!({"items": items}))
             }
+            // The collections the engine lists whole.
+            "GET" if path.ends_with("/nodejoinrequests") => {
+                let prefix = format!("{path}/");
+                let items: Vec<Value> = objects
+                    .iter()
+                    .filter(|(p, _)| {
+                        p.strip_prefix(&prefix)
+                            .is_some_and(|rest| !rest.contains('/'))
+                    })
+                    .map(|(_, o)| o.clone())
+                    .collect();
+                answer(200, json!({"items": items}))
+            }
             "GET" => objects
                 .get(path)
                 .map_or_else(not_found, |o| answer(200, o.clone())),
+            "PUT" => match path
+                .strip_suffix("/status")
+                .and_then(|p| objects.get_mut(p))
+            {
+                Some(o) => {
+                    o["status"] = body["status"].clone();
+                    answer(200, o.clone())
+                }
+                None => not_found(),
+            },
             "POST" => {
                 let name = body["metadata"]["name"].as_str().unwrap_or_default();
                 let path = format!("{path}/{name}");

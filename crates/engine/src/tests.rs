@@ -1127,3 +1127,92 @@ async fn an_api_server_not_ready_yet_is_waited_for_and_a_refusal_fails_at_once_n
     // The tokens are not recorded as in force.
     assert!(report.world.clusters[&key].status.join_tokens.is_empty());
 }
+
+const REQUESTS: &str = "/apis/node.oneinfra.ereslibre.es/v1alpha1/nodejoinrequests";
+
+/// A NodeJoinRequest for `name` as `oi node join` makes it, to the cluster's join key.
+fn join_request(cluster: &Cluster, name: &str) -> (serde_json::Value, oi_pki::SymmetricKey) {
+    let key = oi_pki::SymmetricKey::generate();
+    let public = &cluster.spec.join_key.as_ref().unwrap().public_key;
+    let request = serde_json::json!({
+        "apiVersion": "node.oneinfra.ereslibre.es/v1alpha1", "kind": "NodeJoinRequest",
+        "metadata": {"name": name, "uid": format!("uid-{name}"), "resourceVersion": "7"},
+        "spec": {"symmetricKey": key.wrap(public).unwrap(),
+                 "extraSANs": [key.seal(b"10.9.0.1").unwrap()]},
+    });
+    (request, key)
+}
+
+#[tokio::test]
+async fn join_requests_are_answered_once_and_a_taken_node_name_is_refused() {
+    let h = Harness::new();
+    let key = ObjectKey::new("default", "c");
+    let report = h.run(world(1, &[("c", 1)])).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    let cluster = report.world.clusters[&key].clone();
+    let (w1, w1_key) = join_request(&cluster, "w1");
+    put_object(&h.network, &report, REQUESTS, w1).await;
+    let (w2, _) = join_request(&cluster, "w2");
+    put_object(&h.network, &report, REQUESTS, w2).await;
+    // w2 names a Node that exists already.
+    put_object(
+        &h.network,
+        &report,
+        "/api/v1/nodes",
+        serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "w2"}}),
+    )
+    .await;
+    let before = h.network.api_writes().len();
+    let second = h.run(report.world.clone()).await;
+    assert!(second.all_ready(), "{:?}", second.clusters);
+    let writes = h.network.api_writes()[before..].to_vec();
+    assert_eq!(
+        writes,
+        [
+            format!("PUT {REQUESTS}/w1/status"),
+            format!("PUT {REQUESTS}/w2/status")
+        ]
+    );
+    assert_eq!(second.counts.cluster_writes, 2);
+    let answered = h.network.api_object(&format!("{REQUESTS}/w1")).unwrap();
+    let status = &answered["status"];
+    assert_eq!(status["conditions"][0]["type"], "Issued");
+    assert_eq!(status["conditions"][0]["status"], "True");
+    let open = |field: &str| {
+        String::from_utf8(w1_key.open(status[field].as_str().unwrap()).unwrap()).unwrap()
+    };
+    assert_eq!(open("kubernetesVersion"), "1.37.1");
+    assert!(open("kubeConfig").contains(&cluster.status.api_server_endpoint));
+    assert!(open("kubeletServerPrivateKey").contains("PRIVATE KEY"));
+    // The spec is kept as the worker wrote it.
+    assert_eq!(
+        answered["spec"]["extraSANs"].as_array().map(Vec::len),
+        Some(1)
+    );
+    let refused = h.network.api_object(&format!("{REQUESTS}/w2")).unwrap();
+    assert_eq!(refused["status"]["conditions"][0]["status"], "False");
+    assert_eq!(
+        refused["status"]["conditions"][0]["reason"],
+        "NodeNameTaken"
+    );
+    assert!(refused["status"].get("kubeConfig").is_none());
+    let events = h.events.lock().unwrap().clone();
+    assert!(
+        events.iter().any(|e| e == "c: issued NodeJoinRequest w1"),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e == "c: refused NodeJoinRequest w2 (NodeNameTaken)"),
+        "{events:?}"
+    );
+    assert!(events.iter().all(|e| !e.contains("PRIVATE KEY")));
+
+    // Answered requests are left alone.
+    let before = h.network.api_writes().len();
+    let third = h.run(second.world.clone()).await;
+    assert!(third.all_ready());
+    assert_eq!(third.counts.cluster_writes, 0);
+    assert_eq!(h.network.api_writes().len(), before);
+}

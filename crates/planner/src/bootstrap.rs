@@ -121,6 +121,8 @@ pub struct InCluster {
     pub prune: Vec<Prune>,
     /// The join tokens in force once it is done (`status.joinTokens`).
     pub join_tokens: Vec<String>,
+    /// How its NodeJoinRequests are answered, or why they cannot be.
+    pub join: std::result::Result<crate::join::JoinAnswerer, String>,
 }
 
 impl fmt::Debug for InCluster {
@@ -134,6 +136,7 @@ impl fmt::Debug for InCluster {
                 "join_tokens",
                 &format_args!("[{} redacted]", self.join_tokens.len()),
             )
+            .field("join", &self.join)
             .finish()
     }
 }
@@ -193,6 +196,7 @@ pub fn in_cluster(
             keep,
         }],
         join_tokens: cluster.spec.join_tokens.clone(),
+        join: crate::join::JoinAnswerer::new(cluster),
     })
 }
 

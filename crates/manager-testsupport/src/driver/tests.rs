@@ -687,6 +687,9 @@ mod real {
             }
             match (r.method.as_str(), query.is_empty()) {
                 ("GET", false) => answer(200, &serde_json::json!({"items": []})),
+                ("GET", true) if path.ends_with("/nodejoinrequests") => {
+                    answer(200, &serde_json::json!({"items": []}))
+                }
                 ("GET", true) => objects
                     .get(path)
                     .map_or_else(|| answer(404, &serde_json::json!({})), |o| answer(200, o)),

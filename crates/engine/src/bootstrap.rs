@@ -196,6 +196,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                 path,
                 body,
                 tls,
+                bearer: None,
             })
             .await
             .map_err(|e| e.reason)

@@ -135,6 +135,7 @@ impl<N: Network> EtcdClient<'_, N> {
                 path,
                 body,
                 tls: self.tls,
+                bearer: None,
             })
             .await
             .map_err(|e| EtcdError::Unreachable {

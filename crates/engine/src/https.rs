@@ -56,6 +56,8 @@ pub struct HttpsRequest<'a> {
     /// A JSON body (POST); a JSON merge patch (RFC 7386) with PATCH.
     pub body: Option<&'a str>,
     pub tls: &'a Tls,
+    /// A bearer token (`Authorization: Bearer`), e.g. a worker's join token. Never logged.
+    pub bearer: Option<&'a str>,
 }
 
 /// A response: status and whole body.
@@ -151,6 +153,12 @@ impl RealNetwork {
         }
     }
 
+    /// One request over a connection of its own.
+    async fn once(&self, request: HttpsRequest<'_>, url: &str) -> Result<HttpsResponse, String> {
+        let mut sender = connect(&request).await?;
+        send(&mut sender, &request, url).await
+    }
+
     async fn exchange(
         &self,
         request: HttpsRequest<'_>,
@@ -166,6 +174,11 @@ impl RealNetwork {
                 .as_ref()
                 .map_or("", |(cert, _)| cert.as_str())
         );
+        // Connections are not shared between bearer tokens (nor is a token kept as a key).
+        let key = match request.bearer {
+            Some(_) => return self.once(request, url).await,
+            None => key,
+        };
         // Only reads reuse an idle connection: one the server closed just as it was taken
         // may fail after the request went out, and a read is simply asked again on a new
         // connection, where a write (a member add, an object created) could have been done.
@@ -287,6 +300,9 @@ async fn send(
         .header(http::header::HOST, authority)
         .header(http::header::ACCEPT, "application/json")
         .header(http::header::USER_AGENT, "oi-engine");
+    if let Some(token) = request.bearer {
+        builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+    }
     if request.body.is_some() {
         let content_type = if request.method == Method::PATCH {
             "application/merge-patch+json"

@@ -37,6 +37,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                 path: "/readyz",
                 body: None,
                 tls: &tls,
+                bearer: None,
             })
             .await
             .map_err(|e| e.reason)?;

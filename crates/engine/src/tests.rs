@@ -1067,6 +1067,7 @@ async fn put_object(
             path: collection,
             body: Some(&body),
             tls: &tls,
+            bearer: None,
         })
         .await
         .unwrap();

@@ -194,6 +194,7 @@ fn three_replicas_come_up_and_a_second_run_changes_nothing() {
             path: "/readyz",
             body: None,
             tls: &ca,
+            bearer: None,
         }))
         .unwrap();
     assert_eq!(readyz.status, 200);

@@ -74,6 +74,10 @@ pub enum Command {
     #[command(subcommand)]
     JoinToken(JoinTokenCommand),
 
+    /// Worker node operations: join a managed cluster (run on the worker).
+    #[command(subcommand)]
+    Node(NodeCommand),
+
     /// Versions of oi, of the supported Kubernetes releases and of component images.
     Version(VersionArgs),
 
@@ -144,6 +148,7 @@ impl Command {
             Command::JoinToken(JoinTokenCommand::Inject(a)) => Some(&a.input),
             Command::Reconcile(a) => Some(&a.input),
             Command::JoinToken(JoinTokenCommand::Generate)
+            | Command::Node(_)
             | Command::Version(_)
             | Command::Completion(_) => None,
         }
@@ -160,6 +165,7 @@ impl Command {
                 ClusterCommand::AdminKubeconfig(_) | ClusterCommand::ApiserverCa(_),
             )
             | Command::JoinToken(JoinTokenCommand::Generate)
+            | Command::Node(_)
             | Command::Version(_)
             | Command::Completion(_) => false,
         }
@@ -309,6 +315,68 @@ pub enum JoinTokenCommand {
 
     /// Print a new bootstrap token (a secret: whoever has it can ask to join).
     Generate,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NodeCommand {
+    /// Join this machine to a managed cluster as a worker: ask with a join token, wait for the
+    /// answer, write the kubelet's files (keys 0600) and its systemd unit, start it where
+    /// systemd runs (else print the command that starts it). Rerun after a failure to go on.
+    Join(NodeJoinArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NodeJoinArgs {
+    /// The node's name (a DNS label): the Node and its NodeJoinRequest are named so.
+    #[arg(long, value_name = "NAME")]
+    pub nodename: String,
+
+    /// The cluster's API endpoint, https://HOST:PORT (`status.apiServerEndpoint`).
+    #[arg(long, value_name = "URL")]
+    pub apiserver_endpoint: String,
+
+    /// The CA the API server's certificate must chain to (`oi cluster apiserver-ca`).
+    #[arg(long, value_name = "FILE")]
+    pub apiserver_ca_cert_file: PathBuf,
+
+    /// A join token of the cluster (`oi join-token inject`). Also read from OI_JOIN_TOKEN,
+    /// which keeps it out of the process list.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "OI_JOIN_TOKEN",
+        hide_env_values = true
+    )]
+    pub join_token: String,
+
+    /// The CRI endpoint of this node's container runtime, for the kubelet.
+    #[arg(
+        long,
+        value_name = "URL",
+        default_value = "unix:///run/containerd/containerd.sock"
+    )]
+    pub container_runtime_endpoint: String,
+
+    /// The CRI image service endpoint (default: the container runtime endpoint).
+    #[arg(long, value_name = "URL")]
+    pub image_service_endpoint: Option<String>,
+
+    /// An extra subject alternative name of the kubelet's serving certificate (repeatable).
+    #[arg(long, value_name = "SAN")]
+    pub extra_san: Vec<String>,
+
+    /// How long to wait for the cluster's answer (e.g. 30s, 5m; at most 24h).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = oi_cli_io::parse_duration)]
+    pub timeout: std::time::Duration,
+
+    /// The kubelet binary the unit runs (air-gapped nodes: where you put it).
+    #[arg(long, value_name = "PATH", default_value = "/usr/bin/kubelet")]
+    pub kubelet_binary: PathBuf,
+
+    /// Write every file under this directory instead of / (containers, tests); the kubelet is
+    /// then not started, its command is printed.
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub root_dir: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod completion;
 pub mod hypervisor;
 pub mod join_token;
+pub mod node;
 pub mod reconcile;
 pub mod version;
 
@@ -15,7 +16,9 @@ use rand::SeedableRng as _;
 use rand_chacha::ChaCha20Rng;
 use time::OffsetDateTime;
 
-use crate::args::{ClusterCommand, Command, GlobalArgs, HypervisorCommand, JoinTokenCommand};
+use crate::args::{
+    ClusterCommand, Command, GlobalArgs, HypervisorCommand, JoinTokenCommand, NodeCommand,
+};
 
 /// What commands take from the world besides their arguments: the time and randomness.
 #[derive(Debug, Clone, Copy)]
@@ -129,6 +132,7 @@ pub fn dispatch(
         Command::JoinToken(JoinTokenCommand::Generate) => {
             no_note(join_token::generate::run(ctx, output))
         }
+        Command::Node(NodeCommand::Join(args)) => node::run(args, output).map(Some),
         Command::Version(args) => no_note(version::run(args, output)),
         Command::Completion(args) => no_note(completion::run(args, output)),
         Command::Reconcile(args) => reconcile::run(args, ctx, input, output),

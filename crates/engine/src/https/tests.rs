@@ -103,6 +103,7 @@ async fn request(network: &RealNetwork, server: &Server, method: &Method) -> Htt
             path: "/x",
             body: (*method != Method::GET).then_some("{}"),
             tls: &tls,
+            bearer: None,
         })
         .await
         .unwrap()

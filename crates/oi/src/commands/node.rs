@@ -1,0 +1,432 @@
+//! `oi node join`: a worker joins a managed cluster (run on the worker, as root).
+//!
+//! ```text
+//! 1. GET  the join key ConfigMap with the join token       wrong/expired token, unreachable
+//!         (API server verified with --apiserver-ca-cert-file) endpoint, CA mismatch: fail here,
+//!                                                           nothing written
+//! 2. the symmetric key: read from <root>/etc/oneinfra/join.key (a rerun continues the same
+//!    request), else a new one, kept there (0600) once its request is created; wrapped to
+//!    the join key
+//! 3. POST the NodeJoinRequest (endpoint, CRI endpoints, extra SANs sealed with the key);
+//!    one that exists already is waited for (a rerun)
+//! 4. GET  it until Issued (progress on stderr, --timeout); Issued=False: its reason, fail
+//! 5. the answer opened; the kubelet's files written atomically, keys 0600:
+//!    /etc/oneinfra/kubelet.conf, kubelet.crt, kubelet.key, kubelet-client-ca.crt,
+//!    /var/lib/kubelet/config.yaml; the systemd unit /etc/systemd/system/kubelet.service
+//! 6. where systemd runs: `systemctl daemon-reload` and `systemctl enable --now kubelet`;
+//!    elsewhere the exact command to start the kubelet is printed
+//! ```
+//!
+//! The VPN part of the answer (WireGuard) waits for the cluster VPN.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use http::Method;
+use oi_api::NodeJoinRequest;
+use oi_engine::{HttpsRequest, HttpsResponse, Network as _, RealNetwork, Tls};
+use oi_pki::SymmetricKey;
+use oi_planner::bootstrap::{JOIN_CONFIG_MAP, JOIN_CONFIG_MAP_KEY, NAMESPACE};
+use oi_planner::join::{ISSUED, paths};
+
+use crate::args::NodeJoinArgs;
+
+/// The cluster's NodeJoinRequests.
+const REQUESTS: &str = "/apis/node.oneinfra.ereslibre.es/v1alpha1/nodejoinrequests";
+/// Where the symmetric key of this node's request is kept.
+const KEY_FILE: &str = "/etc/oneinfra/join.key";
+/// The kubelet's systemd unit.
+const UNIT_FILE: &str = "/etc/systemd/system/kubelet.service";
+
+/// Joins; returns the note for stderr (what was written, how the kubelet starts).
+///
+/// # Errors
+/// Each failure names what failed: the token, the endpoint, the CA, the request's refusal,
+/// the timeout, a file.
+pub fn run(args: &NodeJoinArgs, output: &mut impl Write) -> anyhow::Result<String> {
+    let _ = output;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(join(args))
+}
+
+struct Client<'a> {
+    network: RealNetwork,
+    endpoint: &'a str,
+    tls: Tls,
+    token: &'a str,
+}
+
+impl Client<'_> {
+    async fn call(
+        &self,
+        method: &Method,
+        path: &str,
+        body: Option<&str>,
+    ) -> anyhow::Result<HttpsResponse> {
+        self.network
+            .request(HttpsRequest {
+                base: self.endpoint,
+                method,
+                path,
+                body,
+                tls: &self.tls,
+                bearer: Some(self.token),
+            })
+            .await
+            .map_err(|e| {
+                let reason = e.reason;
+                if reason.contains("TLS handshake") {
+                    anyhow::anyhow!(
+                        "{}: the API server's certificate is not trusted by --apiserver-ca-cert-file ({reason})",
+                        self.endpoint
+                    )
+                } else {
+                    anyhow::anyhow!("{}: unreachable: {reason}", self.endpoint)
+                }
+            })
+    }
+}
+
+/// The API server's message of a refusal.
+fn refusal(what: &str, r: &HttpsResponse) -> anyhow::Error {
+    let status: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+    let message = status["message"].as_str().map_or_else(
+        || String::from_utf8_lossy(&r.body).trim().to_string(),
+        str::to_string,
+    );
+    match r.status {
+        401 => anyhow::anyhow!(
+            "{what}: the join token was refused (401 Unauthorized): it is wrong, expired or deleted"
+        ),
+        403 => anyhow::anyhow!("{what}: the join token may not do this (403 Forbidden): {message}"),
+        status => anyhow::anyhow!("{what}: the API server answered {status}: {message}"),
+    }
+}
+
+async fn join(args: &NodeJoinArgs) -> anyhow::Result<String> {
+    if !oi_api::validation::is_bootstrap_token(&args.join_token) {
+        bail!("--join-token is not a bootstrap token ([a-z0-9]{{6}}.[a-z0-9]{{16}})");
+    }
+    if !oi_api::validation::is_dns1123_label(&args.nodename) {
+        bail!(
+            "--nodename {:?} is not a DNS label (lowercase letters, digits and '-', at most 63)",
+            args.nodename
+        );
+    }
+    let endpoint = args.apiserver_endpoint.trim_end_matches('/');
+    if !endpoint.starts_with("https://") {
+        bail!("--apiserver-endpoint {endpoint:?} must be https://HOST:PORT");
+    }
+    let ca_file = args.apiserver_ca_cert_file.display();
+    let ca = std::fs::read_to_string(&args.apiserver_ca_cert_file)
+        .with_context(|| format!("--apiserver-ca-cert-file {ca_file}"))?;
+    oi_pki::check_ca_certificate(&ca)
+        .with_context(|| format!("--apiserver-ca-cert-file {ca_file}"))?;
+    let client = Client {
+        network: RealNetwork::default(),
+        endpoint,
+        tls: Tls {
+            ca_pem: ca,
+            identity: None,
+        },
+        token: &args.join_token,
+    };
+
+    // 1. The join key, with the token: nothing is written before this succeeds.
+    let cm = format!("/api/v1/namespaces/{NAMESPACE}/configmaps/{JOIN_CONFIG_MAP}");
+    let r = client.call(&Method::GET, &cm, None).await?;
+    if r.status != 200 {
+        return Err(refusal("reading the join key", &r));
+    }
+    let cm: serde_json::Value =
+        serde_json::from_slice(&r.body).context("the join key ConfigMap")?;
+    let join_key = cm["data"][JOIN_CONFIG_MAP_KEY]
+        .as_str()
+        .context("the join key ConfigMap has no joinKey")?
+        .to_string();
+
+    // 2. The symmetric key, kept for a rerun.
+    let root = &args.root_dir;
+    let key_path = under(root, KEY_FILE);
+    let (key, stored) = match std::fs::read(&key_path) {
+        Ok(bytes) => (
+            SymmetricKey::from_bytes(bytes)
+                .with_context(|| format!("{}: not a key this command wrote", key_path.display()))?,
+            true,
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (SymmetricKey::generate(), false),
+        Err(e) => return Err(e).with_context(|| key_path.display().to_string()),
+    };
+
+    // 3. The request.
+    let seal = |s: &str| key.seal(s.as_bytes()).map_err(anyhow::Error::from);
+    let image_service = args
+        .image_service_endpoint
+        .clone()
+        .unwrap_or_else(|| args.container_runtime_endpoint.clone());
+    let request = serde_json::json!({
+        "apiVersion": "node.oneinfra.ereslibre.es/v1alpha1",
+        "kind": "NodeJoinRequest",
+        "metadata": {"name": args.nodename},
+        "spec": {
+            "symmetricKey": key.wrap(&join_key).context("wrapping the key to the join key")?,
+            "apiServerEndpoint": seal(endpoint)?,
+            "containerRuntimeEndpoint": seal(&args.container_runtime_endpoint)?,
+            "imageServiceEndpoint": seal(&image_service)?,
+            "extraSANs": args.extra_san.iter().map(|s| seal(s)).collect::<anyhow::Result<Vec<_>>>()?,
+        },
+    });
+    let r = client
+        .call(&Method::POST, REQUESTS, Some(&request.to_string()))
+        .await?;
+    match r.status {
+        201 | 200 => {
+            if !stored {
+                write_file(&key_path, key.as_bytes(), 0o600)?;
+            }
+            eprintln!("oi: join request {} created", args.nodename);
+        }
+        409 if stored => eprintln!(
+            "oi: join request {} exists already: waiting for its answer",
+            args.nodename
+        ),
+        409 => bail!(
+            "join request {} exists already and was not made from here (no {}): another machine has this name, or its request must be deleted first",
+            args.nodename,
+            key_path.display()
+        ),
+        _ => return Err(refusal("creating the join request", &r)),
+    }
+
+    // 4. The answer.
+    let started = Instant::now();
+    let path = format!("{REQUESTS}/{}", args.nodename);
+    let mut last_progress = Instant::now();
+    let request: NodeJoinRequest = loop {
+        let r = client.call(&Method::GET, &path, None).await?;
+        if r.status != 200 {
+            return Err(refusal("reading the join request", &r));
+        }
+        let request: NodeJoinRequest =
+            serde_json::from_slice(&r.body).context("the join request as the API server has it")?;
+        if let Some(c) = request.status.conditions.iter().find(|c| c.type_ == ISSUED) {
+            if c.status != oi_api::common::ConditionStatus::True {
+                bail!(
+                    "the cluster refused join request {}: {}: {}",
+                    args.nodename,
+                    c.reason,
+                    c.message
+                );
+            }
+            break request;
+        }
+        if started.elapsed() >= args.timeout {
+            bail!(
+                "join request {} not answered after {:?}: is the cluster reconciled (oi reconcile, or oi-manager running)?",
+                args.nodename,
+                args.timeout
+            );
+        }
+        if last_progress.elapsed() >= Duration::from_secs(5) {
+            eprintln!(
+                "oi: waiting for the answer to join request {} ({:.0?} so far)",
+                args.nodename,
+                started.elapsed()
+            );
+            last_progress = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+
+    // 5. The kubelet's files.
+    let s = &request.status;
+    let open = |field: &str, sealed: &str| -> anyhow::Result<String> {
+        let plain = key.open(sealed).with_context(|| {
+            format!(
+                "the answer's {field} does not open with this node's key: join request {} was made by another machine",
+                args.nodename
+            )
+        })?;
+        String::from_utf8(plain).with_context(|| format!("the answer's {field} is not text"))
+    };
+    let files = [
+        (
+            paths::KUBECONFIG,
+            open("kubeConfig", &s.kube_config)?,
+            0o600,
+        ),
+        (
+            paths::SERVER_CERTIFICATE,
+            open("kubeletServerCertificate", &s.kubelet_server_certificate)?,
+            0o644,
+        ),
+        (
+            paths::SERVER_PRIVATE_KEY,
+            open("kubeletServerPrivateKey", &s.kubelet_server_private_key)?,
+            0o600,
+        ),
+        (
+            paths::CLIENT_CA_CERTIFICATE,
+            open(
+                "kubeletClientCACertificate",
+                &s.kubelet_client_ca_certificate,
+            )?,
+            0o644,
+        ),
+        (
+            paths::CONFIG,
+            rooted_config(root, &open("kubeletConfig", &s.kubelet_config)?),
+            0o644,
+        ),
+    ];
+    let version = open("kubernetesVersion", &s.kubernetes_version)?;
+    let command = kubelet_command(args, &image_service);
+    for (path, contents, mode) in &files {
+        write_file(&under(root, path), contents.as_bytes(), *mode)?;
+    }
+    write_file(&under(root, UNIT_FILE), unit(&command).as_bytes(), 0o644)?;
+
+    // 6. The kubelet.
+    let mut note = format!(
+        "node {} joined the cluster (Kubernetes {version}): kubelet files in {}, unit {}",
+        args.nodename,
+        under(root, "/etc/oneinfra").display(),
+        under(root, UNIT_FILE).display()
+    );
+    if root == Path::new("/") && Path::new("/run/systemd/system").is_dir() {
+        for step in [
+            vec!["daemon-reload"],
+            vec!["enable", "--now", "kubelet.service"],
+        ] {
+            let status = std::process::Command::new("systemctl")
+                .args(&step)
+                .status()
+                .context("running systemctl")?;
+            if !status.success() {
+                bail!("systemctl {} failed ({status})", step.join(" "));
+            }
+        }
+        note.push_str("; the kubelet runs under systemd (systemctl status kubelet)");
+    } else {
+        note.push_str(&format!(
+            "\nsystemd does not run here: start the kubelet with:\n  {}",
+            command.join(" ")
+        ));
+    }
+    Ok(note)
+}
+
+/// The kubelet configuration with the files it names under `root`, where they were written.
+fn rooted_config(root: &Path, config: &str) -> String {
+    [
+        paths::SERVER_CERTIFICATE,
+        paths::SERVER_PRIVATE_KEY,
+        paths::CLIENT_CA_CERTIFICATE,
+    ]
+    .iter()
+    .fold(config.to_string(), |config, path| {
+        config.replace(
+            &format!(": {path}\n"),
+            &format!(": {}\n", under(root, path).display()),
+        )
+    })
+}
+
+/// The kubelet's command line on this node.
+fn kubelet_command(args: &NodeJoinArgs, image_service: &str) -> Vec<String> {
+    let root = &args.root_dir;
+    vec![
+        args.kubelet_binary.display().to_string(),
+        format!("--kubeconfig={}", under(root, paths::KUBECONFIG).display()),
+        format!("--config={}", under(root, paths::CONFIG).display()),
+        format!(
+            "--container-runtime-endpoint={}",
+            args.container_runtime_endpoint
+        ),
+        format!("--image-service-endpoint={image_service}"),
+        format!("--hostname-override={}", args.nodename),
+    ]
+}
+
+/// The kubelet's systemd unit.
+pub fn unit(command: &[String]) -> String {
+    format!(
+        "[Unit]\nDescription=kubelet (joined by oi node join)\nDocumentation=https://kubernetes.io/docs/reference/command-line-tools-reference/kubelet/\nWants=network-online.target\nAfter=network-online.target\n\n[Service]\nExecStart={}\nRestart=always\nRestartSec=5\n\n[Install]\nWantedBy=multi-user.target\n",
+        command.join(" ")
+    )
+}
+
+/// `path` (absolute) under `root`.
+fn under(root: &Path, path: &str) -> PathBuf {
+    root.join(path.trim_start_matches('/'))
+}
+
+/// Writes a file atomically (a temporary file beside it, then renamed), with `mode` from its
+/// creation; its directory is made when missing.
+fn write_file(path: &Path, contents: &[u8], mode: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = path.parent().context("a file without a directory")?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut temp = tempfile::Builder::new()
+        .prefix(".oi-")
+        .permissions(std::fs::Permissions::from_mode(mode))
+        .tempfile_in(dir)
+        .with_context(|| format!("writing in {}", dir.display()))?;
+    temp.write_all(contents)
+        .and_then(|()| temp.as_file().sync_all())
+        .with_context(|| format!("writing {}", path.display()))?;
+    temp.persist(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unit_runs_the_kubelet_with_the_joined_files() {
+        let command = vec![
+            "/usr/bin/kubelet".to_string(),
+            "--kubeconfig=/etc/oneinfra/kubelet.conf".to_string(),
+        ];
+        let unit = unit(&command);
+        assert!(unit.contains(
+            "\nExecStart=/usr/bin/kubelet --kubeconfig=/etc/oneinfra/kubelet.conf\nRestart=always\n"
+        ));
+        assert!(unit.ends_with("[Install]\nWantedBy=multi-user.target\n"));
+    }
+
+    #[test]
+    fn the_kubelet_config_names_its_files_where_they_were_written() {
+        let config = oi_planner::join::kubelet_config("10.96.0.10");
+        assert_eq!(rooted_config(Path::new("/"), &config), config);
+        let rooted = rooted_config(Path::new("/srv/node"), &config);
+        assert!(rooted.contains("tlsCertFile: /srv/node/etc/oneinfra/kubelet.crt\n"));
+        assert!(rooted.contains("tlsPrivateKeyFile: /srv/node/etc/oneinfra/kubelet.key\n"));
+        assert!(rooted.contains("clientCAFile: /srv/node/etc/oneinfra/kubelet-client-ca.crt\n"));
+    }
+
+    #[test]
+    fn files_are_written_with_their_mode_from_creation() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = under(dir.path(), "/etc/oneinfra/kubelet.key");
+        write_file(&path, b"secret", 0o600).unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read(&path).unwrap(), b"secret");
+        write_file(&path, b"again", 0o600).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"again");
+        let left: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left.len(), 1, "{left:?}");
+    }
+}

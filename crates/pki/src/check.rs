@@ -159,5 +159,43 @@ pub fn check_wireguard_keys(private_key: &str, public_key: &str) -> Result<()> {
     Ok(())
 }
 
+/// A new WireGuard key pair, `(private, public)`, each standard base64 of 32 bytes as `wg
+/// genkey | wg pubkey` prints them (the private key clamped as X25519 requires).
+pub fn generate_wireguard_keys() -> (String, String) {
+    use base64::Engine as _;
+    use rand::RngCore as _;
+    let mut private = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut private);
+    private[0] &= 248;
+    private[31] &= 127;
+    private[31] |= 64;
+    let public = x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from(private));
+    let b64 = base64::engine::general_purpose::STANDARD;
+    (b64.encode(private), b64.encode(public.to_bytes()))
+}
+
+/// The public key (standard base64) of a WireGuard private key.
+///
+/// # Errors
+/// [`Error::InvalidWireguardKey`] when it is not base64 of 32 bytes.
+pub fn wireguard_public_key(private_key: &str) -> Result<String> {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let bytes = b64
+        .decode(private_key.trim())
+        .map_err(|e| Error::InvalidWireguardKey {
+            which: "private",
+            reason: e.to_string(),
+        })?;
+    let private =
+        <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| Error::InvalidWireguardKey {
+            which: "private",
+            reason: format!("{} bytes instead of 32", bytes.len()),
+        })?;
+    Ok(b64.encode(
+        x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from(private)).to_bytes(),
+    ))
+}
+
 #[cfg(test)]
 mod tests;

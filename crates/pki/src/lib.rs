@@ -55,7 +55,10 @@ mod kubeconfig;
 mod leaf;
 
 pub use ca::{BACKDATE, CertificateAuthority, CertificatePem};
-pub use check::{check_ca, check_ca_certificate, check_key_pair, check_leaf, check_wireguard_keys};
+pub use check::{
+    check_ca, check_ca_certificate, check_key_pair, check_leaf, check_wireguard_keys,
+    generate_wireguard_keys, wireguard_public_key,
+};
 pub use cluster::{CaKind, ClusterPki, JOIN_KEY_FIELD, SERVICE_ACCOUNT_FIELD, join_key_algorithm};
 pub use inspect::{
     CertificateInfo, KeyUsages, RenewalReason, inspect_certificate, is_signed_by, needs_renewal,

@@ -740,6 +740,17 @@ fn init_pki(
             private_key: pair.private_key_pem,
         });
     }
+    // The VPN endpoint's WireGuard keys, when the VPN is on (a given private key is kept and
+    // its public key derived).
+    let vpn = &mut spec.vpn;
+    if vpn.enabled {
+        if vpn.private_key.is_empty() {
+            (vpn.private_key, vpn.public_key) = oi_pki::generate_wireguard_keys();
+        } else if vpn.public_key.is_empty() {
+            vpn.public_key = oi_pki::wireguard_public_key(&vpn.private_key)
+                .map_err(|e| pki_error(key, "spec.vpn.privateKey", &e))?;
+        }
+    }
     Ok(())
 }
 

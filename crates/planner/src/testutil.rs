@@ -53,6 +53,11 @@ pub fn with_pki(mut c: Cluster) -> Cluster {
     cas.kubelet_client = cert(&pki.kubelet_client);
     cas.etcd_client = cert(&pki.etcd_client);
     cas.etcd_peer = cert(&pki.etcd_peer);
+    if s.vpn.enabled && s.vpn.private_key.is_empty() {
+        static VPN: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+        (s.vpn.private_key, s.vpn.public_key) =
+            VPN.get_or_init(oi_pki::generate_wireguard_keys).clone();
+    }
     c
 }
 

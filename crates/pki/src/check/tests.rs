@@ -159,3 +159,18 @@ fn wireguard_keys_are_32_bytes_and_a_pair() {
         "invalid WireGuard public key: 16 bytes instead of 32"
     );
 }
+
+#[test]
+fn generated_wireguard_keys_are_a_clamped_pair_and_differ_each_time() {
+    use base64::Engine as _;
+    let (private, public) = crate::generate_wireguard_keys();
+    check_wireguard_keys(&private, &public).unwrap();
+    assert_eq!(crate::wireguard_public_key(&private).unwrap(), public);
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(&private)
+        .unwrap();
+    assert_eq!(bytes[0] & 7, 0);
+    assert_eq!(bytes[31] & 0xc0, 0x40);
+    assert_ne!(crate::generate_wireguard_keys().0, private);
+    assert!(crate::wireguard_public_key("c2hvcnQ=").is_err());
+}

@@ -167,6 +167,30 @@ fn vpn_gets_a_wireguard_port_and_endpoint() {
 }
 
 #[test]
+fn a_vpn_gets_its_wireguard_keys_once_and_a_given_private_key_its_public_key() {
+    let mut fresh = cluster("c1", 1, true);
+    fresh.spec.vpn.private_key.clear();
+    fresh.spec.vpn.public_key.clear();
+    let w = ok(world(basic(), vec![fresh, cluster("c2", 1, false)]));
+    let vpn = &w.clusters[&key("c1")].spec.vpn;
+    assert_ne!(vpn.private_key, cluster("c1", 1, true).spec.vpn.private_key);
+    oi_pki::check_wireguard_keys(&vpn.private_key, &vpn.public_key).unwrap();
+    assert!(!vpn.public_key.is_empty());
+    assert_eq!(w.clusters[&key("c2")].spec.vpn.private_key, "");
+    // Prepared again: kept.
+    let again = ok(w.clone());
+    assert_eq!(&again.clusters[&key("c1")].spec.vpn, vpn);
+    // A private key given alone gets its public key.
+    let mut given = w.clone();
+    let (private, public) = oi_pki::generate_wireguard_keys();
+    let spec = &mut given.clusters.get_mut(&key("c1")).unwrap().spec.vpn;
+    spec.private_key = private;
+    spec.public_key.clear();
+    let given = ok(given);
+    assert_eq!(given.clusters[&key("c1")].spec.vpn.public_key, public);
+}
+
+#[test]
 fn replicas_spread_over_distinct_hypervisors_least_loaded_first() {
     let w = ok(world(
         basic(),

@@ -151,7 +151,8 @@ async fn join(args: &NodeJoinArgs) -> anyhow::Result<String> {
         .to_string();
 
     // 2. The symmetric key, kept for a rerun.
-    let root = &args.root_dir;
+    let root = &std::path::absolute(&args.root_dir)
+        .with_context(|| format!("--root-dir {}", args.root_dir.display()))?;
     let key_path = under(root, KEY_FILE);
     let (key, stored) = match std::fs::read(&key_path) {
         Ok(bytes) => (
@@ -285,7 +286,7 @@ async fn join(args: &NodeJoinArgs) -> anyhow::Result<String> {
         ),
     ];
     let version = open("kubernetesVersion", &s.kubernetes_version)?;
-    let command = kubelet_command(args, &image_service);
+    let command = kubelet_command(args, root, &image_service);
     for (path, contents, mode) in &files {
         write_file(&under(root, path), contents.as_bytes(), *mode)?;
     }
@@ -338,8 +339,7 @@ fn rooted_config(root: &Path, config: &str) -> String {
 }
 
 /// The kubelet's command line on this node.
-fn kubelet_command(args: &NodeJoinArgs, image_service: &str) -> Vec<String> {
-    let root = &args.root_dir;
+fn kubelet_command(args: &NodeJoinArgs, root: &Path, image_service: &str) -> Vec<String> {
     vec![
         args.kubelet_binary.display().to_string(),
         format!("--kubeconfig={}", under(root, paths::KUBECONFIG).display()),

@@ -20,6 +20,9 @@ pub const STANDIN_BINARY: &str = "kube-standin";
 /// The package and binary of the manager.
 pub const MANAGER_PACKAGE: &str = "oi-manager";
 pub const MANAGER_BINARY: &str = "oi-manager";
+/// The package and binary of the VPN endpoint.
+pub const VPN_PACKAGE: &str = "oi-vpn";
+pub const VPN_BINARY: &str = "oi-vpn-endpoint";
 
 /// What to build, and where.
 #[derive(Debug, Clone)]
@@ -60,6 +63,7 @@ pub fn build_images(opts: &BuildOptions, log: &mut dyn Write) -> Result<Vec<Repo
         pause: None,
         standin: None,
         manager: None,
+        vpn_endpoint: None,
     };
     let mut reports = Vec::new();
     let result = build_all(&defs, &opts.out_dir, &mut helpers, log, &mut reports);
@@ -77,6 +81,7 @@ struct Helpers<'a> {
     pause: Option<PathBuf>,
     standin: Option<PathBuf>,
     manager: Option<PathBuf>,
+    vpn_endpoint: Option<PathBuf>,
 }
 
 impl Helpers<'_> {
@@ -110,6 +115,15 @@ impl HelperBinaries for Helpers<'_> {
         }
         let p = build_release(self.workspace_root, MANAGER_PACKAGE, MANAGER_BINARY)?;
         self.manager = Some(p.clone());
+        Ok(p)
+    }
+
+    fn vpn_endpoint(&mut self) -> Result<PathBuf> {
+        if let Some(p) = &self.vpn_endpoint {
+            return Ok(p.clone());
+        }
+        let p = build_release(self.workspace_root, VPN_PACKAGE, VPN_BINARY)?;
+        self.vpn_endpoint = Some(p.clone());
         Ok(p)
     }
 }

@@ -19,6 +19,8 @@ pub const HOST_ETCDCTL: &str = "/usr/bin/etcdctl";
 pub const HOST_HAPROXY: &str = "/usr/sbin/haproxy";
 pub const HOST_WIREGUARD_GO: &str = "/usr/bin/wireguard-go";
 pub const HOST_WG: &str = "/usr/bin/wg";
+/// Where the VPN endpoint's binary is in its image.
+pub const VPN_ENDPOINT_PATH: &str = "/usr/local/bin/oi-vpn-endpoint";
 
 /// The environment variable the kube stand-in reads to report its version.
 pub const STANDIN_VERSION_ENV: &str = "KUBE_STANDIN_VERSION";
@@ -42,6 +44,12 @@ pub trait HelperBinaries {
     /// # Errors
     /// When building fails or yields no executable.
     fn manager(&mut self) -> Result<PathBuf>;
+
+    /// The `oi-vpn-endpoint` executable, built.
+    ///
+    /// # Errors
+    /// When building fails or yields no executable.
+    fn vpn_endpoint(&mut self) -> Result<PathBuf>;
 }
 
 /// The manager's image, `localhost/oneinfra/oi-manager:<workspace version>` (what
@@ -74,7 +82,8 @@ pub enum Kind {
     Busybox,
     Etcd,
     Haproxy,
-    Wireguard,
+    /// `oi-vpn-endpoint` with wireguard-go, wg and busybox.
+    VpnEndpoint,
     /// The kube stand-in installed as `component` (its role comes from argv\[0\]), reporting
     /// Kubernetes `version` (without the `v`).
     Kube {
@@ -163,14 +172,15 @@ impl ImageDef {
                     ..RunConfig::default()
                 }
             }
-            Kind::Wireguard => {
+            Kind::VpnEndpoint => {
+                fs.binary_with_libs(VPN_ENDPOINT_PATH, &helpers.vpn_endpoint()?)?;
                 fs.binary_with_libs("/usr/bin/wireguard-go", Path::new(HOST_WIREGUARD_GO))?;
                 fs.binary_with_libs("/usr/bin/wg", Path::new(HOST_WG))?;
                 add_busybox(&mut fs)?;
                 fs.dir("/run", 0o755)?;
                 fs.symlink("/var/run", "/run")?;
                 RunConfig {
-                    cmd: strings(&["sh"]),
+                    entrypoint: strings(&[VPN_ENDPOINT_PATH]),
                     ..RunConfig::default()
                 }
             }
@@ -250,8 +260,8 @@ pub fn catalog() -> Vec<ImageDef> {
             kind: Kind::Haproxy,
         },
         ImageDef {
-            image: infra.wireguard,
-            kind: Kind::Wireguard,
+            image: infra.vpn_endpoint,
+            kind: Kind::VpnEndpoint,
         },
     ];
     for release in versions::RELEASES {
@@ -322,7 +332,7 @@ mod tests {
             versions::INFRA.pause,
             versions::INFRA.toolbox,
             versions::INFRA.haproxy,
-            versions::INFRA.wireguard,
+            versions::INFRA.vpn_endpoint,
         ]
         .into_iter()
         .chain(versions::RELEASES.iter().flat_map(|r| r.images()))
@@ -393,6 +403,9 @@ mod tests {
         }
         fn manager(&mut self) -> Result<PathBuf> {
             Ok(PathBuf::from("/bin/sh"))
+        }
+        fn vpn_endpoint(&mut self) -> Result<PathBuf> {
+            panic!("not asked for")
         }
     }
 

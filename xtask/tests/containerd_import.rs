@@ -327,6 +327,15 @@ fn check_haproxy(c: &mut Containerd, image: &str) -> Result<()> {
 
 fn check_wireguard(c: &mut Containerd, image: &str) -> Result<()> {
     let out = c
+        .run(
+            image,
+            "vpn-endpoint-v",
+            &[],
+            &["oi-vpn-endpoint", "--version"],
+        )?
+        .check("oi-vpn-endpoint --version")?;
+    contains(&out, "oi-vpn-endpoint", "oi-vpn-endpoint --version")?;
+    let out = c
         .run(image, "wg-v", &[], &["wg", "--version"])?
         .check("wg --version")?;
     contains(&out, "wireguard-tools", "wg --version")?;
@@ -412,7 +421,7 @@ fn containerd_imports_and_runs_every_image() -> Result<()> {
             Kind::Busybox => check_busybox(&mut c, &image, "busybox"),
             Kind::Etcd => check_etcd(&mut c, &image),
             Kind::Haproxy => check_haproxy(&mut c, &image),
-            Kind::Wireguard => check_busybox(&mut c, &image, "wg-busybox")
+            Kind::VpnEndpoint => check_busybox(&mut c, &image, "wg-busybox")
                 .and_then(|()| check_wireguard(&mut c, &image)),
             Kind::Kube { component, version } => check_kube(&mut c, def, component, version),
             Kind::Manager => Err(anyhow::anyhow!("the manager image is not in the catalog")),

@@ -345,6 +345,7 @@ fn node_join_request_spec() -> Value {
         ("containerRuntimeEndpoint", string()),
         ("imageServiceEndpoint", string()),
         ("extraSANs", array(string())),
+        ("vpnPublicKey", string()),
     ])
 }
 

@@ -49,6 +49,11 @@ pub struct NodeJoinRequestSpec {
     pub image_service_endpoint: String,
     #[serde(rename = "extraSANs", default, skip_serializing_if = "Vec::is_empty")]
     pub extra_sans: Vec<String>,
+    /// Ours, optional: the worker's own WireGuard public key (sealed like the fields above).
+    /// With it the answer carries no private key: the worker's never leaves it. Without it
+    /// (oneinfra's form) the cluster makes the key pair and sends the private key sealed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub vpn_public_key: String,
 }
 
 impl fmt::Debug for NodeJoinRequestSpec {
@@ -62,6 +67,7 @@ impl fmt::Debug for NodeJoinRequestSpec {
             )
             .field("image_service_endpoint", &self.image_service_endpoint)
             .field("extra_sans", &self.extra_sans)
+            .field("vpn_public_key", &self.vpn_public_key)
             .finish()
     }
 }

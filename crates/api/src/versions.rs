@@ -97,8 +97,9 @@ pub struct InfraImages {
     /// The file writer and tooling image: a POSIX shell with `base64`, `sha256sum`, `mkdir`,
     /// `chmod`, `rm` (busybox). Files reach hypervisors through it.
     pub toolbox: Image,
-    /// Userspace WireGuard (`wireguard-go` and `wg`) for the cluster VPN endpoint.
-    pub wireguard: Image,
+    /// The cluster VPN endpoint: `oi-vpn-endpoint` (this project's, crates/vpn) with
+    /// userspace WireGuard (`wireguard-go`, `wg`), run on the ingress's public hypervisor.
+    pub vpn_endpoint: Image,
 }
 
 const fn k8s(name: &'static str, tag: &'static str) -> Image {
@@ -131,7 +132,10 @@ pub const INFRA: InfraImages = InfraImages {
     pause: k8s("registry.k8s.io/pause", "3.10.1"),
     haproxy: k8s("docker.io/library/haproxy", "2.6.12"),
     toolbox: k8s("docker.io/library/busybox", "1.36.1"),
-    wireguard: k8s("ghcr.io/oneinfra-rs/wireguard-go", "0.0.20220316"),
+    vpn_endpoint: k8s(
+        "ghcr.io/oneinfra-rs/vpn-endpoint",
+        env!("CARGO_PKG_VERSION"),
+    ),
 };
 
 /// The version `"default"` (or an empty version) resolves to: the newest supported release.

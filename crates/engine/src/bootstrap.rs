@@ -1,5 +1,8 @@
 //! Step 7 of a ready cluster: what it must hold inside ([`oi_planner::bootstrap`]), written
-//! through its own API at its endpoint with the plan's short-lived `system:masters` identity.
+//! through its own API at its endpoint with the plan's short-lived `system:masters` identity,
+//! then its join requests ([`oi_planner::join::join_step`]): with the VPN on, the endpoint's
+//! peers rewritten on the ingress's hypervisor first, then answers, registered Nodes marked,
+//! requests of deleted Nodes deleted.
 //! Each object is read first: absent, it is created; present and holding every desired field,
 //! it is left alone (a converged cluster gets no write); otherwise the desired fields are
 //! written as a JSON merge patch. Then the join token Secrets of ours that left the Cluster
@@ -7,11 +10,16 @@
 //! not served yet, a conflict) are retried until the deadline; any other answer fails the
 //! step at once, naming the object and the API server's message.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use http::Method;
-use oi_api::{NodeJoinRequest, ObjectKey};
+use oi_api::common::{ConditionStatus, set_condition};
+use oi_api::{NodeJoinRequest, ObjectKey, VpnPeer};
 use oi_cri::HypervisorRuntime;
 use oi_planner::bootstrap::{ClusterObject, InCluster, Prune, holds};
-use oi_planner::{ClusterResult, Convergence};
+use oi_planner::join::NODE_REGISTERED;
+use oi_planner::vpn::VpnPlan;
+use oi_planner::{ClusterResult, Convergence, PlacedFiles};
 use serde_json::Value;
 
 use crate::Executor;
@@ -56,7 +64,10 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             identity: Some((identity.certificate.clone(), identity.private_key.clone())),
         };
         loop {
-            match self.ensure_all(key, in_cluster, &tls).await {
+            match self
+                .ensure_all(key, in_cluster, plan.vpn.as_ref(), &tls, result)
+                .await
+            {
                 Ok(()) => {
                     result.join_tokens = Some(in_cluster.join_tokens.clone());
                     return Ok(());
@@ -73,7 +84,9 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         &self,
         key: &ObjectKey,
         in_cluster: &InCluster,
+        vpn: Option<&VpnPlan>,
         tls: &Tls,
+        result: &mut ClusterResult,
     ) -> Result<(), Failure> {
         // One object after the other, over one kept-open connection: a converged cluster
         // costs one handshake and a read per object.
@@ -86,99 +99,256 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         for prune in &in_cluster.prune {
             self.prune(key, in_cluster, prune, tls).await?;
         }
-        self.answer_requests(key, in_cluster, tls).await
+        self.join_requests(key, in_cluster, vpn, tls, result).await
     }
 
-    /// Answers every NodeJoinRequest that has no `Issued` condition yet.
-    async fn answer_requests(
+    /// One pass over the cluster's NodeJoinRequests ([`oi_planner::join::join_step`]):
+    /// with the VPN on, the endpoint's peers first (a worker is a peer before it reads its
+    /// answer), then the answers, the requests whose Node registered marked so, and the
+    /// requests of Nodes deleted since deleted.
+    async fn join_requests(
         &self,
         key: &ObjectKey,
         in_cluster: &InCluster,
+        vpn: Option<&VpnPlan>,
         tls: &Tls,
+        result: &mut ClusterResult,
     ) -> Result<(), Failure> {
         let what = "NodeJoinRequests";
-        let listed = self
-            .api(in_cluster, tls, &Method::GET, REQUESTS, None)
-            .await;
-        let list: Value = match listed {
-            Ok(r) if r.status == 200 => serde_json::from_slice(&r.body).map_err(|e| Failure {
-                object: what.into(),
-                reason: format!("list: the answer is not JSON: {e}"),
-                retry: false,
-            })?,
-            other => return Err(failure_named(what, "list", other)),
-        };
-        let pending: Vec<(Value, NodeJoinRequest)> = list["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|item| {
-                let request: NodeJoinRequest = serde_json::from_value(item.clone()).ok()?;
-                let answered = request
-                    .status
-                    .conditions
-                    .iter()
-                    .any(|c| c.type_ == oi_planner::join::ISSUED);
-                (!answered).then(|| (item.clone(), request))
-            })
-            .collect();
-        if pending.is_empty() {
+        let list = self.list(in_cluster, tls, REQUESTS, what).await?;
+        let mut items: BTreeMap<String, Value> = BTreeMap::new();
+        let mut requests = Vec::new();
+        for item in list["items"].as_array().into_iter().flatten() {
+            // An object the CRD's schema let through but our type does not read is not ours
+            // to answer.
+            if let Ok(r) = serde_json::from_value::<NodeJoinRequest>(item.clone()) {
+                items.insert(r.metadata.name.clone(), item.clone());
+                requests.push(r);
+            }
+        }
+        let worker_peers = vpn.is_some_and(|v| {
+            v.peers
+                .iter()
+                .any(|p| oi_planner::vpn::peer_node(&p.name).is_some())
+        });
+        if requests.is_empty() && !worker_peers {
             return Ok(());
         }
-        let answerer = in_cluster.join.as_ref().map_err(|reason| Failure {
-            object: what.into(),
-            reason: format!("cannot answer: {reason}"),
-            retry: false,
-        })?;
-        for (mut item, request) in pending {
-            let name = request.metadata.name.clone();
+        let answerer = match &in_cluster.join {
+            Ok(a) => a,
+            Err(reason) => {
+                return Err(Failure {
+                    object: what.into(),
+                    reason: format!("cannot answer: {reason}"),
+                    retry: false,
+                });
+            }
+        };
+        let nodes: BTreeSet<String> = if requests.is_empty() {
+            BTreeSet::new()
+        } else {
+            let list = self.list(in_cluster, tls, "/api/v1/nodes", "Nodes").await?;
+            list["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_string))
+                .collect()
+        };
+        let now = time::OffsetDateTime::now_utc();
+        let step = oi_planner::join::join_step(answerer, vpn, &requests, &nodes, now);
+
+        // 1. The endpoint's peers.
+        if let (Some(vpn), Some(peers)) = (vpn, &step.peers) {
+            if *peers != vpn.peers {
+                self.write_vpn_peers(key, vpn, peers, result)
+                    .await
+                    .map_err(|reason| Failure {
+                        object: format!("the VPN endpoint's peers on {}", vpn.hypervisor),
+                        reason,
+                        retry: true,
+                    })?;
+            }
+            result.vpn_peers = Some(peers.clone());
+        }
+        // 2. The answers.
+        for (name, answer) in &step.answers {
             let describe = format!("NodeJoinRequest {name}");
-            let now = time::OffsetDateTime::now_utc();
-            // A name a registered Node holds is not handed to another machine.
-            let node = self
-                .api(
-                    in_cluster,
-                    tls,
-                    &Method::GET,
-                    &format!("/api/v1/nodes/{name}"),
-                    None,
-                )
-                .await;
-            let answer = match node {
-                Ok(r) if r.status == 404 => answerer.answer(&request, now),
-                Ok(r) if r.status == 200 => answerer.refuse_taken(&request, now),
-                other => return Err(failure_named(&describe, "read its Node", other)),
+            let Some(mut item) = items.get(name).cloned() else {
+                continue;
             };
             item["status"] = serde_json::to_value(&answer.status).map_err(|e| Failure {
                 object: describe.clone(),
                 reason: e.to_string(),
                 retry: false,
             })?;
-            let body = item.to_string();
-            let written = self
-                .api(
-                    in_cluster,
-                    tls,
-                    &Method::PUT,
-                    &format!("{REQUESTS}/{name}/status"),
-                    Some(&body),
-                )
-                .await;
-            match written {
-                Ok(r) if r.status == 200 => match answer.refused {
+            if self
+                .put_status(in_cluster, tls, name, &item, &describe)
+                .await?
+            {
+                match answer.refused {
                     None => self.wrote(key, "issued", &describe),
                     Some(refusal) => self.wrote(
                         key,
                         "refused",
                         &format!("{describe} ({})", refusal.reason()),
                     ),
-                },
-                // Deleted meanwhile: nothing to answer.
+                }
+            }
+        }
+        // 3. Requests whose Node registered.
+        for name in &step.registered {
+            let describe = format!("NodeJoinRequest {name}");
+            let (Some(mut item), Some(request)) = (
+                items.get(name).cloned(),
+                requests.iter().find(|r| &r.metadata.name == name),
+            ) else {
+                continue;
+            };
+            let mut status = request.status.clone();
+            set_condition(
+                &mut status.conditions,
+                NODE_REGISTERED,
+                ConditionStatus::True,
+                NODE_REGISTERED,
+                &format!("Node {name} registered"),
+                now,
+            );
+            item["status"] = serde_json::to_value(&status).map_err(|e| Failure {
+                object: describe.clone(),
+                reason: e.to_string(),
+                retry: false,
+            })?;
+            if self
+                .put_status(in_cluster, tls, name, &item, &describe)
+                .await?
+            {
+                self.wrote(key, "marked Node registered:", &describe);
+            }
+        }
+        // 4. Requests of Nodes deleted: the name is free again, the peer went in step 1.
+        for name in &step.forget {
+            let describe = format!("NodeJoinRequest {name} (its Node was deleted)");
+            match self
+                .api(
+                    in_cluster,
+                    tls,
+                    &Method::DELETE,
+                    &format!("{REQUESTS}/{name}"),
+                    None,
+                )
+                .await
+            {
+                Ok(r) if r.status == 200 || r.status == 202 => {
+                    self.wrote(key, "deleted", &describe);
+                }
                 Ok(r) if r.status == 404 => {}
-                other => return Err(failure_named(&describe, "answer", other)),
+                other => return Err(failure_named(&describe, "delete", other)),
             }
         }
         Ok(())
+    }
+
+    /// Writes the VPN endpoint's configuration with `peers` to the ingress's hypervisor (its
+    /// endpoint applies it without a restart) and records the file's hash.
+    async fn write_vpn_peers(
+        &self,
+        key: &ObjectKey,
+        vpn: &VpnPlan,
+        peers: &[VpnPeer],
+        result: &mut ClusterResult,
+    ) -> Result<(), String> {
+        let rt = self.runtime(&vpn.hypervisor).map_err(|e| e.to_string())?;
+        let file = vpn.file(peers);
+        let placed = result
+            .files
+            .iter_mut()
+            .find(|p| p.hypervisor == vpn.hypervisor && p.component == vpn.component);
+        let known = placed
+            .as_ref()
+            .map(|p| p.hashes.clone())
+            .unwrap_or_default();
+        let hashes = rt
+            .write_files(std::slice::from_ref(&file), &known)
+            .await
+            .map_err(|e| e.to_string())?;
+        let hash = hashes.get(&file.path).cloned().unwrap_or_default();
+        match placed {
+            Some(p) => {
+                p.hashes.insert(file.path.clone(), hash);
+            }
+            None => result.files.push(PlacedFiles {
+                hypervisor: vpn.hypervisor.clone(),
+                component: vpn.component.clone(),
+                hashes: BTreeMap::from([(file.path.clone(), hash)]),
+            }),
+        }
+        Counters::add(&self.counters.files, 1);
+        let before: BTreeSet<&str> = vpn.peers.iter().map(|p| p.name.as_str()).collect();
+        let after: BTreeSet<&str> = peers.iter().map(|p| p.name.as_str()).collect();
+        let mut change = Vec::new();
+        let added: Vec<&str> = after.difference(&before).copied().collect();
+        let removed: Vec<&str> = before.difference(&after).copied().collect();
+        if !added.is_empty() {
+            change.push(format!("added {}", added.join(", ")));
+        }
+        if !removed.is_empty() {
+            change.push(format!("removed {}", removed.join(", ")));
+        }
+        if change.is_empty() {
+            change.push("changed".into());
+        }
+        self.emit(
+            Some(&vpn.hypervisor),
+            key,
+            Some(&vpn.component),
+            format!("VPN peers {} ({} in all)", change.join("; "), peers.len()),
+        );
+        Ok(())
+    }
+
+    /// Writes a request's status; `false` when it was deleted meanwhile.
+    async fn put_status(
+        &self,
+        in_cluster: &InCluster,
+        tls: &Tls,
+        name: &str,
+        item: &Value,
+        describe: &str,
+    ) -> Result<bool, Failure> {
+        let body = item.to_string();
+        let written = self
+            .api(
+                in_cluster,
+                tls,
+                &Method::PUT,
+                &format!("{REQUESTS}/{name}/status"),
+                Some(&body),
+            )
+            .await;
+        match written {
+            Ok(r) if r.status == 200 => Ok(true),
+            Ok(r) if r.status == 404 => Ok(false),
+            other => Err(failure_named(describe, "write its status", other)),
+        }
+    }
+
+    /// A list's JSON.
+    async fn list(
+        &self,
+        in_cluster: &InCluster,
+        tls: &Tls,
+        path: &str,
+        what: &str,
+    ) -> Result<Value, Failure> {
+        match self.api(in_cluster, tls, &Method::GET, path, None).await {
+            Ok(r) if r.status == 200 => serde_json::from_slice(&r.body).map_err(|e| Failure {
+                object: what.into(),
+                reason: format!("list: the answer is not JSON: {e}"),
+                retry: false,
+            }),
+            other => Err(failure_named(what, "list", other)),
+        }
     }
 
     async fn api(

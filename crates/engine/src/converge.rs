@@ -117,9 +117,11 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         } else {
             plan.components.iter().collect()
         };
+        // A replica's control plane pod; the ingress's haproxy and, with the VPN on, its
+        // endpoint.
         let together = join_all(
             pods.into_iter()
-                .filter_map(|c| c.main_pod().map(|p| (c, p)))
+                .flat_map(|c| c.serving_pods().map(move |p| (c, p)))
                 .map(|(c, p)| self.pod(key, c, p)),
         );
         let (rolled, together): (Step, _) = if running {

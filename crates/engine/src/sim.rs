@@ -221,7 +221,7 @@ impl<S: Source> SimNetwork<S> {
                 answer(200, json!({"items": items}))
             }
             // The collections the engine lists whole.
-            "GET" if path.ends_with("/nodejoinrequests") => {
+            "GET" if path.ends_with("/nodejoinrequests") || path == "/api/v1/nodes" => {
                 let prefix = format!("{path}/");
                 let items: Vec<Value> = objects
                     .iter()

@@ -1217,3 +1217,146 @@ async fn join_requests_are_answered_once_and_a_taken_node_name_is_refused() {
     assert_eq!(third.counts.cluster_writes, 0);
     assert_eq!(h.network.api_writes().len(), before);
 }
+
+/// A request of the new form: the worker's own WireGuard public key, sealed.
+fn vpn_join_request(
+    cluster: &Cluster,
+    name: &str,
+) -> (serde_json::Value, oi_pki::SymmetricKey, String) {
+    let (mut request, key) = join_request(cluster, name);
+    let (_, public) = oi_pki::generate_wireguard_keys();
+    request["spec"]["vpnPublicKey"] = key.seal(public.as_bytes()).unwrap().into();
+    (request, key, public)
+}
+
+#[tokio::test]
+async fn vpn_peers_follow_join_requests_and_nodes_without_restarting_the_endpoint() {
+    let h = Harness::new();
+    let key = ObjectKey::new("default", "c");
+    let mut w = world(1, &[("c", 1)]);
+    w.clusters.get_mut(&key).unwrap().spec.vpn.enabled = true;
+    let report = h.run(w).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    // The ingress runs haproxy and the VPN endpoint.
+    let pods: BTreeSet<String> = h.connector.runtimes["public-1"]
+        .list_pods(&BTreeMap::new())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    assert_eq!(
+        pods,
+        BTreeSet::from(["c-ingress".into(), "c-ingress-vpn".into()])
+    );
+    let conf_path = "/etc/oneinfra/default/c/c-ingress/vpn.conf";
+    let conf = |h: &Harness| {
+        String::from_utf8(
+            h.connector.runtimes["public-1"].files()[conf_path]
+                .content
+                .clone(),
+        )
+        .unwrap()
+    };
+    assert!(!conf(&h).contains("[Peer]"));
+
+    // Two workers ask at once: both become peers, the file is rewritten and nothing restarts.
+    let cluster = report.world.clusters[&key].clone();
+    let (w1, w1_key, w1_public) = vpn_join_request(&cluster, "w1");
+    put_object(&h.network, &report, REQUESTS, w1).await;
+    let (w2, _) = join_request(&cluster, "w2");
+    put_object(&h.network, &report, REQUESTS, w2).await;
+    h.connector.clear();
+    let second = h.run(report.world.clone()).await;
+    assert!(second.all_ready(), "{:?}", second.clusters);
+    assert_eq!(second.counts.pods_created + second.counts.pods_replaced, 0);
+    assert_eq!(second.counts.files_written, 1);
+    let text = conf(&h);
+    assert!(
+        text.contains(&format!(
+            "# worker-w1\nPublicKey = {w1_public}\nAllowedIPs = 10.0.0.2/32\n"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("# worker-w2\n"), "{text}");
+    let peers = &second.world.clusters[&key].status.vpn_peers;
+    let names: Vec<(&str, &str)> = peers
+        .iter()
+        .map(|p| (p.name.as_str(), p.address.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [("worker-w1", "10.0.0.2/16"), ("worker-w2", "10.0.0.3/16")]
+    );
+    // The new form keeps its private key home; oneinfra's form gets one made.
+    assert!(peers[0].private_key.is_empty());
+    assert!(!peers[1].private_key.is_empty());
+    let answered = h.network.api_object(&format!("{REQUESTS}/w1")).unwrap();
+    let vpn = &answered["status"]["vpn"];
+    let open = |v: &serde_json::Value| {
+        String::from_utf8(w1_key.open(v.as_str().unwrap()).unwrap()).unwrap()
+    };
+    assert_eq!(open(&vpn["address"]), "10.0.0.2/16");
+    assert_eq!(open(&vpn["endpoint"]), cluster.status.vpn_server_endpoint);
+    assert!(vpn.get("peerPrivateKey").is_none());
+    // The file's hash is recorded: the next run writes nothing and changes nothing.
+    let third = h.run(second.world.clone()).await;
+    assert!(third.all_ready());
+    assert_eq!(third.counts.files_written, 0);
+    assert_eq!(third.counts.cluster_writes, 0);
+    assert_eq!(third.world.clusters[&key].status.vpn_peers, *peers);
+
+    // w1's Node registers (marked once); then it is deleted: its request goes, its peer
+    // goes, and its address is the next worker's.
+    put_object(
+        &h.network,
+        &report,
+        "/api/v1/nodes",
+        serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "w1"}}),
+    )
+    .await;
+    let before = h.network.api_writes().len();
+    let fourth = h.run(third.world.clone()).await;
+    assert!(fourth.all_ready());
+    assert_eq!(
+        h.network.api_writes()[before..],
+        [format!("PUT {REQUESTS}/w1/status")]
+    );
+    let marked = h.network.api_object(&format!("{REQUESTS}/w1")).unwrap();
+    assert!(
+        marked["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "NodeRegistered" && c["status"] == "True")
+    );
+    h.network.set_api_object("/api/v1/nodes/w1", None);
+    let (w3, _, _) = vpn_join_request(&cluster, "w3");
+    put_object(&h.network, &report, REQUESTS, w3).await;
+    let fifth = h.run(fourth.world.clone()).await;
+    assert!(fifth.all_ready(), "{:?}", fifth.clusters);
+    assert!(h.network.api_object(&format!("{REQUESTS}/w1")).is_none());
+    let names: Vec<(String, String)> = fifth.world.clusters[&key]
+        .status
+        .vpn_peers
+        .iter()
+        .map(|p| (p.name.clone(), p.address.clone()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("worker-w2".into(), "10.0.0.3/16".into()),
+            ("worker-w3".into(), "10.0.0.2/16".into())
+        ]
+    );
+    assert!(!conf(&h).contains(&w1_public));
+    assert_eq!(fifth.counts.pods_created + fifth.counts.pods_replaced, 0);
+    let events = h.events.lock().unwrap().clone();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.contains("VPN peers added worker-w3; removed worker-w1")),
+        "{events:?}"
+    );
+    assert!(events.iter().all(|e| !e.contains("PRIVATE KEY")));
+}

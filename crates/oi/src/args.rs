@@ -425,7 +425,9 @@ pub enum ComponentName {
     Haproxy,
     Pause,
     Toolbox,
-    Wireguard,
+    /// The cluster VPN endpoint (WireGuard); `wireguard` names it too.
+    #[value(alias = "wireguard")]
+    VpnEndpoint,
 }
 
 #[derive(Debug, Args)]

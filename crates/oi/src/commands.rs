@@ -53,24 +53,6 @@ pub fn note(lines: Vec<String>) -> Option<String> {
     (!lines.is_empty()).then(|| lines.join("\n"))
 }
 
-/// One `warning:` line per cluster of `world` (of `only`, when given) with its VPN enabled: the
-/// VPN's port, keys and `status.vpnServerEndpoint` are kept, but no WireGuard endpoint runs
-/// yet, and a user must not believe otherwise.
-pub fn vpn_warnings(world: &oi_api::World, only: Option<&oi_api::ObjectKey>) -> Vec<String> {
-    world
-        .clusters
-        .iter()
-        .filter(|(key, c)| c.spec.vpn.enabled && only.is_none_or(|k| k == *key))
-        .filter(|(_, c)| !c.metadata.is_being_deleted())
-        .map(|(key, _)| {
-            format!(
-                "warning: cluster {key} has its VPN enabled, but no WireGuard endpoint is run \
-                 yet: its port and status.vpnServerEndpoint are allocated, nothing listens"
-            )
-        })
-        .collect()
-}
-
 /// One `warning:` line per live cluster of `world` (of `only`, when given) whose replicas
 /// share a hypervisor so that losing it stops the control plane.
 pub fn availability_warnings(
@@ -136,59 +118,5 @@ pub fn dispatch(
         Command::Version(args) => no_note(version::run(args, output)),
         Command::Completion(args) => no_note(completion::run(args, output)),
         Command::Reconcile(args) => reconcile::run(args, ctx, input, output),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use oi_api::{Cluster, ClusterSpec, ObjectKey, ObjectMeta, Vpn, World};
-
-    use super::vpn_warnings;
-
-    fn cluster(name: &str, vpn: bool, deleting: bool) -> Cluster {
-        let mut c = Cluster::new(
-            ObjectMeta::namespaced("default", name),
-            ClusterSpec {
-                vpn: Vpn {
-                    enabled: vpn,
-                    ..Vpn::default()
-                },
-                ..ClusterSpec::default()
-            },
-        );
-        if deleting {
-            c.metadata.deletion_timestamp = Some(time::OffsetDateTime::UNIX_EPOCH);
-        }
-        c
-    }
-
-    #[test]
-    fn vpn_warnings_name_each_live_cluster_with_a_vpn() {
-        let mut world = World::default();
-        for c in [
-            cluster("a", true, false),
-            cluster("b", false, false),
-            cluster("c", true, true),
-            cluster("d", true, false),
-        ] {
-            world
-                .clusters
-                .insert(ObjectKey::new("default", &c.metadata.name), c);
-        }
-        let names = |warnings: Vec<String>| -> Vec<String> {
-            warnings
-                .iter()
-                .map(|w| w.split(' ').nth(2).unwrap().to_string())
-                .collect()
-        };
-        assert_eq!(
-            names(vpn_warnings(&world, None)),
-            ["default/a", "default/d"]
-        );
-        assert_eq!(
-            names(vpn_warnings(&world, Some(&ObjectKey::new("default", "d")))),
-            ["default/d"]
-        );
-        assert!(vpn_warnings(&world, Some(&ObjectKey::new("default", "b"))).is_empty());
     }
 }

@@ -154,6 +154,22 @@ impl LeafSpec {
         })
     }
 
+    /// The serving certificate of an ingress's egress proxy into the cluster VPN, signed by
+    /// the API server CA that the API servers' egress configuration trusts.
+    ///
+    /// # Errors
+    /// [`Error::InvalidSan`] for an unusable address.
+    pub fn vpn_proxy(addresses: &[impl AsRef<str>]) -> Result<Self> {
+        Ok(LeafSpec {
+            issuer: CaKind::ApiServer,
+            common_name: "oneinfra-vpn-proxy".to_owned(),
+            organizations: Vec::new(),
+            sans: normalize_sans(addresses.iter().map(AsRef::as_ref))?,
+            usage: Usage::Server,
+            key_algorithm: None,
+        })
+    }
+
     /// The same spec with its key algorithm fixed rather than following the CA's.
     pub fn with_key_algorithm(mut self, algorithm: KeyAlgorithm) -> Self {
         self.key_algorithm = Some(algorithm);

@@ -133,6 +133,23 @@ pub(crate) fn plan<'a>(
             });
         }
     }
+    // The ingress's egress proxy into the VPN, reached by the API servers at its address.
+    if spec.vpn.enabled {
+        for c in live(ComponentRole::ControlPlaneIngress) {
+            let Some(ip) = c.spec.hypervisor.as_deref().and_then(&ip_of) else {
+                continue;
+            };
+            jobs.push(Job {
+                target: Target::Server(ObjectKey::new(
+                    key.namespace.clone(),
+                    c.metadata.name.clone(),
+                )),
+                name: certs::VPN_PROXY,
+                spec: LeafSpec::vpn_proxy(&[ip])
+                    .map_err(|e| pki_error(key, "status.serverCertificates.vpn-proxy", &e))?,
+            });
+        }
+    }
     jobs.push(Job {
         target: Target::Cluster,
         name: ADMIN,
@@ -169,6 +186,7 @@ pub fn issuer_of(name: &str) -> Option<CaKind> {
         certs::APISERVER_KUBELET_CLIENT => LeafSpec::apiserver_kubelet_client().issuer,
         certs::CONTROLLER_MANAGER => LeafSpec::controller_manager().issuer,
         certs::SCHEDULER => LeafSpec::scheduler().issuer,
+        certs::VPN_PROXY => CaKind::ApiServer,
         ADMIN => LeafSpec::admin().issuer,
         _ => return None,
     })

@@ -20,20 +20,44 @@
 //! ```
 //!
 //! A request whose key does not decrypt, or whose sealed fields do not open, gets
-//! `Issued=False` with the reason, and nothing else. The VPN part of the answer comes with the
-//! cluster VPN (not built yet).
+//! `Issued=False` with the reason, and nothing else.
+//!
+//! With the cluster VPN on, the answer also carries, sealed, the VPN part: the CIDR, the
+//! worker's address (the lowest free one, [`crate::vpn`]), the endpoint and its public key,
+//! and, only when the request sent no `vpnPublicKey` (oneinfra's form), a private key made
+//! for it. The worker becomes peer `worker-<node>` of the endpoint; its address is a SAN of
+//! its serving certificate.
+//!
+//! [`join_step`] is a whole pass over a cluster's requests and Nodes:
+//!
+//! ```text
+//! request without Issued      ─► answered (or NodeNameTaken when its Node exists)
+//! Issued, its Node registered ─► NodeRegistered=True (once)
+//! NodeRegistered, Node gone   ─► the request is deleted, its peer removed (kubectl delete
+//!                                node frees the name and the address)
+//! request gone                ─► its peer removed, its address free for the next worker
+//! Issued, no peer recorded    ─► the peer rebuilt from the request (a world restored
+//!                                from an older file loses no worker)
+//! ```
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use oi_api::common::{ConditionStatus, set_condition};
-use oi_api::{Certificate, Cluster, NodeJoinRequest, NodeJoinRequestStatus};
+use oi_api::common::{ConditionStatus, find_condition, set_condition};
+use oi_api::{
+    Certificate, Cluster, NodeJoinRequest, NodeJoinRequestStatus, NodeJoinRequestVpn, VpnPeer,
+};
 use oi_pki::{CaKind, LeafSpec, SymmetricKey};
 use time::OffsetDateTime;
 
 use crate::bootstrap::{CLUSTER_DOMAIN, cluster_dns_address};
+use crate::vpn::{self, VpnPlan};
 
 /// The condition type of an answered request.
 pub const ISSUED: &str = "Issued";
+/// The condition type set once the Node of an issued request has registered: its deletion
+/// from then on means the node left.
+pub const NODE_REGISTERED: &str = "NodeRegistered";
 
 /// Where the kubelet's files go on a joined node (oneinfra's paths).
 pub mod paths {
@@ -55,6 +79,8 @@ pub enum Refusal {
     NodeNameTaken,
     /// The cluster could not issue (a CA that does not load, a name that is no DNS name).
     IssueFailed,
+    /// The VPN CIDR has no free address left.
+    NoVpnAddress,
 }
 
 impl Refusal {
@@ -64,6 +90,7 @@ impl Refusal {
             Refusal::InvalidRequest => "InvalidRequest",
             Refusal::NodeNameTaken => "NodeNameTaken",
             Refusal::IssueFailed => "IssueFailed",
+            Refusal::NoVpnAddress => "NoVPNAddress",
         }
     }
 }
@@ -136,8 +163,14 @@ impl JoinAnswerer {
         })
     }
 
-    /// The answer to `request`, every field sealed with its symmetric key.
-    pub fn answer(&self, request: &NodeJoinRequest, now: OffsetDateTime) -> Answer {
+    /// The answer to `request`, every field sealed with its symmetric key. With `vpn`, the
+    /// worker becomes a peer of `peers` (added, or its entry reused).
+    pub fn answer(
+        &self,
+        request: &NodeJoinRequest,
+        vpn: Option<(&VpnPlan, &mut Vec<VpnPeer>)>,
+        now: OffsetDateTime,
+    ) -> Answer {
         let refuse = |refusal: Refusal, message: String| {
             let mut status = NodeJoinRequestStatus::default();
             set_condition(
@@ -180,19 +213,82 @@ impl JoinAnswerer {
                 .enumerate()
                 .map(|(i, s)| open(&format!("spec.extraSANs[{i}]"), s))
                 .collect::<std::result::Result<Vec<_>, _>>()?;
-            Ok::<_, String>((endpoint, sans))
+            let vpn_key = match request.spec.vpn_public_key.as_str() {
+                "" => None,
+                sealed => {
+                    let k = open("spec.vpnPublicKey", sealed)?;
+                    if !vpn::is_wireguard_key(&k) {
+                        return Err("spec.vpnPublicKey is not a WireGuard public key".into());
+                    }
+                    Some(k)
+                }
+            };
+            Ok::<_, String>((endpoint, sans, vpn_key))
         })();
-        let (endpoint, sans) = match opened {
+        let (endpoint, mut sans, vpn_key) = match opened {
             Ok(v) => v,
             Err(message) => return refuse(Refusal::InvalidRequest, message),
         };
-        match self.issue(name, &endpoint, &sans, &key, now) {
+        let mut vpn = vpn;
+        // What the peers were: a request refused after all leaves them as they were.
+        let before = vpn.as_ref().map(|(_, peers)| (*peers).clone());
+        let vpn_part = match vpn.as_mut() {
+            None => None,
+            Some((plan, peers)) => match join_vpn(plan, peers, name, vpn_key) {
+                Ok(v) => Some(v),
+                Err(message) => return refuse(Refusal::NoVpnAddress, message),
+            },
+        };
+        if let Some((_, ip, _)) = &vpn_part {
+            sans.push(ip.to_string());
+        }
+        let issued = self
+            .issue(name, &endpoint, &sans, &key, now)
+            .and_then(|mut status| {
+                if let Some((plan, ip, private)) = &vpn_part {
+                    status.vpn = Some(seal_vpn(&key, plan, *ip, private)?);
+                }
+                Ok(status)
+            });
+        match issued {
             Ok(status) => Answer {
                 status,
                 refused: None,
             },
-            Err(message) => refuse(Refusal::IssueFailed, message),
+            Err(message) => {
+                if let (Some((_, peers)), Some(before)) = (vpn, before) {
+                    *peers = before;
+                }
+                refuse(Refusal::IssueFailed, message)
+            }
         }
+    }
+
+    /// The peer an issued request's answer made, read back from the request (its key
+    /// unwrapped with the join key): for a peer the recorded status lost.
+    pub fn recover_peer(&self, request: &NodeJoinRequest) -> Option<VpnPeer> {
+        let key =
+            SymmetricKey::unwrap_with(&self.join_private_key, &request.spec.symmetric_key).ok()?;
+        let open = |sealed: &str| {
+            key.open(sealed)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok())
+        };
+        let answered = request.status.vpn.as_ref()?;
+        let address = open(&answered.address)?;
+        let (public_key, private_key) = match request.spec.vpn_public_key.as_str() {
+            "" => {
+                let private = open(&answered.peer_private_key)?;
+                (oi_pki::wireguard_public_key(&private).ok()?, private)
+            }
+            sealed => (open(sealed)?, String::new()),
+        };
+        Some(VpnPeer {
+            name: vpn::peer_name(&request.metadata.name),
+            address,
+            private_key,
+            public_key,
+        })
     }
 
     /// A refusal for a name a registered Node holds.
@@ -272,6 +368,167 @@ impl JoinAnswerer {
         );
         Ok(status)
     }
+}
+
+/// The worker's peer in `peers` (its entry reused, or a new one at the lowest free
+/// address): the plan, its address, and the private key to send (oneinfra's form only).
+fn join_vpn<'p>(
+    plan: &'p VpnPlan,
+    peers: &mut Vec<VpnPeer>,
+    node: &str,
+    worker_key: Option<String>,
+) -> std::result::Result<(&'p VpnPlan, std::net::IpAddr, String), String> {
+    let name = vpn::peer_name(node);
+    let existing = peers.iter().position(|p| p.name == name);
+    let ip = match existing
+        .and_then(|i| vpn::peer_ip(&peers[i]))
+        .filter(|ip| plan.cidr.contains(ip))
+    {
+        Some(ip) => ip,
+        None => {
+            let others: Vec<VpnPeer> = peers.iter().filter(|p| p.name != name).cloned().collect();
+            vpn::free_address(plan.cidr, &others)
+                .ok_or_else(|| format!("the cluster VPN {} has no free address left", plan.cidr))?
+        }
+    };
+    let (public_key, private_key) = match worker_key {
+        Some(public) => (public, String::new()),
+        // oneinfra's form: a key pair made here, kept while the peer is.
+        None => match existing
+            .map(|i| &peers[i])
+            .filter(|p| !p.private_key.is_empty())
+        {
+            Some(p) => (p.public_key.clone(), p.private_key.clone()),
+            None => {
+                let (private, public) = oi_pki::generate_wireguard_keys();
+                (public, private)
+            }
+        },
+    };
+    let peer = VpnPeer {
+        name,
+        address: plan.peer_address(ip),
+        private_key: private_key.clone(),
+        public_key,
+    };
+    match existing {
+        Some(i) => peers[i] = peer,
+        None => peers.push(peer),
+    }
+    Ok((plan, ip, private_key))
+}
+
+/// The VPN part of an answer, sealed.
+fn seal_vpn(
+    key: &SymmetricKey,
+    plan: &VpnPlan,
+    ip: std::net::IpAddr,
+    private_key: &str,
+) -> std::result::Result<NodeJoinRequestVpn, String> {
+    let seal = |plain: &str| key.seal(plain.as_bytes()).map_err(|e| e.to_string());
+    Ok(NodeJoinRequestVpn {
+        cidr: seal(&plan.cidr.to_string())?,
+        address: seal(&plan.peer_address(ip))?,
+        endpoint: seal(&plan.endpoint)?,
+        endpoint_public_key: seal(&plan.public_key)?,
+        peer_private_key: if private_key.is_empty() {
+            String::new()
+        } else {
+            seal(private_key)?
+        },
+    })
+}
+
+/// What one pass does with a cluster's join requests (see the module documentation).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JoinStep {
+    /// Requests answered now, by name.
+    pub answers: Vec<(String, Answer)>,
+    /// Issued requests whose Node has registered, to mark `NodeRegistered=True`.
+    pub registered: Vec<String>,
+    /// Requests whose registered Node is gone: deleted, their peers with them.
+    pub forget: Vec<String>,
+    /// The VPN peers after the pass, by name; `None` without the VPN.
+    pub peers: Option<Vec<VpnPeer>>,
+}
+
+fn condition_is(r: &NodeJoinRequest, type_: &str, status: ConditionStatus) -> bool {
+    find_condition(&r.status.conditions, type_).is_some_and(|c| c.status == status)
+}
+
+/// One pass over `requests` with the Nodes `nodes` registered.
+pub fn join_step(
+    answerer: &JoinAnswerer,
+    vpn: Option<&VpnPlan>,
+    requests: &[NodeJoinRequest],
+    nodes: &BTreeSet<String>,
+    now: OffsetDateTime,
+) -> JoinStep {
+    let mut step = JoinStep::default();
+    let by_name: BTreeMap<&str, &NodeJoinRequest> = requests
+        .iter()
+        .map(|r| (r.metadata.name.as_str(), r))
+        .collect();
+    for r in requests {
+        let name = &r.metadata.name;
+        let issued = condition_is(r, ISSUED, ConditionStatus::True);
+        let registered = condition_is(r, NODE_REGISTERED, ConditionStatus::True);
+        if registered && !nodes.contains(name) {
+            step.forget.push(name.clone());
+        } else if issued && !registered && nodes.contains(name) {
+            step.registered.push(name.clone());
+        }
+    }
+    let mut peers: Option<Vec<VpnPeer>> = vpn.map(|plan| {
+        // A worker's peer stays while its request does (issued, or still to answer); peers
+        // not named after a worker are someone else's and stay.
+        let mut kept: Vec<VpnPeer> = plan
+            .peers
+            .iter()
+            .filter(|p| match vpn::peer_node(&p.name) {
+                None => true,
+                Some(node) => by_name.get(node).is_some_and(|r| {
+                    !step.forget.iter().any(|f| f == node)
+                        && !condition_is(r, ISSUED, ConditionStatus::False)
+                }),
+            })
+            .cloned()
+            .collect();
+        // Issued requests whose peer the recorded status lost.
+        for r in requests {
+            let name = vpn::peer_name(&r.metadata.name);
+            if !condition_is(r, ISSUED, ConditionStatus::True)
+                || step.forget.contains(&r.metadata.name)
+                || kept.iter().any(|p| p.name == name)
+            {
+                continue;
+            }
+            if let Some(peer) = answerer.recover_peer(r)
+                && vpn::peer_ip(&peer).is_some_and(|ip| {
+                    plan.cidr.contains(&ip) && !kept.iter().any(|p| vpn::peer_ip(p) == Some(ip))
+                })
+            {
+                kept.push(peer);
+            }
+        }
+        kept
+    });
+    for r in requests {
+        if find_condition(&r.status.conditions, ISSUED).is_some() {
+            continue;
+        }
+        let answer = if nodes.contains(&r.metadata.name) {
+            answerer.refuse_taken(r, now)
+        } else {
+            answerer.answer(r, vpn.zip(peers.as_mut()), now)
+        };
+        step.answers.push((r.metadata.name.clone(), answer));
+    }
+    if let Some(p) = peers.as_mut() {
+        p.sort_by(|a, b| a.name.cmp(&b.name));
+    }
+    step.peers = peers;
+    step
 }
 
 /// The kubelet's configuration on a joined node: oneinfra's, with authentication and

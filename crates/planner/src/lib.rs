@@ -49,6 +49,7 @@ pub mod schedule;
 #[cfg(test)]
 mod testutil;
 pub mod verify;
+pub mod vpn;
 
 pub use plan::{
     ClusterPlan, ComponentPlan, Convergence, EtcdClientIdentity, EtcdMember, EtcdMembership,

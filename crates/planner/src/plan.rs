@@ -11,6 +11,8 @@
 //!   │   4. kube, 5. ingress   each component's pods, with the pods that restart because
 //!   │                files they read change
 //!   │   6. observe   etcd members, each API server's and the ingress's /readyz (URLs, CA)
+//!   │   7. inside    objects the cluster holds, how join requests are answered, and with
+//!   │                the VPN on, its peers and the endpoint's configuration file
 //!   │ per cluster marked for deletion: the hypervisors and directories it leaves
 //!   │ per cluster that could not be prepared or rendered: why (nothing is done)
 //!   ▼
@@ -35,6 +37,7 @@ use crate::prepare::{PrepareOptions, Prepared, prepare_with, replica_order};
 use crate::record::Reason;
 use crate::render::{RenderOptions, Rendered, render_component};
 use crate::restarts::pods_reading_changed_files;
+use crate::vpn::VpnPlan;
 use crate::{Error, Result, url_host};
 
 /// Settings of [`plan`].
@@ -96,6 +99,8 @@ pub struct Convergence {
     /// What it must hold inside once ready ([`crate::bootstrap`]), or why that cannot be
     /// planned (the engine reports it after the cluster is ready).
     pub in_cluster: std::result::Result<InCluster, String>,
+    /// Its VPN, when on: the peers recorded and the endpoint's file they go to.
+    pub vpn: Option<VpnPlan>,
 }
 
 impl Convergence {
@@ -140,6 +145,13 @@ impl ComponentPlan {
     /// A replica's etcd pod.
     pub fn etcd_pod(&self) -> Option<&PodSpec> {
         self.pod(&format!("{}-etcd", self.name()))
+    }
+
+    /// Its pods but an etcd member's: a replica's control plane, the ingress's haproxy and
+    /// VPN endpoint.
+    pub fn serving_pods(&self) -> impl Iterator<Item = &PodSpec> {
+        let etcd = format!("{}-etcd", self.name());
+        self.rendered.pods.iter().filter(move |p| p.name != etcd)
     }
 
     /// How many of its files differ from what the hypervisor has.
@@ -423,7 +435,36 @@ fn convergence(
             crate::bootstrap::override_images(&mut i.objects, options.image_repository.as_deref());
             i
         }),
+        vpn: vpn_plan(world, key, cluster),
     })
+}
+
+/// The VPN plan of a cluster with the VPN on and its ingress placed.
+fn vpn_plan(world: &World, key: &ObjectKey, cluster: &Cluster) -> Option<VpnPlan> {
+    if !cluster.spec.vpn.enabled {
+        return None;
+    }
+    let ingress = world.components_of(key).find(|c| {
+        c.spec.role == ComponentRole::ControlPlaneIngress && !c.metadata.is_being_deleted()
+    })?;
+    let hypervisor = ingress.spec.hypervisor.clone()?;
+    let path = format!(
+        "{}/{}",
+        oi_api::runtime::paths::component_config_dir(
+            &key.namespace,
+            &key.name,
+            &ingress.metadata.name
+        ),
+        crate::render::VPN_CONFIG
+    );
+    VpnPlan::new(
+        cluster,
+        &hypervisor,
+        &ingress.metadata.name,
+        path,
+        ingress.status.host_port(names::WIREGUARD)?,
+    )
+    .ok()
 }
 
 /// `https://<ip>:<port>` of port `port` of a component.

@@ -27,6 +27,9 @@ pub mod names {
     pub const APISERVER: &str = "apiserver";
     /// WireGuard listen port of an ingress, when the cluster VPN is enabled.
     pub const WIREGUARD: &str = "wireguard";
+    /// The egress proxy of an ingress (API servers to kubelets over the VPN), when the
+    /// cluster VPN is enabled.
+    pub const VPN_PROXY: &str = "vpn-proxy";
 }
 
 /// Who holds a port: oneinfra's `(clusterNamespace, cluster, component)`.

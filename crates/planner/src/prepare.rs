@@ -121,7 +121,9 @@ pub fn required_ports(role: ComponentRole, vpn_enabled: bool) -> &'static [&'sta
             &[names::APISERVER, names::ETCD_CLIENT, names::ETCD_PEER]
         }
         (ComponentRole::ControlPlaneIngress, false) => &[names::APISERVER],
-        (ComponentRole::ControlPlaneIngress, true) => &[names::APISERVER, names::WIREGUARD],
+        (ComponentRole::ControlPlaneIngress, true) => {
+            &[names::APISERVER, names::VPN_PROXY, names::WIREGUARD]
+        }
     }
 }
 

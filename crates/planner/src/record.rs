@@ -3,6 +3,7 @@
 //! ```text
 //! Plan.world ──record(results of the engine, now)──► World
 //!   per cluster result:  file hashes placed ─► Hypervisor status files
+//!                        VPN peers after join requests ─► Cluster status vpnPeers
 //!                        components torn down ─► out of the world, their ports freed
 //!                        deleted ─► the cluster, its components and ports out of the world
 //!                        otherwise ─► ReconcileStarted=True, then ReconcileSucceeded
@@ -140,6 +141,8 @@ pub struct ClusterResult {
     /// The join tokens in force inside the cluster, once its in-cluster objects are in
     /// place (`status.joinTokens`).
     pub join_tokens: Option<Vec<String>>,
+    /// The VPN peers after the run answered and forgot join requests (`status.vpnPeers`).
+    pub vpn_peers: Option<Vec<oi_api::VpnPeer>>,
 }
 
 impl ClusterResult {
@@ -150,6 +153,7 @@ impl ClusterResult {
             files: Vec::new(),
             removed: Vec::new(),
             join_tokens: None,
+            vpn_peers: None,
         }
     }
 }
@@ -227,6 +231,9 @@ fn record_cluster(world: &mut World, result: &ClusterResult, now: OffsetDateTime
         let started = !cluster.is_being_deleted() && outcome.reason != Reason::PrepareFailed;
         if let Some(tokens) = &result.join_tokens {
             cluster.status.join_tokens.clone_from(tokens);
+        }
+        if let Some(peers) = &result.vpn_peers {
+            cluster.status.vpn_peers.clone_from(peers);
         }
         let conditions = &mut cluster.status.conditions;
         if started {

@@ -8,7 +8,14 @@
 //!   pod <component>:       kube-apiserver,         frontend *:<apiserver port>
 //!                          kube-controller-manager  one backend server per API server,
 //!                          kube-scheduler           TLS health check GET /readyz
+//!   with the VPN on: kube-apiserver's            with the VPN on, pod <component>-vpn:
+//!   --egress-selector-config-file: kubelets        oi-vpn-endpoint (privileged): WireGuard
+//!   through the ingress's egress proxy             on <wireguard port>, egress proxy on
+//!                                                  <vpn-proxy port> (see oi_vpn)
 //! ```
+//!
+//! The VPN pod reads its files again when they change ([`Rendered::reloaded`]): a worker
+//! joining or leaving rewrites its configuration and restarts nothing.
 //!
 //! Host paths follow `oi_api::runtime::paths`: files (certificates, keys, kubeconfigs,
 //! configs) in the component's config directory, state (the etcd data directory) in its data
@@ -50,6 +57,8 @@ pub mod certs {
     pub const CONTROLLER_MANAGER: &str = "controller-manager";
     /// `clientCertificates`: kube-scheduler towards kube-apiserver.
     pub const SCHEDULER: &str = "scheduler";
+    /// `serverCertificates` of an ingress: its egress proxy into the cluster VPN.
+    pub const VPN_PROXY: &str = "vpn-proxy";
 }
 
 /// Settings of rendering.
@@ -66,6 +75,8 @@ pub struct Rendered {
     pub pods: Vec<PodSpec>,
     /// Files, by path.
     pub files: Vec<HostFile>,
+    /// Paths of files whose reader takes a change by itself: writing them restarts nothing.
+    pub reloaded: std::collections::BTreeSet<String>,
 }
 
 /// Renders a prepared component: a control plane replica or an ingress.
@@ -244,7 +255,7 @@ impl ComponentRenderer<'_> {
             ));
         }
         let haproxy_cfg = haproxy_config(port, &self.path("apiserver-ca.crt"), &backends);
-        let files = vec![
+        let mut files = vec![
             self.file("apiserver-ca.crt", &ca, 0o644),
             self.file("haproxy.cfg", &haproxy_cfg, 0o644),
         ];
@@ -262,10 +273,119 @@ impl ComponentRenderer<'_> {
             mounts: vec![self.config_mount()],
             privileged: false,
         };
+        let mut pods = vec![self.pod(self.component.metadata.name.clone(), vec![haproxy])];
+        let mut reloaded = std::collections::BTreeSet::new();
+        if self.cluster.spec.vpn.enabled {
+            let (pod, vpn_files) = self.vpn_endpoint()?;
+            pods.push(pod);
+            for f in vpn_files {
+                reloaded.insert(f.path.clone());
+                files.push(f);
+            }
+        }
         Ok(Rendered {
-            pods: vec![self.pod(self.component.metadata.name.clone(), vec![haproxy])],
+            pods,
             files,
+            reloaded,
         })
+    }
+
+    /// The cluster VPN's endpoint pod and its files (see [`crate::vpn`] and `oi_vpn`).
+    fn vpn_endpoint(&self) -> Result<(PodSpec, Vec<HostFile>)> {
+        let c = self.component;
+        let vpn = &self.cluster.spec.vpn;
+        let cidr = crate::vpn::cidr(self.cluster).map_err(|e| self.missing(e))?;
+        if vpn.private_key.is_empty() {
+            return Err(self.missing("key spec.vpn.privateKey"));
+        }
+        let listen = self.port(c, names::WIREGUARD)?;
+        let proxy_port = self.port(c, names::VPN_PROXY)?;
+        let (cert, key) = self.leaf(
+            &c.status.server_certificates,
+            "serverCertificates",
+            certs::VPN_PROXY,
+        )?;
+        let client_ca = self.ca_cert(
+            self.cluster
+                .spec
+                .certificate_authorities
+                .kubelet_client
+                .as_ref(),
+            "spec.certificateAuthorities.kubeletClient",
+        )?;
+        let config =
+            crate::vpn::endpoint_config(&vpn.private_key, listen, &self.cluster.status.vpn_peers);
+        let files = vec![
+            HostFile {
+                path: self.path(VPN_CONFIG),
+                content: config.into_bytes(),
+                mode: crate::vpn::CONFIG_MODE,
+            },
+            self.file("vpn-proxy.crt", &cert, 0o644),
+            self.file("vpn-proxy.key", &key, 0o600),
+            self.file("vpn-proxy-client-ca.crt", &client_ca, 0o644),
+        ];
+        let state = format!("{}/vpn", self.data);
+        let args = flags(BTreeMap::from([
+            ("address", crate::vpn::endpoint_address(cidr).to_string()),
+            ("config", self.path(VPN_CONFIG)),
+            (
+                "interface",
+                crate::vpn::interface_name(&self.key.namespace, &c.spec.cluster),
+            ),
+            ("proxy-certificate", self.path("vpn-proxy.crt")),
+            ("proxy-client-ca", self.path("vpn-proxy-client-ca.crt")),
+            (
+                "proxy-listen",
+                format!("{}:{proxy_port}", url_host(self.ip)),
+            ),
+            ("proxy-private-key", self.path("vpn-proxy.key")),
+            ("state-dir", state),
+        ]));
+        let container = ContainerSpec {
+            name: "vpn-endpoint".into(),
+            image: self.image(INFRA.vpn_endpoint),
+            command: vec!["oi-vpn-endpoint".into()],
+            args,
+            env: BTreeMap::new(),
+            mounts: vec![
+                self.config_mount(),
+                Mount {
+                    host_path: self.data.clone(),
+                    container_path: self.data.clone(),
+                    readonly: false,
+                },
+            ],
+            // A tun device, a network namespace of its own, links moved into it.
+            privileged: true,
+        };
+        Ok((
+            self.pod(format!("{}-vpn", c.metadata.name), vec![container]),
+            files,
+        ))
+    }
+
+    /// `https://<ip>:<port>` of the cluster's egress proxy into its VPN, with the VPN on.
+    fn egress_proxy_url(&self) -> Result<Option<String>> {
+        if !self.cluster.spec.vpn.enabled {
+            return Ok(None);
+        }
+        let ingress = self
+            .world
+            .components
+            .values()
+            .find(|i| {
+                i.metadata.namespace_or_default() == self.key.namespace
+                    && i.spec.cluster == self.component.spec.cluster
+                    && i.spec.role == ComponentRole::ControlPlaneIngress
+                    && !i.metadata.is_being_deleted()
+            })
+            .ok_or_else(|| self.missing("the cluster's ingress (its VPN endpoint)"))?;
+        Ok(Some(format!(
+            "https://{}:{}",
+            self.ip_of(ingress)?,
+            self.port(ingress, names::VPN_PROXY)?
+        )))
     }
 
     fn leaf(
@@ -443,7 +563,7 @@ impl ComponentRenderer<'_> {
             ("peer-trusted-ca-file", self.path("etcd-peer-ca.crt")),
             ("trusted-ca-file", self.path("etcd-trusted-ca.crt")),
         ]));
-        let apiserver_args = flags(BTreeMap::from([
+        let mut apiserver_flags = BTreeMap::from([
             ("advertise-address", self.ip.to_string()),
             ("allow-privileged", "true".into()),
             ("authorization-mode", "Node,RBAC".into()),
@@ -479,7 +599,18 @@ impl ComponentRenderer<'_> {
             ),
             ("tls-cert-file", self.path("apiserver.crt")),
             ("tls-private-key-file", self.path("apiserver.key")),
-        ]));
+        ]);
+        if let Some(url) = self.egress_proxy_url()? {
+            let egress = egress_selector_config(
+                &url,
+                &self.path("apiserver-ca.crt"),
+                &self.path("apiserver-kubelet-client.crt"),
+                &self.path("apiserver-kubelet-client.key"),
+            );
+            files.push(self.file(EGRESS_SELECTOR, &egress, 0o644));
+            apiserver_flags.insert("egress-selector-config-file", self.path(EGRESS_SELECTOR));
+        }
+        let apiserver_args = flags(apiserver_flags);
         let kcm_kubeconfig = self.path("controller-manager.kubeconfig");
         let mut kcm = BTreeMap::from([
             ("allocate-node-cidrs", "true".to_string()),
@@ -573,8 +704,36 @@ impl ComponentRenderer<'_> {
         Ok(Rendered {
             pods: vec![etcd_pod, kube_pod],
             files,
+            reloaded: std::collections::BTreeSet::new(),
         })
     }
+}
+
+/// The file name of the VPN endpoint's configuration in the ingress's directory.
+pub const VPN_CONFIG: &str = "vpn.conf";
+/// The file name of kube-apiserver's egress selector configuration, with the VPN on.
+pub const EGRESS_SELECTOR: &str = "egress-selector.yaml";
+
+/// kube-apiserver's `EgressSelectorConfiguration` with the VPN on: traffic to the cluster
+/// (kubelets: logs, exec, the node proxy) through the ingress's egress proxy, HTTP
+/// `CONNECT` over TLS, the proxy verified against the API server CA, the API server
+/// presenting its kubelet client certificate.
+pub fn egress_selector_config(url: &str, ca: &str, cert: &str, key: &str) -> String {
+    format!(
+        "apiVersion: apiserver.k8s.io/v1beta1\n\
+         kind: EgressSelectorConfiguration\n\
+         egressSelections:\n\
+         - name: cluster\n  \
+           connection:\n    \
+             proxyProtocol: HTTPConnect\n    \
+             transport:\n      \
+               tcp:\n        \
+                 url: {url}\n        \
+                 tlsConfig:\n          \
+                   caBundle: {ca}\n          \
+                   clientCert: {cert}\n          \
+                   clientKey: {key}\n"
+    )
 }
 
 /// haproxy in TCP mode in front of the API servers, each health-checked over TLS (verified

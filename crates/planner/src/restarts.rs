@@ -26,12 +26,14 @@ pub fn changed_files<'r>(
 /// environment) and the files that those files name (a kubeconfig or an haproxy
 /// configuration naming a certificate). A changed file that no pod names restarts every pod
 /// of the component: nothing tells which one reads it. A name is matched as a substring, so a
-/// mistake can only restart a pod too many, never one too few.
+/// mistake can only restart a pod too many, never one too few. A file whose reader takes a
+/// change by itself ([`Rendered::reloaded`]) restarts nothing.
 pub fn pods_reading_changed_files(
     rendered: &Rendered,
     known: &BTreeMap<String, String>,
 ) -> BTreeSet<String> {
-    let changed = changed_files(rendered, known);
+    let mut changed = changed_files(rendered, known);
+    changed.retain(|f| !rendered.reloaded.contains(&f.path));
     if changed.is_empty() {
         return BTreeSet::new();
     }

@@ -411,6 +411,7 @@ mod full {
                 container_runtime_endpoint: "unix:///c".into(),
                 image_service_endpoint: "unix:///c".into(),
                 extra_sans: vec!["san".into()],
+                vpn_public_key: "p".into(),
             },
         );
         r.status = NodeJoinRequestStatus {

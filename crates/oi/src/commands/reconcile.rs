@@ -189,8 +189,7 @@ pub fn run(
     if !quiet {
         eprintln!("{}", summary(&executed));
     }
-    let mut warnings = crate::commands::vpn_warnings(&world, None);
-    warnings.extend(crate::commands::availability_warnings(&world, None));
+    let warnings = crate::commands::availability_warnings(&world, None);
     match not_ready(&executed) {
         // The warnings go first: the error line is the last thing printed.
         Some(why) => {

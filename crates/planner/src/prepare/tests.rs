@@ -142,17 +142,54 @@ fn namespaced_cluster_gets_namespaced_components() {
 }
 
 #[test]
-fn vpn_gets_a_wireguard_port_and_endpoint() {
+fn vpn_gets_a_wireguard_port_an_egress_proxy_port_and_endpoint() {
     let w = ok(world(basic(), vec![cluster("c1", 1, true)]));
     assert_eq!(
         host_ports(&w, "c1-ingress"),
-        hp(&[("apiserver", 40000), ("wireguard", 40001)])
+        hp(&[
+            ("apiserver", 40000),
+            ("vpn-proxy", 40001),
+            ("wireguard", 40002)
+        ])
     );
     assert_eq!(
         w.clusters[&key("c1")].status.vpn_server_endpoint,
-        "192.0.2.1:40001"
+        "192.0.2.1:40002"
     );
-    // Disabling it releases the port.
+    // The proxy's serving certificate, for the ingress's address.
+    let ingress = &w.components[&ObjectKey::new("default", "c1-ingress")];
+    let proxy = &ingress.status.server_certificates[crate::render::certs::VPN_PROXY];
+    assert_eq!(
+        oi_pki::inspect_certificate(&proxy.certificate)
+            .unwrap()
+            .sans,
+        ["192.0.2.1"]
+    );
+    // A world prepared before the proxy existed keeps its WireGuard port (workers know it).
+    let mut old = w.clone();
+    let hv = old
+        .hypervisors
+        .get_mut(&ObjectKey::cluster_scoped("public-1"))
+        .unwrap();
+    hv.status
+        .allocated_ports
+        .retain(|a| a.component != "c1-ingress-vpn-proxy");
+    let ingress = old
+        .components
+        .get_mut(&ObjectKey::new("default", "c1-ingress"))
+        .unwrap();
+    ingress
+        .status
+        .allocated_host_ports
+        .retain(|p| p.name != "vpn-proxy");
+    let again = ok(old);
+    let ports = host_ports(&again, "c1-ingress");
+    assert!(
+        ports.contains(&("wireguard".to_string(), 40002)),
+        "{ports:?}"
+    );
+    assert!(ports.iter().any(|(n, _)| n == "vpn-proxy"), "{ports:?}");
+    // Disabling it releases the ports.
     let mut w2 = w.clone();
     w2.clusters.get_mut(&key("c1")).unwrap().spec.vpn.enabled = false;
     let w2 = ok(w2);
@@ -161,7 +198,7 @@ fn vpn_gets_a_wireguard_port_and_endpoint() {
         w2.hypervisors[&ObjectKey::cluster_scoped("public-1")]
             .status
             .freed_ports,
-        vec![40001]
+        vec![40001, 40002]
     );
     assert_eq!(w2.clusters[&key("c1")].status.vpn_server_endpoint, "");
 }

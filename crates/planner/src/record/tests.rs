@@ -75,6 +75,7 @@ fn a_failure_is_the_condition_with_its_reason_and_message() {
         files: Vec::new(),
         removed: Vec::new(),
         join_tokens: None,
+        vpn_peers: None,
     };
     let w = record(prepared(3), &results(result), NOW);
     assert_eq!(
@@ -103,6 +104,7 @@ fn a_failure_is_the_condition_with_its_reason_and_message() {
         files: Vec::new(),
         removed: Vec::new(),
         join_tokens: None,
+        vpn_peers: None,
     };
     let w = record(prepared(1), &results(result), NOW);
     assert_eq!(
@@ -173,6 +175,7 @@ fn a_cluster_being_deleted_whose_teardown_failed_is_not_started() {
         files: Vec::new(),
         removed: Vec::new(),
         join_tokens: None,
+        vpn_peers: None,
     };
     let after = record(w, &results(result), NOW);
     assert_eq!(
@@ -198,4 +201,31 @@ fn join_tokens_in_force_are_recorded_only_when_reported() {
         after.clusters[&key("c")].status.join_tokens,
         ["abcdef.0123456789abcdef"]
     );
+}
+
+#[test]
+fn the_vpn_peers_a_run_leaves_are_the_clusters() {
+    let peer = oi_api::VpnPeer {
+        name: "worker-w1".into(),
+        address: "10.0.0.2/16".into(),
+        private_key: String::new(),
+        public_key: "k".into(),
+    };
+    let mut w = prepared(1);
+    w.clusters
+        .get_mut(&key("c"))
+        .unwrap()
+        .status
+        .vpn_peers
+        .push(oi_api::VpnPeer {
+            name: "worker-old".into(),
+            ..peer.clone()
+        });
+    // A run that did not get to the join requests leaves the peers as they were.
+    let w = record(w, &results(ClusterResult::new(&key("c"))), NOW);
+    assert_eq!(w.clusters[&key("c")].status.vpn_peers[0].name, "worker-old");
+    let mut result = ClusterResult::new(&key("c"));
+    result.vpn_peers = Some(vec![peer.clone()]);
+    let w = record(w, &results(result), NOW);
+    assert_eq!(w.clusters[&key("c")].status.vpn_peers, [peer]);
 }

@@ -40,6 +40,11 @@ fn hypervisor(name: &str, public: bool, ip: &str) -> Hypervisor {
 
 /// A prepared world: cluster `team-a/c1`, three replicas, leaf certificates filled in.
 fn prepared() -> World {
+    prepared_with(false)
+}
+
+/// The same, with the cluster VPN on when `vpn`.
+fn prepared_with(vpn: bool) -> World {
     let mut w = World::default();
     for h in [
         hypervisor("private-1", false, "10.0.0.1"),
@@ -54,6 +59,10 @@ fn prepared() -> World {
         ClusterSpec {
             control_plane_replicas: Some(3),
             kubernetes_version: "1.37.1".into(),
+            vpn: oi_api::Vpn {
+                enabled: vpn,
+                ..oi_api::Vpn::default()
+            },
             ..ClusterSpec::default()
         },
     );
@@ -67,7 +76,12 @@ fn prepared() -> World {
 fn describe(r: &Rendered) -> String {
     let mut out = String::new();
     for f in &r.files {
-        out.push_str(&format!("file {} {:o}\n", f.path, f.mode));
+        let reloaded = if r.reloaded.contains(&f.path) {
+            " (reloaded)"
+        } else {
+            ""
+        };
+        out.push_str(&format!("file {} {:o}{reloaded}\n", f.path, f.mode));
     }
     for p in &r.pods {
         out.push_str(&format!("pod {}/{}\n", p.namespace, p.name));
@@ -75,7 +89,8 @@ fn describe(r: &Rendered) -> String {
             out.push_str(&format!("  label {k}={v}\n"));
         }
         for c in &p.containers {
-            out.push_str(&format!("  container {} {}\n", c.name, c.image));
+            let privileged = if c.privileged { " privileged" } else { "" };
+            out.push_str(&format!("  container {} {}{privileged}\n", c.name, c.image));
             out.push_str(&format!("    command {}\n", c.command.join(" ")));
             for a in &c.args {
                 out.push_str(&format!("    {a}\n"));
@@ -223,4 +238,100 @@ fn haproxy_backends_sorted_whatever_the_input_order() {
     );
     assert_eq!(a, b);
     assert!(a.contains("  server a 10.0.0.1:30000\n  server b 10.0.0.2:30000\n"));
+}
+
+#[test]
+fn with_the_vpn_the_ingress_runs_the_endpoint_and_api_servers_egress_through_it() {
+    let mut w = prepared_with(true);
+    let key = ObjectKey::new("team-a", "c1");
+    let (_, public) = oi_pki::generate_wireguard_keys();
+    w.clusters.get_mut(&key).unwrap().status.vpn_peers = vec![oi_api::VpnPeer {
+        name: "worker-w1".into(),
+        address: "10.0.0.2/16".into(),
+        private_key: String::new(),
+        public_key: public.clone(),
+    }];
+    let ingress =
+        render_component(&w, &ObjectKey::new("team-a", "c1-ingress"), &options()).unwrap();
+    golden("ingress-vpn.txt", &describe(&ingress));
+    let conf = ingress
+        .files
+        .iter()
+        .find(|f| f.path.ends_with("/vpn.conf"))
+        .unwrap();
+    let text = std::str::from_utf8(&conf.content).unwrap();
+    let cluster = &w.clusters[&key];
+    assert!(text.contains(&format!("PrivateKey = {}\n", cluster.spec.vpn.private_key)));
+    let port = w.components[&ObjectKey::new("team-a", "c1-ingress")]
+        .status
+        .host_port(crate::ports::names::WIREGUARD)
+        .unwrap();
+    assert!(text.contains(&format!("ListenPort = {port}\n")));
+    assert!(text.contains(&format!(
+        "[Peer]\n# worker-w1\nPublicKey = {public}\nAllowedIPs = 10.0.0.2/32\n"
+    )));
+    // The proxy's certificate: the API server CA's, for the ingress's address.
+    let cert = ingress
+        .files
+        .iter()
+        .find(|f| f.path.ends_with("/vpn-proxy.crt"))
+        .unwrap();
+    let info = oi_pki::inspect_certificate(std::str::from_utf8(&cert.content).unwrap()).unwrap();
+    assert_eq!(info.sans, ["192.0.2.1"]);
+    let key_file = ingress
+        .files
+        .iter()
+        .find(|f| f.path.ends_with("/vpn-proxy.key"))
+        .unwrap();
+    assert_eq!(key_file.mode, 0o600);
+    oi_pki::check_leaf(
+        std::str::from_utf8(&cert.content).unwrap(),
+        std::str::from_utf8(&key_file.content).unwrap(),
+        Some(&cluster.spec.api_server.ca.as_ref().unwrap().certificate),
+    )
+    .unwrap();
+
+    let replica = render_component(
+        &w,
+        &ObjectKey::new("team-a", "c1-control-plane-0"),
+        &options(),
+    )
+    .unwrap();
+    let egress = replica
+        .files
+        .iter()
+        .find(|f| f.path.ends_with("/egress-selector.yaml"))
+        .unwrap();
+    golden(
+        "egress-selector.yaml",
+        std::str::from_utf8(&egress.content).unwrap(),
+    );
+    let apiserver = &replica
+        .pods
+        .iter()
+        .find(|p| p.name == "c1-control-plane-0")
+        .unwrap()
+        .containers[0];
+    assert!(
+        apiserver
+            .args
+            .contains(&format!("--egress-selector-config-file={}", egress.path))
+    );
+    let mut sorted = apiserver.args.clone();
+    sorted.sort();
+    assert_eq!(sorted, apiserver.args);
+    // Without the VPN: no egress, no VPN pod.
+    let w = prepared();
+    let replica = render_component(
+        &w,
+        &ObjectKey::new("team-a", "c1-control-plane-0"),
+        &options(),
+    )
+    .unwrap();
+    assert!(
+        !replica
+            .files
+            .iter()
+            .any(|f| f.path.ends_with("/egress-selector.yaml"))
+    );
 }

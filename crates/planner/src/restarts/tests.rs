@@ -39,6 +39,7 @@ fn only_the_pods_that_read_a_changed_file_restart() {
             pod("etcd", &["--cert-file=/d/etcd.crt"]),
             pod("apiserver", &["--tls-cert-file=/d/api.crt"]),
             pod("scheduler", &["--kubeconfig=/d/scheduler.kubeconfig"]),
+            pod("vpn", &["--config=/d/vpn.conf"]),
         ],
         files: vec![
             host_file("/d/etcd.crt", "e"),
@@ -49,7 +50,9 @@ fn only_the_pods_that_read_a_changed_file_restart() {
             ),
             host_file("/d/sched.crt", "s"),
             host_file("/d/unnamed", "u"),
+            host_file("/d/vpn.conf", "v"),
         ],
+        reloaded: ["/d/vpn.conf".to_string()].into(),
     };
     let hashes = |changed: &[&str]| -> BTreeMap<String, String> {
         rendered
@@ -80,7 +83,13 @@ fn only_the_pods_that_read_a_changed_file_restart() {
     assert_eq!(restart(&["/d/sched.crt"]), ["scheduler"]);
     assert_eq!(restart(&["/d/scheduler.kubeconfig"]), ["scheduler"]);
     // Named by no pod: nothing tells which one reads it, so all restart.
-    assert_eq!(restart(&["/d/unnamed"]), ["apiserver", "etcd", "scheduler"]);
+    assert_eq!(
+        restart(&["/d/unnamed"]),
+        ["apiserver", "etcd", "scheduler", "vpn"]
+    );
+    // Its reader takes a change by itself: nothing restarts, not even the pod naming it.
+    assert!(restart(&["/d/vpn.conf"]).is_empty());
+    assert_eq!(restart(&["/d/vpn.conf", "/d/etcd.crt"]), ["etcd"]);
     // A file never written before (no known hash) counts as changed.
     let mut known = hashes(&[]);
     known.remove("/d/api.crt");

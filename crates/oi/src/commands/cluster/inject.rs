@@ -55,7 +55,6 @@ pub fn run(
     }
     manifests::finish(&prepared.world, output)?;
     let mut notes = warnings(&prepared.failures);
-    notes.extend(crate::commands::vpn_warnings(&prepared.world, Some(&key)));
     notes.extend(crate::commands::availability_warnings(
         &prepared.world,
         Some(&key),

@@ -31,6 +31,6 @@ pub fn image(component: ComponentName, kubernetes_version: &str) -> anyhow::Resu
         ComponentName::Haproxy => versions::INFRA.haproxy,
         ComponentName::Pause => versions::INFRA.pause,
         ComponentName::Toolbox => versions::INFRA.toolbox,
-        ComponentName::Wireguard => versions::INFRA.wireguard,
+        ComponentName::VpnEndpoint => versions::INFRA.vpn_endpoint,
     })
 }

@@ -223,7 +223,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                 .put_status(in_cluster, tls, name, &item, &describe)
                 .await?
             {
-                self.wrote(key, "marked Node registered:", &describe);
+                self.wrote(key, &format!("noted Node {name} registered in"), &describe);
             }
         }
         // 4. Requests of Nodes deleted: the name is free again, the peer went in step 1.

@@ -71,6 +71,7 @@ fn three_replicas_come_up_and_a_second_run_changes_nothing() {
         public: 1,
         tcp: false,
         images_dir: oi_testsupport::images_dir(),
+        workers: 0,
     };
     let mut manifests = Vec::new();
     let hypervisors = create(

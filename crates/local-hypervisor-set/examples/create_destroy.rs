@@ -32,6 +32,7 @@ fn main() -> anyhow::Result<()> {
             public: 1,
             tcp,
             images_dir: images_dir.clone(),
+            workers: 0,
         };
         let started = Instant::now();
         commands::create(&paths, &args, &mut std::io::sink(), &mut std::io::sink())

@@ -3,10 +3,12 @@
 
 pub mod create;
 pub mod destroy;
+pub mod exec;
 pub mod list;
 
 pub use create::{CreateArgs, create};
 pub use destroy::{DestroyOutcome, destroy};
+pub use exec::exec;
 pub use list::list;
 
 #[cfg(test)]

@@ -91,6 +91,14 @@ pub enum Error {
     Unkillable { set: String, pids: Vec<u32> },
     #[error("cannot render the hypervisor manifests")]
     Manifest(#[source] serde_yaml_ng::Error),
+    #[error("set {set} does not exist")]
+    NoSuchSet { set: String },
+    #[error("set {set} has no host {host} (its hosts: {known})")]
+    NoSuchHost {
+        set: String,
+        host: String,
+        known: String,
+    },
 }
 
 /// The crate's result type.

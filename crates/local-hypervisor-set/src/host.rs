@@ -234,6 +234,161 @@ pub fn create_hypervisor_network(
     Ok(())
 }
 
+/// Runs `args` inside network namespace `netns` (`nsenter --net`, which keeps the host's
+/// /sys, unlike `ip netns exec`).
+fn in_netns(netns: &str, args: &[&str]) -> Result<String> {
+    run(Command::new("nsenter")
+        .arg(format!("--net={}", netns_path(netns).display()))
+        .arg("--")
+        .args(args))
+}
+
+/// The set's router: a namespace on the set's bridge (`uplink` on `subnet`) with a LAN bridge
+/// (`lan_gateway` on `lan`) behind it. What leaves the LAN through it is masqueraded as its
+/// uplink address; connections that would enter the LAN are dropped, as a home router's NAT
+/// does. Nothing outside has a route to the LAN.
+///
+/// # Errors
+/// When an `ip`, `iptables` or `sh` command fails.
+pub fn create_nat_router(
+    router: &str,
+    host_veth: &str,
+    bridge: &str,
+    uplink: Ipv4Addr,
+    subnet: Ipv4Net,
+    lan: Ipv4Net,
+    lan_gateway: Ipv4Addr,
+) -> Result<()> {
+    ip(["netns", "add", router])?;
+    ip(["-n", router, "link", "set", "lo", "up"])?;
+    ip([
+        "link", "add", host_veth, "type", "veth", "peer", "name", "eth0", "netns", router,
+    ])?;
+    ip(["link", "set", host_veth, "master", bridge])?;
+    ip(["link", "set", host_veth, "up"])?;
+    ip([
+        "-n",
+        router,
+        "addr",
+        "add",
+        &format!("{uplink}/{}", subnet.prefix_len()),
+        "dev",
+        "eth0",
+    ])?;
+    ip(["-n", router, "link", "set", "eth0", "up"])?;
+    ip(["-n", router, "link", "add", "lan", "type", "bridge"])?;
+    ip([
+        "-n",
+        router,
+        "addr",
+        "add",
+        &format!("{lan_gateway}/{}", lan.prefix_len()),
+        "dev",
+        "lan",
+    ])?;
+    ip(["-n", router, "link", "set", "lan", "up"])?;
+    in_netns(
+        router,
+        &["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"],
+    )?;
+    let lan = lan.to_string();
+    in_netns(
+        router,
+        &[
+            "iptables",
+            "-t",
+            "nat",
+            "-A",
+            "POSTROUTING",
+            "-s",
+            &lan,
+            "-o",
+            "eth0",
+            "-j",
+            "MASQUERADE",
+        ],
+    )?;
+    in_netns(
+        router,
+        &[
+            "iptables",
+            "-A",
+            "FORWARD",
+            "-i",
+            "eth0",
+            "-o",
+            "lan",
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "ESTABLISHED,RELATED",
+            "-j",
+            "ACCEPT",
+        ],
+    )?;
+    in_netns(
+        router,
+        &[
+            "iptables", "-A", "FORWARD", "-i", "eth0", "-o", "lan", "-j", "DROP",
+        ],
+    )?;
+    Ok(())
+}
+
+/// A worker's namespace on the router's LAN: a veth pair from the router's LAN bridge
+/// (`router_port`) to `eth0` inside it, addressed, the router its default gateway.
+///
+/// # Errors
+/// When an `ip` command fails.
+pub fn create_worker_network(
+    worker: &str,
+    router: &str,
+    router_port: &str,
+    ip_addr: Ipv4Addr,
+    lan: Ipv4Net,
+    lan_gateway: Ipv4Addr,
+) -> Result<()> {
+    ip(["netns", "add", worker])?;
+    ip(["-n", worker, "link", "set", "lo", "up"])?;
+    // Both ends are made inside their namespaces: no name is taken on the host meanwhile.
+    ip([
+        "link",
+        "add",
+        router_port,
+        "netns",
+        router,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        worker,
+    ])?;
+    ip(["-n", router, "link", "set", router_port, "master", "lan"])?;
+    ip(["-n", router, "link", "set", router_port, "up"])?;
+    ip([
+        "-n",
+        worker,
+        "addr",
+        "add",
+        &format!("{ip_addr}/{}", lan.prefix_len()),
+        "dev",
+        "eth0",
+    ])?;
+    ip(["-n", worker, "link", "set", "eth0", "up"])?;
+    ip([
+        "-n",
+        worker,
+        "route",
+        "add",
+        "default",
+        "via",
+        &lan_gateway.to_string(),
+    ])?;
+    Ok(())
+}
+
 /// Deletes a link if present.
 ///
 /// # Errors

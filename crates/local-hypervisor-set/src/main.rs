@@ -39,6 +39,11 @@ enum Command {
         /// Expose each CRI endpoint over TCP with mutual TLS instead of a local socket.
         #[arg(long)]
         tcp: bool,
+        /// Number of workers: hosts with their own network namespace and containerd on a LAN
+        /// of their own, reaching the hypervisors only through a masquerading router (no
+        /// hypervisor can reach them). Run commands on them with `exec`.
+        #[arg(long, default_value_t = 0)]
+        workers: usize,
         /// Directory of image tarballs to import into every hypervisor.
         #[arg(long, env = "OI_IMAGES_DIR", default_value = "target/oi-images")]
         images_dir: PathBuf,
@@ -48,8 +53,19 @@ enum Command {
         #[arg(long)]
         name: String,
     },
-    /// List sets and their hypervisors.
+    /// List sets and their hypervisors, workers and router.
     List,
+    /// Run a command on a host of a set (a hypervisor, a worker or the router): in its network
+    /// namespace, with stdin, stdout and stderr passed through; exits as the command does.
+    Exec {
+        #[arg(long)]
+        name: String,
+        /// The host, e.g. demo-worker-1.
+        host: String,
+        /// The command and its arguments (after `--`).
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -63,6 +79,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             size_private,
             size_public,
             tcp,
+            workers,
             images_dir,
         } => {
             // Checked before anything is created: a set made for an output that cannot be
@@ -82,6 +99,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 public: size_public,
                 tcp,
                 images_dir,
+                workers,
             };
             let mut manifests = Vec::new();
             commands::create(&paths, &args, &mut manifests, &mut stderr)
@@ -94,6 +112,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .with_context(|| format!("cannot destroy set {name}"))?;
         }
         Command::List => commands::list(&paths, &mut stdout).context("cannot list sets")?,
+        Command::Exec {
+            name,
+            host,
+            command,
+        } => {
+            let err = commands::exec(&paths, &name, &host, &command);
+            return Err(anyhow::Error::from(err).context(format!("cannot run on {host}")));
+        }
     }
     stdout.flush().context("cannot write to stdout")
 }

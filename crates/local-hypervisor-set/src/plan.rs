@@ -8,7 +8,13 @@
 //! ```text
 //! set "demo", slot 0x1a2b ─► 10.154.43.0/24
 //!   bridge ohs1a2b (10.154.43.1) ─┬─ ohs1a2bv1 ══ eth0 10.154.43.2  netns demo-private-1
-//!                                 └─ ohs1a2bv2 ══ eth0 10.154.43.3  netns demo-public-1
+//!                                 ├─ ohs1a2bv2 ══ eth0 10.154.43.3  netns demo-public-1
+//!                                 └─ ohs1a2br  ══ eth0 10.154.43.254 netns demo-router
+//!   with --workers: a LAN of its own (another slot's /24, e.g. 10.201.7.0/24) behind the
+//!   router, which masquerades what leaves it and drops connections that would enter:
+//!     demo-router: bridge lan 10.201.7.1 ─┬─ w1 ══ eth0 10.201.7.2  netns demo-worker-1
+//!                                         └─ w2 ══ eth0 10.201.7.3  netns demo-worker-2
+//!   No hypervisor (nor the host) has a route to the LAN: workers are behind NAT.
 //! ```
 
 use std::net::Ipv4Addr;
@@ -29,6 +35,8 @@ const SLOTS: u32 = 1 << (24 - 9);
 pub const MAX_SET_NAME: usize = 20;
 /// At most this many hypervisors per set (a /24 minus network, gateway and broadcast).
 pub const MAX_HYPERVISORS: usize = 253;
+/// At most this many workers per set (their LAN's /24 minus network, gateway, broadcast).
+pub const MAX_WORKERS: usize = 253;
 /// The port range every hypervisor advertises for components.
 pub const PORT_RANGE: (u32, u32) = (30000, 32767);
 /// The TCP port of the mutual-TLS CRI front (outside [`PORT_RANGE`]).
@@ -149,6 +157,83 @@ pub struct SetPlan {
     pub gateway: Ipv4Addr,
     pub bridge: String,
     pub hypervisors: Vec<HypervisorPlan>,
+    /// Workers behind a NAT router, when asked for.
+    pub nat: Option<NatPlan>,
+}
+
+/// The workers of a set and the router they reach the hypervisors through.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NatPlan {
+    /// `<set>-router`: its network namespace.
+    pub router: String,
+    /// Host end of its veth pair on the set's bridge (`eth0` inside).
+    pub router_veth: String,
+    /// Its address on the set's subnet (the last one).
+    pub uplink_ip: Ipv4Addr,
+    /// The workers' LAN, another slot's /24.
+    pub lan: Ipv4Net,
+    /// The router's address on the LAN, the workers' default gateway.
+    pub lan_gateway: Ipv4Addr,
+    pub workers: Vec<WorkerPlan>,
+}
+
+/// One worker: a network namespace on the LAN.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerPlan {
+    /// `<set>-worker-<n>`: also its network namespace.
+    pub name: String,
+    pub ip: Ipv4Addr,
+    /// The router's end of its veth pair (inside the router's namespace, on its LAN bridge).
+    pub router_port: String,
+}
+
+/// The name of a set's router (its network namespace).
+pub fn router_name(set: &str) -> String {
+    format!("{set}-router")
+}
+
+/// Lays out `workers` behind a router on the LAN of `lan_slot`, the router on the last
+/// address of the set's subnet.
+///
+/// # Errors
+/// [`Error::InvalidSize`] when there are too many workers, or the LAN is the set's subnet.
+pub fn plan_nat(set: &SetPlan, lan_slot: u16, workers: usize) -> Result<NatPlan> {
+    let invalid = |reason| Error::InvalidSize {
+        private: set.hypervisors.len(),
+        public: workers,
+        reason,
+    };
+    if workers == 0 || workers > MAX_WORKERS {
+        return Err(invalid("workers: between 1 and 253"));
+    }
+    if set.hypervisors.len() > MAX_HYPERVISORS - 1 {
+        return Err(invalid(
+            "with workers, at most 252 hypervisors (the router takes an address)",
+        ));
+    }
+    let lan = subnet_of_slot(lan_slot);
+    if lan == set.subnet {
+        return Err(invalid("the workers' LAN cannot be the set's subnet"));
+    }
+    let lan_base = u32::from(lan.network());
+    let base = u32::from(set.subnet.network());
+    Ok(NatPlan {
+        router: router_name(&set.name),
+        router_veth: format!("{}r", link_prefix(set.slot)),
+        uplink_ip: Ipv4Addr::from(base + 254),
+        lan,
+        lan_gateway: Ipv4Addr::from(lan_base + 1),
+        workers: (0..workers)
+            .map(|i| WorkerPlan {
+                name: format!("{}-worker-{}", set.name, i + 1),
+                // i < 253: inside the /24, below its broadcast address.
+                ip: Ipv4Addr::from(lan_base + 2 + i as u32),
+                router_port: format!("w{}", i + 1),
+            })
+            .collect(),
+    })
 }
 
 /// Lays a set out: private hypervisors first, then public ones, addresses from `.2` up.
@@ -194,19 +279,27 @@ pub fn plan_set(name: &str, slot: u16, private: usize, public: usize) -> Result<
         gateway: Ipv4Addr::from(base + 1),
         bridge: link_prefix(slot),
         hypervisors,
+        nat: None,
     })
 }
 
 /// Whether `netns` names a hypervisor of set `set` (`<set>-private-<n>` or `<set>-public-<n>`).
 /// Used to find leftovers of a set whose state file is gone.
 pub fn is_hypervisor_of(set: &str, netns: &str) -> bool {
+    numbered(set, netns, &["private-", "public-"])
+}
+
+/// Whether `netns` is one of set `set`'s: a hypervisor's, a worker's (`<set>-worker-<n>`) or
+/// its router's.
+pub fn is_namespace_of(set: &str, netns: &str) -> bool {
+    numbered(set, netns, &["private-", "public-", "worker-"]) || netns == router_name(set)
+}
+
+fn numbered(set: &str, netns: &str, kinds: &[&str]) -> bool {
     let Some(rest) = netns.strip_prefix(set).and_then(|r| r.strip_prefix('-')) else {
         return false;
     };
-    let Some(n) = rest
-        .strip_prefix("private-")
-        .or_else(|| rest.strip_prefix("public-"))
-    else {
+    let Some(n) = kinds.iter().find_map(|k| rest.strip_prefix(k)) else {
         return false;
     };
     !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
@@ -323,6 +416,47 @@ mod tests {
         // A link with the slot's prefix makes the slot taken too.
         let links = [format!("ohs{first:04x}v1")];
         assert!(!slot_is_free(first, &[], &links));
+    }
+
+    #[test]
+    fn workers_sit_on_a_lan_of_their_own_behind_the_router() {
+        let set = plan_set("demo", 0x1a2b, 2, 1).unwrap();
+        let nat = plan_nat(&set, 0x1a2c, 2).unwrap();
+        assert_eq!(nat.router, "demo-router");
+        assert_eq!(nat.router_veth, "ohs1a2br");
+        assert_eq!(nat.uplink_ip, Ipv4Addr::new(10, 154, 43, 254));
+        assert_eq!(nat.lan, "10.154.44.0/24".parse::<Ipv4Net>().unwrap());
+        assert_eq!(nat.lan_gateway, Ipv4Addr::new(10, 154, 44, 1));
+        let workers: Vec<(&str, String, &str)> = nat
+            .workers
+            .iter()
+            .map(|w| (w.name.as_str(), w.ip.to_string(), w.router_port.as_str()))
+            .collect();
+        assert_eq!(
+            workers,
+            [
+                ("demo-worker-1", "10.154.44.2".into(), "w1"),
+                ("demo-worker-2", "10.154.44.3".into(), "w2"),
+            ]
+        );
+        // The router's uplink is not a hypervisor's address.
+        assert!(set.hypervisors.iter().all(|h| h.ip != nat.uplink_ip));
+        assert!(
+            plan_nat(&set, 0x1a2b, 1).is_err(),
+            "the LAN is the set's subnet"
+        );
+        assert!(plan_nat(&set, 0x1a2c, 0).is_err());
+        assert!(plan_nat(&set, 0x1a2c, 254).is_err());
+        let full = plan_set("full", 1, 253, 0).unwrap();
+        assert!(
+            plan_nat(&full, 2, 1).is_err(),
+            "the router has no address left"
+        );
+        assert!(is_namespace_of("demo", "demo-worker-2"));
+        assert!(is_namespace_of("demo", "demo-router"));
+        assert!(is_namespace_of("demo", "demo-public-1"));
+        assert!(!is_namespace_of("demo", "demo-worker-"));
+        assert!(!is_hypervisor_of("demo", "demo-worker-1"));
     }
 
     #[test]

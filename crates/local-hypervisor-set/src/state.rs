@@ -20,7 +20,7 @@ use ipnet::Ipv4Net;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result, io};
-use crate::plan::{SetPlan, Visibility};
+use crate::plan::{NatPlan, SetPlan, Visibility};
 
 /// Roots of all sets' files.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,6 +121,59 @@ pub struct SetState {
     pub gateway: Ipv4Addr,
     pub bridge: String,
     pub hypervisors: Vec<HypervisorState>,
+    /// Workers behind a NAT router (`create --workers`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nat: Option<NatState>,
+}
+
+/// The router and workers of a set in the state file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NatState {
+    /// Also the name of its network namespace.
+    pub router: String,
+    pub router_veth: String,
+    pub uplink_ip: Ipv4Addr,
+    pub lan: Ipv4Net,
+    pub lan_gateway: Ipv4Addr,
+    pub workers: Vec<WorkerState>,
+}
+
+/// One worker in the state file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerState {
+    /// Also the name of its network namespace.
+    pub name: String,
+    pub ip: Ipv4Addr,
+    pub router_port: String,
+    /// Its containerd's CRI socket (the kubelet's `--container-runtime-endpoint`).
+    pub socket: PathBuf,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub containerd_pid: Option<u32>,
+}
+
+impl NatState {
+    fn from_plan(set: &str, nat: &NatPlan, paths: &Paths) -> NatState {
+        NatState {
+            router: nat.router.clone(),
+            router_veth: nat.router_veth.clone(),
+            uplink_ip: nat.uplink_ip,
+            lan: nat.lan,
+            lan_gateway: nat.lan_gateway,
+            workers: nat
+                .workers
+                .iter()
+                .map(|w| WorkerState {
+                    name: w.name.clone(),
+                    ip: w.ip,
+                    router_port: w.router_port.clone(),
+                    socket: paths.hypervisor(set, &w.name).socket,
+                    containerd_pid: None,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// One hypervisor in the state file.
@@ -166,6 +219,10 @@ impl SetState {
                     cri_endpoint_uri: None,
                 })
                 .collect(),
+            nat: plan
+                .nat
+                .as_ref()
+                .map(|n| NatState::from_plan(&plan.name, n, paths)),
         }
     }
 

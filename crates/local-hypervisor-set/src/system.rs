@@ -12,7 +12,7 @@ use ipnet::Ipv4Net;
 
 use crate::error::Result;
 use crate::front::FrontPki;
-use crate::state::HypervisorPaths;
+use crate::state::{HypervisorPaths, NatState, WorkerState};
 use crate::{containerd, cri, front, host, procs};
 
 /// What the commands need from the machine.
@@ -34,6 +34,10 @@ pub trait System: Sync {
         subnet: Ipv4Net,
         gateway: Ipv4Addr,
     ) -> Result<()>;
+    /// The set's NAT router and its LAN (see [`host::create_nat_router`]).
+    fn create_nat_router(&self, nat: &NatState, bridge: &str, subnet: Ipv4Net) -> Result<()>;
+    /// A worker's namespace on the router's LAN.
+    fn create_worker_network(&self, nat: &NatState, worker: &WorkerState) -> Result<()>;
     fn delete_netns(&self, name: &str) -> Result<()>;
     fn delete_link(&self, name: &str) -> Result<()>;
     /// Starts a hypervisor's containerd, detached; its PID.
@@ -97,6 +101,29 @@ impl System for RealSystem {
         gateway: Ipv4Addr,
     ) -> Result<()> {
         host::create_hypervisor_network(netns, host_veth, bridge, ip, subnet, gateway)
+    }
+
+    fn create_nat_router(&self, nat: &NatState, bridge: &str, subnet: Ipv4Net) -> Result<()> {
+        host::create_nat_router(
+            &nat.router,
+            &nat.router_veth,
+            bridge,
+            nat.uplink_ip,
+            subnet,
+            nat.lan,
+            nat.lan_gateway,
+        )
+    }
+
+    fn create_worker_network(&self, nat: &NatState, worker: &WorkerState) -> Result<()> {
+        host::create_worker_network(
+            &worker.name,
+            &nat.router,
+            &worker.router_port,
+            worker.ip,
+            nat.lan,
+            nat.lan_gateway,
+        )
     }
 
     fn delete_netns(&self, name: &str) -> Result<()> {

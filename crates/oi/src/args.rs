@@ -374,9 +374,31 @@ pub struct NodeJoinArgs {
     pub kubelet_binary: PathBuf,
 
     /// Write every file under this directory instead of / (containers, tests); the kubelet is
-    /// then not started, its command is printed.
+    /// then not started, its command is printed. The VPN interface is still brought up, in
+    /// this network namespace.
     #[arg(long, value_name = "DIR", default_value = "/")]
     pub root_dir: PathBuf,
+
+    /// The WireGuard interface of the cluster VPN, when the cluster has one.
+    #[arg(long, value_name = "NAME", default_value = "oi-wg", value_parser = parse_interface)]
+    pub vpn_interface: String,
+
+    /// The userspace WireGuard the VPN falls back to where the kernel has no WireGuard.
+    #[arg(long, value_name = "PATH", default_value = "wireguard-go")]
+    pub wireguard_go: PathBuf,
+}
+
+/// A network interface name: 1 to 15 characters, no `/`, whitespace or `:`.
+fn parse_interface(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 15
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err("an interface name is 1 to 15 letters, digits, '-', '_' or '.'".into())
+    }
 }
 
 #[derive(Debug, Args)]

@@ -132,7 +132,8 @@ pub fn parse_state(text: &str) -> Result<DeviceState, String> {
 /// its last known endpoint from `endpoints` when there is one (a restarted endpoint finds
 /// workers behind NAT again at once: turning the keepalive on sends one, which starts a
 /// handshake); a peer that stays is touched only if its allowed IPs or keepalive differ,
-/// and its endpoint never (the device follows roaming peers itself).
+/// and its endpoint never (the device follows roaming peers itself). The keepalive of a
+/// peer whose endpoint is not known yet waits until it is (there is nowhere to send it).
 pub fn sync(
     current: &DeviceState,
     desired: &Config,
@@ -154,11 +155,16 @@ pub fn sync(
     for (key, peer) in &desired.peers {
         let mut want_ips = peer.allowed_ips.clone();
         want_ips.sort();
-        let keepalive = peer.persistent_keepalive;
+        let endpoint_known = endpoints.contains_key(key)
+            || current.peers.get(key).is_some_and(|p| p.endpoint.is_some());
+        let mut keepalive = peer.persistent_keepalive.filter(|_| endpoint_known);
         match current.peers.get(key) {
             Some(have) => {
                 let mut have_ips = have.allowed_ips.clone();
                 have_ips.sort();
+                if !endpoint_known {
+                    keepalive = have.persistent_keepalive;
+                }
                 if have_ips == want_ips && have.persistent_keepalive == keepalive {
                     continue;
                 }
@@ -371,6 +377,34 @@ mod tests {
             )
         );
         assert!(!body.contains(&key(2).to_hex()), "{body}");
+    }
+
+    #[test]
+    fn the_keepalive_waits_for_an_endpoint() {
+        // A new peer nobody has heard from: no keepalive yet.
+        let body = sync(
+            &DeviceState::default(),
+            &desired(&[(2, "10.0.0.2/32")]),
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        assert!(
+            body.ends_with("persistent_keepalive_interval=0\n"),
+            "{body}"
+        );
+        // It connected: its keepalive goes on.
+        let mut current = parse_state(&state_text(&[(2, "10.0.0.2/32", None)])).unwrap();
+        current.peers.get_mut(&key(2)).unwrap().persistent_keepalive = None;
+        assert_eq!(
+            sync(&current, &desired(&[(2, "10.0.0.2/32")]), &BTreeMap::new()),
+            None
+        );
+        current.peers.get_mut(&key(2)).unwrap().endpoint = Some("192.0.2.7:1".parse().unwrap());
+        let body = sync(&current, &desired(&[(2, "10.0.0.2/32")]), &BTreeMap::new()).unwrap();
+        assert!(
+            body.ends_with("persistent_keepalive_interval=25\n"),
+            "{body}"
+        );
     }
 
     #[test]

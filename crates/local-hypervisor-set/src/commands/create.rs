@@ -2,9 +2,10 @@
 //! with `--tcp`, a mutual-TLS front), printed as Hypervisor manifests.
 //!
 //! ```text
-//! validate ─► lock ─► exists? ─► choose subnet ─► state.json ─► bridge ─► unlock
-//!   ─► per hypervisor: netns + veth ─► containerd ─► socket ready ─► images ─► [front]
-//!   ─► state ready ─► manifests on stdout
+//! validate ─► lock ─► exists? ─► choose subnet [and the workers' LAN] ─► state.json
+//!   ─► bridge ─► unlock ─► per hypervisor: netns + veth ─► [router, per worker: netns on
+//!   its LAN] ─► containerd each (workers too) ─► socket ready ─► images (hypervisors) ─►
+//!   [front] ─► state ready ─► manifests on stdout
 //! any failure after state.json ─► destroy (what was made goes away) ─► the error
 //! ```
 
@@ -33,6 +34,8 @@ pub struct CreateArgs {
     pub tcp: bool,
     /// Every `*.tar` in it is imported into every hypervisor.
     pub images_dir: PathBuf,
+    /// Workers behind a NAT router (their own namespace and containerd each; no images).
+    pub workers: usize,
 }
 
 /// Creates a set and writes its Hypervisor manifests to `out` (progress to `progress`).
@@ -98,13 +101,22 @@ pub fn create_with(
         // A set being created or destroyed may not have its bridge (yet, or any more).
         if let Ok(Some(state)) = SetState::load(paths, &other) {
             host_nets.push(state.subnet);
+            host_nets.extend(state.nat.as_ref().map(|n| n.lan));
             host_links.push(state.bridge);
         }
     }
     let slot = plan::choose_slot(&args.name, |s| {
         !plan::slot_is_free(s, &host_nets, &host_links)
     })?;
-    let plan = plan::plan_set(&args.name, slot, args.private, args.public)?;
+    let mut plan = plan::plan_set(&args.name, slot, args.private, args.public)?;
+    if args.workers > 0 {
+        let set_subnet = plan.subnet;
+        host_nets.push(set_subnet);
+        let lan_slot = plan::choose_slot(&format!("{}.lan", args.name), |s| {
+            s == slot || !plan::slot_is_free(s, &host_nets, &host_links)
+        })?;
+        plan.nat = Some(plan::plan_nat(&plan, lan_slot, args.workers)?);
+    }
     let mut state = SetState::from_plan(&plan, args.tcp, paths);
     state.save(paths)?;
     let _ = writeln!(
@@ -115,6 +127,17 @@ pub fn create_with(
         plan.bridge,
         plan.hypervisors.len()
     );
+    if let Some(nat) = &plan.nat {
+        let _ = writeln!(
+            progress,
+            "set {}: {} workers on {} behind NAT router {} ({})",
+            plan.name,
+            nat.workers.len(),
+            nat.lan,
+            nat.router,
+            nat.uplink_ip
+        );
+    }
 
     let result = sys
         .create_bridge(&plan.bridge, plan.gateway, plan.subnet)
@@ -178,6 +201,23 @@ fn build(
         let _ = writeln!(progress, "{}: network namespace, {}", hv.name, hv.ip);
     }
 
+    if let Some(nat) = &state.nat {
+        sys.create_nat_router(nat, &state.bridge, state.subnet)?;
+        let _ = writeln!(
+            progress,
+            "{}: NAT router, {} on the set, {} on the LAN",
+            nat.router, nat.uplink_ip, nat.lan_gateway
+        );
+        for w in &nat.workers {
+            sys.create_worker_network(nat, w)?;
+            let _ = writeln!(
+                progress,
+                "{}: network namespace, {} behind NAT",
+                w.name, w.ip
+            );
+        }
+    }
+
     for i in 0..state.hypervisors.len() {
         let name = state.hypervisors[i].name.clone();
         let hp = paths.hypervisor(&set, &name);
@@ -185,12 +225,34 @@ fn build(
         state.hypervisors[i].containerd_pid = Some(pid);
         state.save(paths)?;
     }
-    for hv in &state.hypervisors {
-        let hp = paths.hypervisor(&set, &hv.name);
+    let workers = state.nat.as_ref().map_or(0, |n| n.workers.len());
+    for i in 0..workers {
+        let Some(nat) = state.nat.as_mut() else {
+            break;
+        };
+        let name = nat.workers[i].name.clone();
+        let pid = sys.start_containerd(&name, &paths.hypervisor(&set, &name))?;
+        nat.workers[i].containerd_pid = Some(pid);
+        state.save(paths)?;
+    }
+    let started: Vec<(String, Option<u32>)> = state
+        .hypervisors
+        .iter()
+        .map(|h| (h.name.clone(), h.containerd_pid))
+        .chain(
+            state
+                .nat
+                .iter()
+                .flat_map(|n| &n.workers)
+                .map(|w| (w.name.clone(), w.containerd_pid)),
+        )
+        .collect();
+    for (name, pid) in started {
+        let hp = paths.hypervisor(&set, &name);
         // Set just above; `start` returned it.
-        let pid = hv.containerd_pid.unwrap_or_default();
-        sys.wait_containerd(&hv.name, pid, &hp)?;
-        let _ = writeln!(progress, "{}: containerd {pid} ready", hv.name);
+        let pid = pid.unwrap_or_default();
+        sys.wait_containerd(&name, pid, &hp)?;
+        let _ = writeln!(progress, "{name}: containerd {pid} ready");
     }
 
     let _ = writeln!(

@@ -4,8 +4,10 @@
 //!
 //! ```text
 //! pods (CRI, per live containerd) ─► fronts, containerds (SIGTERM, then SIGKILL)
-//!   ─► sweep: any process naming the set's directories or inside its namespaces
-//!   ─► namespaces ─► veths ─► bridge ─► directories ─► state.json last
+//!   ─► sweep: any process naming the set's directories or inside its namespaces (a
+//!      worker's kubelet and WireGuard too)
+//!   ─► namespaces (hypervisors, workers, router) ─► veths ─► bridge ─► directories
+//!   ─► state.json last
 //! ```
 
 use std::io::Write;
@@ -61,7 +63,7 @@ pub fn destroy_with(
     let mut namespaces: Vec<String> = sys
         .netns_names()?
         .into_iter()
-        .filter(|ns| plan::is_hypervisor_of(name, ns))
+        .filter(|ns| plan::is_namespace_of(name, ns))
         .collect();
     let markers = markers(paths, name);
     let dirs_exist = paths.set_lib(name).exists() || paths.set_run(name).exists();
@@ -74,9 +76,16 @@ pub fn destroy_with(
         return Ok(DestroyOutcome::NothingToDo);
     }
     let hypervisors: &[HypervisorState] = state.as_ref().map_or(&[], |s| &s.hypervisors);
-    for hv in hypervisors {
-        if !namespaces.contains(&hv.name) {
-            namespaces.push(hv.name.clone());
+    let nat = state.as_ref().and_then(|s| s.nat.as_ref());
+    let workers = nat.map_or(&[][..], |n| &n.workers[..]);
+    let recorded = hypervisors
+        .iter()
+        .map(|h| h.name.clone())
+        .chain(workers.iter().map(|w| w.name.clone()))
+        .chain(nat.map(|n| n.router.clone()));
+    for ns in recorded {
+        if !namespaces.contains(&ns) {
+            namespaces.push(ns);
         }
     }
 
@@ -117,6 +126,14 @@ pub fn destroy_with(
             }
         }
     }
+    for w in workers {
+        let config = paths.hypervisor(name, &w.name).containerd_config;
+        if let Some(pid) = w.containerd_pid
+            && sys.alive_with(pid, &config.to_string_lossy())
+        {
+            pids.push(pid);
+        }
+    }
     if !pids.is_empty() {
         let _ = writeln!(progress, "set {name}: stopping {} processes", pids.len());
         sys.terminate(&pids, CONTAINERD_GRACE)?;
@@ -127,6 +144,7 @@ pub fn destroy_with(
         sys.delete_netns(ns)?;
     }
     let mut links: Vec<String> = hypervisors.iter().map(|h| h.host_veth.clone()).collect();
+    links.extend(nat.map(|n| n.router_veth.clone()));
     if let Some(state) = &state {
         links.push(state.bridge.clone());
     }

@@ -6,7 +6,8 @@ use crate::error::{Result, io};
 use crate::procs;
 use crate::state::{Paths, Phase, SetState};
 
-/// Writes one line per hypervisor of every set, with a header.
+/// Writes one line per host of every set (hypervisors, then the router and the workers),
+/// with a header.
 ///
 /// # Errors
 /// [`crate::Error::Io`] or [`crate::Error::StateParse`].
@@ -14,7 +15,7 @@ pub fn list(paths: &Paths, out: &mut dyn Write) -> Result<()> {
     let mut rows = vec![[
         "SET".to_string(),
         "STATE".to_string(),
-        "HYPERVISOR".to_string(),
+        "HOST".to_string(),
         "IP".to_string(),
         "KIND".to_string(),
         "ENDPOINT".to_string(),
@@ -24,30 +25,54 @@ pub fn list(paths: &Paths, out: &mut dyn Write) -> Result<()> {
         let Some(state) = SetState::load(paths, &name)? else {
             continue;
         };
-        for hv in &state.hypervisors {
-            let config = paths.hypervisor(&name, &hv.name).containerd_config;
-            let containerd = match hv.containerd_pid {
+        let phase = match state.phase {
+            Phase::Creating => "creating",
+            Phase::Ready => "ready",
+        };
+        let containerd = |host: &str, pid: Option<u32>| {
+            let config = paths.hypervisor(&name, host).containerd_config;
+            match pid {
                 Some(pid) if procs::alive_with(pid, &config.to_string_lossy()) => {
                     format!("{pid} running")
                 }
                 Some(pid) => format!("{pid} dead"),
                 None => "-".to_string(),
-            };
+            }
+        };
+        for hv in &state.hypervisors {
             rows.push([
                 name.clone(),
-                match state.phase {
-                    Phase::Creating => "creating",
-                    Phase::Ready => "ready",
-                }
-                .to_string(),
+                phase.to_string(),
                 hv.name.clone(),
                 hv.ip.to_string(),
                 hv.visibility.as_str().to_string(),
                 hv.cri_endpoint_uri
                     .clone()
                     .unwrap_or_else(|| format!("unix://{}", hv.socket.display())),
-                containerd,
+                containerd(&hv.name, hv.containerd_pid),
             ]);
+        }
+        if let Some(nat) = &state.nat {
+            rows.push([
+                name.clone(),
+                phase.to_string(),
+                nat.router.clone(),
+                nat.uplink_ip.to_string(),
+                "router".into(),
+                format!("NAT for {}", nat.lan),
+                "-".into(),
+            ]);
+            for w in &nat.workers {
+                rows.push([
+                    name.clone(),
+                    phase.to_string(),
+                    w.name.clone(),
+                    w.ip.to_string(),
+                    "worker".into(),
+                    format!("unix://{}", w.socket.display()),
+                    containerd(&w.name, w.containerd_pid),
+                ]);
+            }
         }
     }
     let widths: Vec<usize> = (0..7)
@@ -82,7 +107,7 @@ mod tests {
         list(&paths, &mut out).unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "SET  STATE  HYPERVISOR  IP  KIND  ENDPOINT  CONTAINERD\n"
+            "SET  STATE  HOST  IP  KIND  ENDPOINT  CONTAINERD\n"
         );
 
         let mut a = SetState::from_plan(&plan_set("a", 1, 1, 1).unwrap(), false, &paths);
@@ -98,7 +123,7 @@ mod tests {
         list(&paths, &mut out).unwrap();
         let run = paths.run.display().to_string();
         let expected = format!(
-            "SET  STATE     HYPERVISOR   IP          KIND     ENDPOINT{pad}  CONTAINERD
+            "SET  STATE     HOST         IP          KIND     ENDPOINT{pad}  CONTAINERD
 a    ready     a-private-1  10.128.1.2  private  unix://{run}/a/a-private-1/cri.sock  {pid} dead
 a    ready     a-public-1   10.128.1.3  public   unix://{run}/a/a-public-1/cri.sock   -
 b    creating  b-public-1   10.128.2.2  public   tcp://10.128.2.2:27000{pad2}  -

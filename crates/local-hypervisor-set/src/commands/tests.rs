@@ -14,7 +14,7 @@ use super::destroy::{DestroyOutcome, destroy_with};
 use crate::error::{Error, Result};
 use crate::front::FrontPki;
 use crate::plan;
-use crate::state::{HypervisorPaths, Paths, Phase, SetState};
+use crate::state::{HypervisorPaths, NatState, Paths, Phase, SetState, WorkerState};
 use crate::system::System;
 
 /// Records every mutating call; keeps just enough state (namespaces, links, live PIDs) for
@@ -92,6 +92,25 @@ impl System for Fake {
         self.record(format!("network {netns} {host_veth}@{bridge} {ip}"))?;
         self.netns.lock().unwrap().insert(netns.to_string());
         self.links.lock().unwrap().insert(host_veth.to_string());
+        Ok(())
+    }
+
+    fn create_nat_router(&self, nat: &NatState, bridge: &str, _subnet: Ipv4Net) -> Result<()> {
+        self.record(format!(
+            "router {} {}@{bridge} {} lan {}",
+            nat.router, nat.router_veth, nat.uplink_ip, nat.lan
+        ))?;
+        self.netns.lock().unwrap().insert(nat.router.clone());
+        self.links.lock().unwrap().insert(nat.router_veth.clone());
+        Ok(())
+    }
+
+    fn create_worker_network(&self, nat: &NatState, worker: &WorkerState) -> Result<()> {
+        self.record(format!(
+            "worker {} {}@{} {}",
+            worker.name, worker.router_port, nat.router, worker.ip
+        ))?;
+        self.netns.lock().unwrap().insert(worker.name.clone());
         Ok(())
     }
 
@@ -194,6 +213,7 @@ impl Fixture {
             public: 1,
             tcp,
             images_dir: self.dir.path().join("images"),
+            workers: 0,
         }
     }
 
@@ -413,4 +433,70 @@ fn destroy_skips_cri_for_a_dead_containerd_and_removes_leftover_namespaces() {
         sys.netns.lock().unwrap().iter().collect::<Vec<_>>(),
         ["demo-privateer-1"]
     );
+}
+
+#[test]
+fn workers_sit_behind_a_router_get_a_containerd_and_no_images_and_all_goes_on_destroy() {
+    let fx = Fixture::new();
+    let sys = Fake::default();
+    let args = CreateArgs {
+        workers: 2,
+        ..fx.args(false)
+    };
+    let mut out = Vec::new();
+    let hypervisors = create_with(&sys, &fx.paths, &args, &mut out, &mut Vec::new()).unwrap();
+    // Workers are not hypervisors: the manifests hold the two hypervisors only.
+    assert_eq!(hypervisors.len(), 2);
+    let state = SetState::load(&fx.paths, "demo").unwrap().unwrap();
+    let nat = state.nat.clone().unwrap();
+    assert_ne!(nat.lan, state.subnet);
+    let (bridge, net) = slot_net();
+    let ip = |n: u32| Ipv4Addr::from(u32::from(net.network()) + n);
+    let lan = |n: u32| Ipv4Addr::from(u32::from(nat.lan.network()) + n);
+    assert_eq!(
+        sys.calls()[..10],
+        [
+            format!("bridge {bridge} {} {net}", ip(1)),
+            format!("network demo-private-1 {bridge}v1@{bridge} {}", ip(2)),
+            format!("network demo-public-1 {bridge}v2@{bridge} {}", ip(3)),
+            format!(
+                "router demo-router {bridge}r@{bridge} {} lan {}",
+                ip(254),
+                nat.lan
+            ),
+            format!("worker demo-worker-1 w1@demo-router {}", lan(2)),
+            format!("worker demo-worker-2 w2@demo-router {}", lan(3)),
+            "containerd demo-private-1".into(),
+            "containerd demo-public-1".into(),
+            "containerd demo-worker-1".into(),
+            "containerd demo-worker-2".into(),
+        ]
+    );
+    assert_eq!(nat.workers[1].containerd_pid, Some(1004));
+    assert_eq!(
+        nat.workers[0].socket,
+        fx.paths.run.join("demo/demo-worker-1/cri.sock")
+    );
+    // Images go to hypervisors only.
+    let mut imports = sys.imports.lock().unwrap().clone();
+    imports.sort();
+    assert_eq!(imports, ["demo-private-1 2", "demo-public-1 2"]);
+
+    sys.calls.lock().unwrap().clear();
+    destroy_with(&sys, &fx.paths, "demo", &mut Vec::new()).unwrap();
+    let calls = sys.calls();
+    assert!(
+        calls.contains(&"terminate [1001, 1002, 1003, 1004]".to_string()),
+        "{calls:?}"
+    );
+    for gone in [
+        "delete netns demo-worker-1".to_string(),
+        "delete netns demo-worker-2".into(),
+        "delete netns demo-router".into(),
+        format!("delete link {bridge}r"),
+    ] {
+        assert!(calls.contains(&gone), "{gone} missing: {calls:?}");
+    }
+    assert!(sys.netns.lock().unwrap().is_empty());
+    assert!(sys.links.lock().unwrap().is_empty());
 }

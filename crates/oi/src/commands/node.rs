@@ -12,12 +12,21 @@
 //! 4. GET  it until Issued (progress on stderr, --timeout); Issued=False: its reason, fail
 //! 5. the answer opened; the kubelet's files written atomically, keys 0600:
 //!    /etc/oneinfra/kubelet.conf, kubelet.crt, kubelet.key, kubelet-client-ca.crt,
-//!    /var/lib/kubelet/config.yaml; the systemd unit /etc/systemd/system/kubelet.service
-//! 6. where systemd runs: `systemctl daemon-reload` and `systemctl enable --now kubelet`;
-//!    elsewhere the exact command to start the kubelet is printed
+//!    /var/lib/kubelet/config.yaml; the systemd unit /etc/systemd/system/kubelet.service;
+//!    with the cluster VPN: /etc/oneinfra/<interface>.conf (WireGuard's format, 0600),
+//!    <interface>.sh and the unit <interface>.service that run it
+//! 6. the VPN interface up (the unit under systemd, else the script): the kernel's
+//!    WireGuard, or wireguard-go where there is none; peer = the cluster's endpoint,
+//!    allowed IPs = the VPN CIDR, keepalive 20 s (behind NAT the worker dials out)
+//! 7. where systemd runs: `systemctl daemon-reload` and `systemctl enable --now kubelet`;
+//!    elsewhere the exact command to start the kubelet is printed (with the VPN,
+//!    `--node-ip` is the node's VPN address: the API servers reach it there)
 //! ```
 //!
-//! The VPN part of the answer (WireGuard) waits for the cluster VPN.
+//! The node's WireGuard key pair is made here and kept in /etc/oneinfra/wireguard.key
+//! (0600); only its public key goes into the request (`spec.vpnPublicKey`, sealed). A
+//! cluster that answers in oneinfra's form (with a private key made for the node) is
+//! followed.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -37,6 +46,8 @@ use crate::args::NodeJoinArgs;
 const REQUESTS: &str = "/apis/node.oneinfra.ereslibre.es/v1alpha1/nodejoinrequests";
 /// Where the symmetric key of this node's request is kept.
 const KEY_FILE: &str = "/etc/oneinfra/join.key";
+/// Where this node's WireGuard private key is kept.
+const VPN_KEY_FILE: &str = "/etc/oneinfra/wireguard.key";
 /// The kubelet's systemd unit.
 const UNIT_FILE: &str = "/etc/systemd/system/kubelet.service";
 
@@ -163,6 +174,18 @@ async fn join(args: &NodeJoinArgs) -> anyhow::Result<String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => (SymmetricKey::generate(), false),
         Err(e) => return Err(e).with_context(|| key_path.display().to_string()),
     };
+    let vpn_key_path = under(root, VPN_KEY_FILE);
+    let vpn_private = match std::fs::read_to_string(&vpn_key_path) {
+        Ok(k) => {
+            oi_pki::wireguard_public_key(k.trim()).with_context(|| {
+                format!("{}: not a key this command wrote", vpn_key_path.display())
+            })?;
+            k.trim().to_string()
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => oi_pki::generate_wireguard_keys().0,
+        Err(e) => return Err(e).with_context(|| vpn_key_path.display().to_string()),
+    };
+    let vpn_public = oi_pki::wireguard_public_key(&vpn_private)?;
 
     // 3. The request.
     let seal = |s: &str| key.seal(s.as_bytes()).map_err(anyhow::Error::from);
@@ -180,6 +203,7 @@ async fn join(args: &NodeJoinArgs) -> anyhow::Result<String> {
             "containerRuntimeEndpoint": seal(&args.container_runtime_endpoint)?,
             "imageServiceEndpoint": seal(&image_service)?,
             "extraSANs": args.extra_san.iter().map(|s| seal(s)).collect::<anyhow::Result<Vec<_>>>()?,
+            "vpnPublicKey": seal(&vpn_public)?,
         },
     });
     let r = client
@@ -189,6 +213,9 @@ async fn join(args: &NodeJoinArgs) -> anyhow::Result<String> {
         201 | 200 => {
             if !stored {
                 write_file(&key_path, key.as_bytes(), 0o600)?;
+            }
+            if !vpn_key_path.exists() {
+                write_file(&vpn_key_path, format!("{vpn_private}\n").as_bytes(), 0o600)?;
             }
             eprintln!("oi: join request {} created", args.nodename);
         }
@@ -286,20 +313,93 @@ async fn join(args: &NodeJoinArgs) -> anyhow::Result<String> {
         ),
     ];
     let version = open("kubernetesVersion", &s.kubernetes_version)?;
-    let command = kubelet_command(args, root, &image_service);
+    let vpn = match &s.vpn {
+        None => None,
+        Some(v) => Some(Vpn {
+            cidr: open("vpn.CIDR", &v.cidr)?,
+            address: open("vpn.address", &v.address)?,
+            endpoint: open("vpn.endpoint", &v.endpoint)?,
+            endpoint_public_key: open("vpn.endpointPublicKey", &v.endpoint_public_key)?,
+            // oneinfra's form: the cluster made this node's key.
+            private_key: match v.peer_private_key.as_str() {
+                "" => vpn_private.clone(),
+                sealed => open("vpn.peerPrivateKey", sealed)?,
+            },
+        }),
+    };
+    let node_ip = match &vpn {
+        Some(v) => Some(
+            v.address
+                .split('/')
+                .next()
+                .unwrap_or_default()
+                .parse::<std::net::IpAddr>()
+                .with_context(|| format!("the answer's VPN address {:?}", v.address))?,
+        ),
+        None => None,
+    };
+    let command = kubelet_command(args, root, &image_service, node_ip);
     for (path, contents, mode) in &files {
         write_file(&under(root, path), contents.as_bytes(), *mode)?;
     }
-    write_file(&under(root, UNIT_FILE), unit(&command).as_bytes(), 0o644)?;
+    let vpn_unit = vpn
+        .as_ref()
+        .map(|_| format!("{}.service", args.vpn_interface));
+    write_file(
+        &under(root, UNIT_FILE),
+        unit(&command, vpn_unit.as_deref()).as_bytes(),
+        0o644,
+    )?;
+    let systemd = root == Path::new("/") && Path::new("/run/systemd/system").is_dir();
 
-    // 6. The kubelet.
+    // 6. The VPN.
     let mut note = format!(
         "node {} joined the cluster (Kubernetes {version}): kubelet files in {}, unit {}",
         args.nodename,
         under(root, "/etc/oneinfra").display(),
         under(root, UNIT_FILE).display()
     );
-    if root == Path::new("/") && Path::new("/run/systemd/system").is_dir() {
+    if let (Some(v), Some(vpn_unit)) = (&vpn, &vpn_unit) {
+        let iface = &args.vpn_interface;
+        let conf = under(root, &format!("/etc/oneinfra/{iface}.conf"));
+        let script = under(root, &format!("/etc/oneinfra/{iface}.sh"));
+        write_file(&conf, wireguard_config(v).as_bytes(), 0o600)?;
+        write_file(
+            &script,
+            vpn_script(iface, &conf, &v.address, &args.wireguard_go).as_bytes(),
+            0o700,
+        )?;
+        write_file(
+            &under(root, &format!("/etc/systemd/system/{vpn_unit}")),
+            vpn_unit_file(iface, &script).as_bytes(),
+            0o644,
+        )?;
+        if systemd {
+            systemctl(&["daemon-reload"])?;
+            systemctl(&["enable", "--now", vpn_unit])?;
+        } else {
+            let out = std::process::Command::new("sh")
+                .arg(&script)
+                .output()
+                .with_context(|| format!("running {}", script.display()))?;
+            if !out.status.success() {
+                bail!(
+                    "the cluster VPN interface {iface} could not be brought up ({}): {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+            }
+        }
+        note.push_str(&format!(
+            "; VPN {iface} {} to {} (unit {})",
+            v.address,
+            v.endpoint,
+            under(root, &format!("/etc/systemd/system/{vpn_unit}")).display()
+        ));
+    }
+
+    // 7. The kubelet.
+    if systemd {
         for step in [
             vec!["daemon-reload"],
             vec!["enable", "--now", "kubelet.service"],
@@ -338,9 +438,78 @@ fn rooted_config(root: &Path, config: &str) -> String {
     })
 }
 
-/// The kubelet's command line on this node.
-fn kubelet_command(args: &NodeJoinArgs, root: &Path, image_service: &str) -> Vec<String> {
-    vec![
+/// The VPN part of an answer, opened.
+struct Vpn {
+    cidr: String,
+    address: String,
+    endpoint: String,
+    endpoint_public_key: String,
+    private_key: String,
+}
+
+/// The node's WireGuard configuration (`wg setconf`): its key, the cluster's endpoint as its
+/// one peer for the whole VPN CIDR, a keepalive that keeps its NAT mapping open.
+fn wireguard_config(v: &Vpn) -> String {
+    format!(
+        "# The oneinfra cluster VPN of this node (written by oi node join).\n[Interface]\nPrivateKey = {}\n\n[Peer]\nPublicKey = {}\nEndpoint = {}\nAllowedIPs = {}\nPersistentKeepalive = {}\n",
+        v.private_key,
+        v.endpoint_public_key,
+        v.endpoint,
+        v.cidr,
+        oi_planner::vpn::WORKER_KEEPALIVE
+    )
+}
+
+/// The script that brings the VPN interface up (run at once, and by its unit at boot): the
+/// kernel's WireGuard, else `wireguard_go`; the configuration; the address; up.
+fn vpn_script(iface: &str, conf: &Path, address: &str, wireguard_go: &Path) -> String {
+    format!(
+        "#!/bin/sh\n\
+         # The oneinfra cluster VPN of this node (written by oi node join): interface {iface}.\n\
+         set -eu\n\
+         ip link del dev {iface} 2>/dev/null || true\n\
+         # A userspace instance goes with its interface; wait until its socket is free.\n\
+         i=0\n\
+         while wg show {iface} >/dev/null 2>&1 && [ \"$i\" -lt 50 ]; do sleep 0.1; i=$((i + 1)); done\n\
+         if ! ip link add dev {iface} type wireguard 2>/dev/null; then\n\
+         \x20 {wg_go} {iface}\n\
+         fi\n\
+         wg setconf {iface} {conf}\n\
+         ip address add {address} dev {iface}\n\
+         ip link set dev {iface} mtu 1420 up\n",
+        wg_go = wireguard_go.display(),
+        conf = conf.display(),
+    )
+}
+
+/// The VPN interface's systemd unit: the script once at boot, before the kubelet.
+fn vpn_unit_file(iface: &str, script: &Path) -> String {
+    format!(
+        "[Unit]\nDescription=oneinfra cluster VPN ({iface})\nWants=network-online.target\nAfter=network-online.target\nBefore=kubelet.service\n\n[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/bin/sh {}\nExecStop=/sbin/ip link del dev {iface}\n\n[Install]\nWantedBy=multi-user.target\n",
+        script.display()
+    )
+}
+
+fn systemctl(step: &[&str]) -> anyhow::Result<()> {
+    let status = std::process::Command::new("systemctl")
+        .args(step)
+        .status()
+        .context("running systemctl")?;
+    if !status.success() {
+        bail!("systemctl {} failed ({status})", step.join(" "));
+    }
+    Ok(())
+}
+
+/// The kubelet's command line on this node; with the VPN, its Node's address is its VPN
+/// address (`--node-ip`), where the API servers reach it.
+fn kubelet_command(
+    args: &NodeJoinArgs,
+    root: &Path,
+    image_service: &str,
+    node_ip: Option<std::net::IpAddr>,
+) -> Vec<String> {
+    let mut command = vec![
         args.kubelet_binary.display().to_string(),
         format!("--kubeconfig={}", under(root, paths::KUBECONFIG).display()),
         format!("--config={}", under(root, paths::CONFIG).display()),
@@ -350,13 +519,27 @@ fn kubelet_command(args: &NodeJoinArgs, root: &Path, image_service: &str) -> Vec
         ),
         format!("--image-service-endpoint={image_service}"),
         format!("--hostname-override={}", args.nodename),
-    ]
+    ];
+    if let Some(ip) = node_ip {
+        command.push(format!("--node-ip={ip}"));
+    }
+    command
 }
 
-/// The kubelet's systemd unit.
-pub fn unit(command: &[String]) -> String {
+/// The kubelet's systemd unit; after the VPN's unit when there is one.
+pub fn unit(command: &[String], vpn_unit: Option<&str>) -> String {
+    let (wants, after) = match vpn_unit {
+        Some(u) => (
+            format!("network-online.target {u}"),
+            format!("network-online.target {u}"),
+        ),
+        None => (
+            "network-online.target".to_string(),
+            "network-online.target".to_string(),
+        ),
+    };
     format!(
-        "[Unit]\nDescription=kubelet (joined by oi node join)\nDocumentation=https://kubernetes.io/docs/reference/command-line-tools-reference/kubelet/\nWants=network-online.target\nAfter=network-online.target\n\n[Service]\nExecStart={}\nRestart=always\nRestartSec=5\n\n[Install]\nWantedBy=multi-user.target\n",
+        "[Unit]\nDescription=kubelet (joined by oi node join)\nDocumentation=https://kubernetes.io/docs/reference/command-line-tools-reference/kubelet/\nWants={wants}\nAfter={after}\n\n[Service]\nExecStart={}\nRestart=always\nRestartSec=5\n\n[Install]\nWantedBy=multi-user.target\n",
         command.join(" ")
     )
 }
@@ -395,11 +578,75 @@ mod tests {
             "/usr/bin/kubelet".to_string(),
             "--kubeconfig=/etc/oneinfra/kubelet.conf".to_string(),
         ];
-        let unit = unit(&command);
-        assert!(unit.contains(
+        let plain = unit(&command, None);
+        assert!(plain.contains(
             "\nExecStart=/usr/bin/kubelet --kubeconfig=/etc/oneinfra/kubelet.conf\nRestart=always\n"
         ));
-        assert!(unit.ends_with("[Install]\nWantedBy=multi-user.target\n"));
+        assert!(plain.contains("\nAfter=network-online.target\n"));
+        assert!(plain.ends_with("[Install]\nWantedBy=multi-user.target\n"));
+        let with_vpn = unit(&command, Some("oi-wg.service"));
+        assert!(with_vpn.contains("\nWants=network-online.target oi-wg.service\n"));
+        assert!(with_vpn.contains("\nAfter=network-online.target oi-wg.service\n"));
+    }
+
+    fn vpn() -> Vpn {
+        Vpn {
+            cidr: "10.0.0.0/16".into(),
+            address: "10.0.0.2/16".into(),
+            endpoint: "192.0.2.1:30002".into(),
+            endpoint_public_key: "ENDPOINT".into(),
+            private_key: "PRIVATE".into(),
+        }
+    }
+
+    #[test]
+    fn the_vpn_configuration_peers_with_the_endpoint_for_the_whole_cidr() {
+        assert_eq!(
+            wireguard_config(&vpn()),
+            "# The oneinfra cluster VPN of this node (written by oi node join).\n[Interface]\nPrivateKey = PRIVATE\n\n[Peer]\nPublicKey = ENDPOINT\nEndpoint = 192.0.2.1:30002\nAllowedIPs = 10.0.0.0/16\nPersistentKeepalive = 20\n"
+        );
+    }
+
+    #[test]
+    fn the_vpn_script_prefers_the_kernel_and_falls_back_to_wireguard_go() {
+        let script = vpn_script(
+            "oi-wg",
+            Path::new("/etc/oneinfra/oi-wg.conf"),
+            "10.0.0.2/16",
+            Path::new("/usr/bin/wireguard-go"),
+        );
+        assert!(script.starts_with("#!/bin/sh\n"));
+        let lines: Vec<&str> = script.lines().collect();
+        for expected in [
+            "set -eu",
+            "ip link del dev oi-wg 2>/dev/null || true",
+            "if ! ip link add dev oi-wg type wireguard 2>/dev/null; then",
+            "  /usr/bin/wireguard-go oi-wg",
+            "wg setconf oi-wg /etc/oneinfra/oi-wg.conf",
+            "ip address add 10.0.0.2/16 dev oi-wg",
+            "ip link set dev oi-wg mtu 1420 up",
+        ] {
+            assert!(lines.contains(&expected), "{expected:?} missing:\n{script}");
+        }
+        // POSIX sh reads it.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sh");
+        std::fs::write(&path, &script).unwrap();
+        let out = std::process::Command::new("sh")
+            .arg("-n")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let unit = vpn_unit_file("oi-wg", Path::new("/etc/oneinfra/oi-wg.sh"));
+        assert!(unit.contains("\nBefore=kubelet.service\n"));
+        assert!(unit.contains(
+            "\nType=oneshot\nRemainAfterExit=yes\nExecStart=/bin/sh /etc/oneinfra/oi-wg.sh\n"
+        ));
     }
 
     #[test]

@@ -343,8 +343,23 @@ impl LocalSet {
     /// # Errors
     /// When the binary is missing or `create` fails (its stderr is in the error).
     pub fn create(tag: &str, private: usize, public: usize, tcp: bool) -> Result<Self> {
+        Self::create_with_workers(tag, private, public, tcp, 0)
+    }
+
+    /// [`LocalSet::create`] with `workers` hosts behind a NAT router (`--workers`).
+    ///
+    /// # Errors
+    /// As [`LocalSet::create`].
+    pub fn create_with_workers(
+        tag: &str,
+        private: usize,
+        public: usize,
+        tcp: bool,
+        workers: usize,
+    ) -> Result<Self> {
         let name = format!("e{tag}{}", std::process::id());
-        let (private, public) = (private.to_string(), public.to_string());
+        let (private, public, workers) =
+            (private.to_string(), public.to_string(), workers.to_string());
         let mut args = vec![
             "create",
             "--name",
@@ -353,6 +368,8 @@ impl LocalSet {
             &private,
             "--size-public",
             &public,
+            "--workers",
+            &workers,
         ];
         if tcp {
             args.push("--tcp");
@@ -388,11 +405,46 @@ impl LocalSet {
             .with_context(|| format!("set {} has no state file", self.name))
     }
 
+    /// The set's workers (`--workers`), from its state file.
+    ///
+    /// # Errors
+    /// When the state cannot be read.
+    pub fn workers(&self) -> Result<Vec<oi_local_hypervisor_set::state::WorkerState>> {
+        Ok(self.state()?.nat.map(|n| n.workers).unwrap_or_default())
+    }
+
+    /// `oi-local-hypervisor-set exec --name SET HOST -- ARGS...`: `args` run in `host`'s
+    /// network namespace.
+    ///
+    /// # Errors
+    /// When the binary is not built.
+    pub fn exec(&self, host: &str, args: &[&str]) -> Result<Command> {
+        let mut c = Command::new(binary("oi-local-hypervisor-set")?);
+        c.args(["exec", "--name", &self.name, host, "--"])
+            .args(args);
+        Ok(c)
+    }
+
+    /// Runs `args` on `host` to the end.
+    ///
+    /// # Errors
+    /// As [`LocalSet::exec`], or when the command cannot be run.
+    pub fn run_on(&self, host: &str, args: &[&str]) -> Result<Run> {
+        run_command(&mut self.exec(host, args)?, "")
+    }
+
     /// The host directory a hypervisor of this set sees as /var/lib/oneinfra.
     pub fn var_lib_oneinfra(&self, hypervisor: &str) -> PathBuf {
         Paths::default()
             .hypervisor(&self.name, hypervisor)
             .var_lib_oneinfra
+    }
+
+    /// The host directory a hypervisor of this set sees as /var/log/oneinfra (pod logs).
+    pub fn var_log_oneinfra(&self, hypervisor: &str) -> PathBuf {
+        Paths::default()
+            .hypervisor(&self.name, hypervisor)
+            .var_log_oneinfra
     }
 
     /// The host directory a hypervisor of this set sees as /etc/oneinfra.
@@ -505,6 +557,180 @@ impl LocalSet {
         }
         Ok(all)
     }
+}
+
+/// Where a worker finds the cluster it joins.
+#[derive(Debug, Clone, Copy)]
+pub struct JoinTarget<'a> {
+    /// `status.apiServerEndpoint`.
+    pub endpoint: &'a str,
+    /// The API server CA (`oi cluster apiserver-ca`).
+    pub ca: &'a Path,
+    pub token: &'a str,
+    /// The kubelet the printed command runs (the stand-in, under the name `kubelet`).
+    pub kubelet: &'a Path,
+}
+
+/// A worker of a local set (`--workers`), as a platform engineer uses one: commands run in
+/// its network namespace, behind its NAT. Its files go under `root` (`--root-dir`); its VPN
+/// interface has a name unique on the machine (wireguard-go's sockets are machine-wide).
+#[derive(Debug)]
+pub struct Worker<'s> {
+    pub set: &'s LocalSet,
+    pub host: String,
+    pub root: PathBuf,
+    pub interface: String,
+    /// Its containerd's CRI socket.
+    pub socket: PathBuf,
+}
+
+impl<'s> Worker<'s> {
+    /// Worker `n` (from 1) of `set`, its files under `dir`.
+    ///
+    /// # Errors
+    /// When the set has no such worker.
+    pub fn new(set: &'s LocalSet, n: usize, dir: &Path) -> Result<Self> {
+        let state = set
+            .workers()?
+            .into_iter()
+            .nth(n - 1)
+            .with_context(|| format!("set {} has no worker {n}", set.name()))?;
+        let root = dir.join(&state.name);
+        std::fs::create_dir_all(&root).with_context(|| root.display().to_string())?;
+        Ok(Worker {
+            set,
+            host: state.name,
+            root,
+            interface: format!("oi{}w{n}", std::process::id() % 1_000_000),
+            socket: state.socket,
+        })
+    }
+
+    /// `oi node join --nodename NODE ...` on this worker, output piped.
+    ///
+    /// # Errors
+    /// When a binary is not built.
+    pub fn join_command(&self, node: &str, to: &JoinTarget<'_>, timeout: &str) -> Result<Command> {
+        let oi = binary("oi")?;
+        let runtime = format!("unix://{}", self.socket.display());
+        let (oi, ca, root, kubelet) = (
+            oi.display().to_string(),
+            to.ca.display().to_string(),
+            self.root.display().to_string(),
+            to.kubelet.display().to_string(),
+        );
+        let mut c = self.set.exec(
+            &self.host,
+            &[
+                &oi,
+                "node",
+                "join",
+                "--nodename",
+                node,
+                "--apiserver-endpoint",
+                to.endpoint,
+                "--apiserver-ca-cert-file",
+                &ca,
+                "--root-dir",
+                &root,
+                "--kubelet-binary",
+                &kubelet,
+                "--vpn-interface",
+                &self.interface,
+                "--container-runtime-endpoint",
+                &runtime,
+                "--timeout",
+                timeout,
+            ],
+        )?;
+        c.env("OI_JOIN_TOKEN", to.token)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        Ok(c)
+    }
+
+    /// Runs a join to its end: (success, stderr).
+    ///
+    /// # Errors
+    /// When it cannot be run.
+    pub fn join(&self, node: &str, to: &JoinTarget<'_>) -> Result<(bool, String)> {
+        let out = self.join_command(node, to, "20s")?.output()?;
+        Ok((
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    }
+
+    /// Starts the kubelet command a join printed, on this worker (the stand-in reporting
+    /// Kubernetes `version`); its log goes to `log`.
+    ///
+    /// # Errors
+    /// When it cannot be started.
+    pub fn start_kubelet(&self, command_line: &str, version: &str, log: &Path) -> Result<Kubelet> {
+        let argv: Vec<&str> = command_line.split_whitespace().collect();
+        let mut c = self.set.exec(&self.host, &argv)?;
+        c.env("KUBE_STANDIN_VERSION", version)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).with_context(|| log.display().to_string())?);
+        Ok(Kubelet(c.spawn().context("starting the kubelet")?))
+    }
+
+    /// Files under its root, relative, sorted.
+    pub fn files(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        let mut stack = vec![self.root.clone()];
+        while let Some(d) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if let Ok(rel) = path.strip_prefix(&self.root) {
+                    found.push(rel.display().to_string());
+                }
+            }
+        }
+        found.sort();
+        found
+    }
+}
+
+/// The kubelet command a successful join printed (the line after "start the kubelet with:").
+pub fn kubelet_command_of(join_stderr: &str) -> Option<String> {
+    join_stderr
+        .lines()
+        .skip_while(|l| !l.contains("start the kubelet with:"))
+        .nth(1)
+        .map(|l| l.trim().to_string())
+}
+
+/// A kubelet process, killed when dropped, also when the test panics.
+#[derive(Debug)]
+pub struct Kubelet(pub std::process::Child);
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `kubectl --kubeconfig K ARGS...`.
+///
+/// # Errors
+/// When kubectl cannot be run (a non-zero exit is not an error: see [`Run::ok`]).
+pub fn kubectl(kubeconfig: &Path, args: &[&str]) -> Result<Run> {
+    run_command(
+        Command::new(KUBECTL)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args),
+        "",
+    )
 }
 
 /// Asks a hypervisor's CRI service for its version.

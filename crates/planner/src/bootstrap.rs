@@ -38,6 +38,9 @@ pub const NAMESPACE: &str = "oneinfra-system";
 pub const JOIN_CONFIG_MAP: &str = "oneinfra-join";
 /// Its key holding the PEM public key.
 pub const JOIN_CONFIG_MAP_KEY: &str = "joinKey";
+/// Ours, beside oneinfra's: the cluster VPN's CIDR, present when the VPN is on, so that a
+/// worker checks it can bring WireGuard up before it asks to join.
+pub const JOIN_CONFIG_MAP_VPN_KEY: &str = "vpnCIDR";
 /// The group join tokens authenticate in (`auth-extra-groups`).
 pub const JOIN_TOKEN_GROUP: &str = "system:bootstrappers:oneinfra";
 /// The group allowed to use every kubelet's API (logs, exec, the node proxy).
@@ -180,11 +183,11 @@ pub fn in_cluster(
         &cluster.spec.networking.cluster_cidr,
     )?);
     objects.extend(coredns(&image(release.coredns), &endpoint, &dns)?);
-    objects.push(config_map(
-        NAMESPACE,
-        JOIN_CONFIG_MAP,
-        json!({ JOIN_CONFIG_MAP_KEY: join_public_key }),
-    ));
+    let mut join_data = json!({ JOIN_CONFIG_MAP_KEY: join_public_key });
+    if cluster.spec.vpn.enabled {
+        join_data[JOIN_CONFIG_MAP_VPN_KEY] = cluster.spec.vpn.cidr.clone().into();
+    }
+    objects.push(config_map(NAMESPACE, JOIN_CONFIG_MAP, join_data));
     Ok(InCluster {
         endpoint,
         client: client_identity(cluster, now),

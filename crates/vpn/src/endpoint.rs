@@ -7,8 +7,9 @@
 //!   └► session: namespace ─► wireguard-go -f <interface> (host namespace: its UDP port is
 //!      the hypervisor's) ─► key, port, peers (remembered endpoints) over its UAPI socket
 //!      ─► interface moved into the namespace, addressed, up, forwarding
-//!        every 500 ms: the file changed? sync the device (only what differs)
-//!        every 5 s:    sync anyway (repairs a hand-made change); peers' endpoints saved
+//!        every 500 ms: peers' endpoints saved when they changed; the file changed? sync
+//!                      the device (only what differs)
+//!        every 5 s:    sync anyway (repairs a hand-made change)
 //!        wireguard-go gone: the session ends, a new one starts after a second
 //! ```
 //!
@@ -287,7 +288,10 @@ impl Session {
         })
     }
 
-    /// Keeps the device in step until wireguard-go ends; returns why it ended.
+    /// Keeps the device in step until wireguard-go ends; returns why it ended. Every tick
+    /// the peers' endpoints are read and saved when they changed (a replaced endpoint must
+    /// find a worker that connected a second ago); the file is applied when it changed, and
+    /// every 5 s anyway.
     async fn run(&mut self, settings: &Settings, current: &Current) -> String {
         let mut last_full = Instant::now();
         let mut said: Option<String> = None;
@@ -303,15 +307,12 @@ impl Session {
                 Err(_) => false,
             };
             let full = last_full.elapsed() >= Duration::from_secs(5);
-            if !changed && !full {
-                continue;
-            }
             if full {
                 last_full = Instant::now();
             }
-            let synced = self.sync(settings).await;
+            let done = self.tick(settings, changed || full).await;
             current.set(Some((Arc::clone(&self.namespace), self.routes.clone())));
-            match synced {
+            match done {
                 Ok(Some(note)) => {
                     log(note);
                     said = None;
@@ -331,21 +332,20 @@ impl Session {
         }
     }
 
-    /// Applies the file as it is now and saves the peers' endpoints; `Some` says what
-    /// changed.
-    async fn sync(&mut self, settings: &Settings) -> Result<Option<String>, String> {
-        let (bytes, config) = read_config(&settings.config)?;
+    /// One tick: the peers' endpoints saved when they changed; with `apply`, the file as it
+    /// is now applied (`Some` says what changed).
+    async fn tick(&mut self, settings: &Settings, apply: bool) -> Result<Option<String>, String> {
         let state = self.device.get().await.map_err(|e| e.to_string())?;
+        // Endpoints of peers that left are forgotten; those seen now replace older ones.
         let seen: BTreeMap<Key, SocketAddr> = state
             .peers
             .iter()
             .filter_map(|(k, p)| p.endpoint.map(|e| (*k, e)))
             .collect();
-        // Endpoints of peers that left are forgotten; those seen now replace older ones.
         let mut remembered: BTreeMap<Key, SocketAddr> = self
             .endpoints
             .iter()
-            .filter(|(k, _)| config.peers.contains_key(*k))
+            .filter(|(k, _)| state.peers.contains_key(*k))
             .map(|(k, e)| (*k, *e))
             .collect();
         remembered.extend(seen);
@@ -353,6 +353,10 @@ impl Session {
             save_endpoints(&settings.state_dir, &remembered)?;
             self.endpoints = remembered;
         }
+        if !apply {
+            return Ok(None);
+        }
+        let (bytes, config) = read_config(&settings.config)?;
         let note = match uapi::sync(&state, &config, &self.endpoints) {
             Some(body) => {
                 self.device.set(&body).await.map_err(|e| e.to_string())?;
@@ -366,11 +370,13 @@ impl Session {
                     .keys()
                     .filter(|k| !config.peers.contains_key(*k))
                     .count();
-                Some(format!(
-                    "{}: configuration applied ({added} peers added, {removed} removed, {} in all)",
-                    settings.interface,
-                    config.peers.len()
-                ))
+                (added + removed > 0).then(|| {
+                    format!(
+                        "{}: configuration applied ({added} peers added, {removed} removed, {} in all)",
+                        settings.interface,
+                        config.peers.len()
+                    )
+                })
             }
             None => None,
         };

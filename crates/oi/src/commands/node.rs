@@ -37,7 +37,9 @@ use http::Method;
 use oi_api::NodeJoinRequest;
 use oi_engine::{HttpsRequest, HttpsResponse, Network as _, RealNetwork, Tls};
 use oi_pki::SymmetricKey;
-use oi_planner::bootstrap::{JOIN_CONFIG_MAP, JOIN_CONFIG_MAP_KEY, NAMESPACE};
+use oi_planner::bootstrap::{
+    JOIN_CONFIG_MAP, JOIN_CONFIG_MAP_KEY, JOIN_CONFIG_MAP_VPN_KEY, NAMESPACE,
+};
 use oi_planner::join::{ISSUED, paths};
 
 use crate::args::NodeJoinArgs;
@@ -160,6 +162,14 @@ async fn join(args: &NodeJoinArgs) -> anyhow::Result<String> {
         .as_str()
         .context("the join key ConfigMap has no joinKey")?
         .to_string();
+    // A cluster with a VPN: this node must be able to bring WireGuard up, checked before
+    // anything is asked or written.
+    let vpn_cidr = cm["data"][JOIN_CONFIG_MAP_VPN_KEY]
+        .as_str()
+        .map(str::to_string);
+    if let Some(cidr) = &vpn_cidr {
+        vpn_prerequisites(cidr, &args.wireguard_go)?;
+    }
 
     // 2. The symmetric key, kept for a rerun.
     let root = &std::path::absolute(&args.root_dir)
@@ -174,18 +184,25 @@ async fn join(args: &NodeJoinArgs) -> anyhow::Result<String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => (SymmetricKey::generate(), false),
         Err(e) => return Err(e).with_context(|| key_path.display().to_string()),
     };
+    // The node's WireGuard key pair, with a VPN: made here, its private key kept here.
     let vpn_key_path = under(root, VPN_KEY_FILE);
-    let vpn_private = match std::fs::read_to_string(&vpn_key_path) {
-        Ok(k) => {
+    let vpn_private = match (&vpn_cidr, std::fs::read_to_string(&vpn_key_path)) {
+        (None, _) => None,
+        (Some(_), Ok(k)) => {
             oi_pki::wireguard_public_key(k.trim()).with_context(|| {
                 format!("{}: not a key this command wrote", vpn_key_path.display())
             })?;
-            k.trim().to_string()
+            Some(k.trim().to_string())
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => oi_pki::generate_wireguard_keys().0,
-        Err(e) => return Err(e).with_context(|| vpn_key_path.display().to_string()),
+        (Some(_), Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            Some(oi_pki::generate_wireguard_keys().0)
+        }
+        (Some(_), Err(e)) => return Err(e).with_context(|| vpn_key_path.display().to_string()),
     };
-    let vpn_public = oi_pki::wireguard_public_key(&vpn_private)?;
+    let vpn_public = vpn_private
+        .as_deref()
+        .map(oi_pki::wireguard_public_key)
+        .transpose()?;
 
     // 3. The request.
     let seal = |s: &str| key.seal(s.as_bytes()).map_err(anyhow::Error::from);
@@ -193,7 +210,7 @@ async fn join(args: &NodeJoinArgs) -> anyhow::Result<String> {
         .image_service_endpoint
         .clone()
         .unwrap_or_else(|| args.container_runtime_endpoint.clone());
-    let request = serde_json::json!({
+    let mut request = serde_json::json!({
         "apiVersion": "node.oneinfra.ereslibre.es/v1alpha1",
         "kind": "NodeJoinRequest",
         "metadata": {"name": args.nodename},
@@ -203,9 +220,11 @@ async fn join(args: &NodeJoinArgs) -> anyhow::Result<String> {
             "containerRuntimeEndpoint": seal(&args.container_runtime_endpoint)?,
             "imageServiceEndpoint": seal(&image_service)?,
             "extraSANs": args.extra_san.iter().map(|s| seal(s)).collect::<anyhow::Result<Vec<_>>>()?,
-            "vpnPublicKey": seal(&vpn_public)?,
         },
     });
+    if let Some(public) = &vpn_public {
+        request["spec"]["vpnPublicKey"] = seal(public)?.into();
+    }
     let r = client
         .call(&Method::POST, REQUESTS, Some(&request.to_string()))
         .await?;
@@ -214,8 +233,10 @@ async fn join(args: &NodeJoinArgs) -> anyhow::Result<String> {
             if !stored {
                 write_file(&key_path, key.as_bytes(), 0o600)?;
             }
-            if !vpn_key_path.exists() {
-                write_file(&vpn_key_path, format!("{vpn_private}\n").as_bytes(), 0o600)?;
+            if let Some(private) = &vpn_private
+                && !vpn_key_path.exists()
+            {
+                write_file(&vpn_key_path, format!("{private}\n").as_bytes(), 0o600)?;
             }
             eprintln!("oi: join request {} created", args.nodename);
         }
@@ -321,9 +342,12 @@ async fn join(args: &NodeJoinArgs) -> anyhow::Result<String> {
             endpoint: open("vpn.endpoint", &v.endpoint)?,
             endpoint_public_key: open("vpn.endpointPublicKey", &v.endpoint_public_key)?,
             // oneinfra's form: the cluster made this node's key.
-            private_key: match v.peer_private_key.as_str() {
-                "" => vpn_private.clone(),
-                sealed => open("vpn.peerPrivateKey", sealed)?,
+            private_key: match (v.peer_private_key.as_str(), &vpn_private) {
+                ("", Some(own)) => own.clone(),
+                ("", None) => bail!(
+                    "the answer has a VPN part but no key for this node, and this node made none (the cluster's oneinfra-join ConfigMap did not say it has a VPN)"
+                ),
+                (sealed, _) => open("vpn.peerPrivateKey", sealed)?,
             },
         }),
     };
@@ -436,6 +460,39 @@ fn rooted_config(root: &Path, config: &str) -> String {
             &format!(": {}\n", under(root, path).display()),
         )
     })
+}
+
+/// Whether this node can bring the cluster VPN up: `ip` and `wg`, and WireGuard in the
+/// kernel or `wireguard_go`.
+fn vpn_prerequisites(cidr: &str, wireguard_go: &Path) -> anyhow::Result<()> {
+    let found = |program: &Path| -> bool {
+        if program.components().count() > 1 {
+            return program.is_file();
+        }
+        std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+    };
+    let mut missing = Vec::new();
+    for (program, package) in [("ip", "iproute2"), ("wg", "wireguard-tools")] {
+        if !found(Path::new(program)) {
+            missing.push(format!("{program} ({package})"));
+        }
+    }
+    let kernel = Path::new("/sys/module/wireguard").is_dir();
+    if !kernel && !found(wireguard_go) {
+        missing.push(format!(
+            "WireGuard: the kernel has none and {} is not found (wireguard-go)",
+            wireguard_go.display()
+        ));
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        bail!(
+            "the cluster has a VPN ({cidr}) and this node cannot join it: missing {}",
+            missing.join(", ")
+        )
+    }
 }
 
 /// The VPN part of an answer, opened.

@@ -89,6 +89,15 @@ fn components(store: &MemoryStore, cluster: &str) -> Vec<Component> {
         .collect()
 }
 
+/// How many Cluster reconciles the manager ran, from its metrics.
+fn cluster_reconciles(ctx: &Ctx) -> u64 {
+    let text = ctx.metrics.encode();
+    text.lines()
+        .find_map(|l| l.strip_prefix("oi_manager_reconciles_total{controller=\"cluster\"} "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 fn voting_members(store: &MemoryStore, replicas: usize) {
     Etcdctl::new(&World::of_store(store).unwrap(), "c1")
         .unwrap()
@@ -215,5 +224,161 @@ fn manager_brings_up_scales_and_deletes_a_cluster() {
         "{:?}",
         store.events()
     );
+    drop(set);
+}
+
+/// The VPN scenario driven by the manager: a VPN Cluster with a join token; a worker behind
+/// NAT joins and is answered as it asks (the manager watches the cluster's join requests:
+/// a ready cluster's own requeue is minutes away); its kubelet is reached through the
+/// tunnel; its Node deleted, its peer goes.
+#[test]
+fn manager_answers_a_worker_behind_nat_on_a_vpn_cluster() {
+    let test = "manager_answers_a_worker_behind_nat_on_a_vpn_cluster";
+    if !prerequisites(test)
+        || !oi_testsupport::require_root_and_commands(test, &["wg", "wireguard-go", "iptables"])
+    {
+        return;
+    }
+    let set = LocalSet::create_with_workers("mvpn", 1, 1, false, 1).unwrap();
+    let store = Arc::new(MemoryStore::default());
+    for h in oi_api::World::load(&set.manifests, "oi-local-hypervisor-set")
+        .unwrap()
+        .hypervisors
+        .into_values()
+    {
+        store.insert(h);
+    }
+    let key = ObjectKey::new("default", "c1");
+    let token = "abcdef.0123456789abcdef";
+    store.insert(Cluster::new(
+        ObjectMeta::namespaced("default", "c1"),
+        ClusterSpec {
+            control_plane_replicas: Some(1),
+            join_tokens: vec![token.to_string()],
+            vpn: oi_api::Vpn {
+                enabled: true,
+                ..oi_api::Vpn::default()
+            },
+            ..ClusterSpec::default()
+        },
+    ));
+    let ctx = context(&store);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    run_until(&runtime, &ctx, Duration::from_secs(300), |s| ready(s, &key));
+    assert_eq!(ctx.joins.clusters(), [key.clone()]);
+    let world = World::of_store(&*store).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let admin = admin_kubeconfig(&world, "c1", dir.path()).unwrap();
+    let cluster: Cluster = store.object(&key).unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(
+        &ca,
+        &cluster.spec.api_server.ca.as_ref().unwrap().certificate,
+    )
+    .unwrap();
+    let kubelet = dir.path().join("kubelet");
+    std::os::unix::fs::symlink(oi_e2e::binary("kube-standin").unwrap(), &kubelet).unwrap();
+    let target = oi_e2e::JoinTarget {
+        endpoint: &cluster.status.api_server_endpoint,
+        ca: &ca,
+        token,
+        kubelet: &kubelet,
+    };
+    let worker = oi_e2e::Worker::new(&set, 1, dir.path()).unwrap();
+
+    // The worker asks while the manager runs, after its first pass (the one every run of
+    // the driver starts with): only the join watch can wake the cluster now, a ready
+    // cluster's requeue being minutes away.
+    let has_peer = |s: &MemoryStore| {
+        s.object::<Cluster>(&key)
+            .is_some_and(|c| c.status.vpn_peers.iter().any(|p| p.name == "worker-w1"))
+    };
+    let before = cluster_reconciles(&ctx);
+    let child = std::thread::scope(|scope| {
+        let driver = scope.spawn(|| run_until(&runtime, &ctx, Duration::from_secs(150), has_peer));
+        eventually(Duration::from_secs(60), || {
+            anyhow::ensure!(cluster_reconciles(&ctx) > before, "no pass yet");
+            Ok(())
+        })
+        .unwrap();
+        let child = worker
+            .join_command("w1", &target, "120s")
+            .unwrap()
+            .spawn()
+            .unwrap();
+        driver.join().unwrap();
+        child
+    });
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    let cluster: Cluster = store.object(&key).unwrap();
+    let peers: Vec<(String, String)> = cluster
+        .status
+        .vpn_peers
+        .iter()
+        .map(|p| (p.name.clone(), p.address.clone()))
+        .collect();
+    assert_eq!(
+        peers,
+        [("worker-w1".to_string(), "10.0.0.2/16".to_string())]
+    );
+    let _kubelet = worker
+        .start_kubelet(
+            &oi_e2e::kubelet_command_of(&stderr).unwrap(),
+            "v1.37.1",
+            &dir.path().join("kubelet.log"),
+        )
+        .unwrap();
+    let healthz = eventually(Duration::from_secs(60), || {
+        let run = oi_e2e::kubectl(&admin, &["get", "--raw", "/api/v1/nodes/w1/proxy/healthz"])?;
+        anyhow::ensure!(
+            run.success && run.stdout == "ok",
+            "{:?} {}",
+            run.stdout,
+            run.stderr
+        );
+        Ok(())
+    });
+    if let Err(e) = healthz {
+        let log = std::fs::read_to_string(dir.path().join("kubelet.log")).unwrap_or_default();
+        panic!("{e:#}\nkubelet:\n{log}");
+    }
+
+    // Its Node registered (marked so on the next pass), then deleted: the manager hears of
+    // it and the peer goes.
+    run_until(&runtime, &ctx, Duration::from_secs(60), |_| {
+        oi_e2e::kubectl(
+            &admin,
+            &[
+                "get",
+                "nodejoinrequest",
+                "w1",
+                "-o",
+                "jsonpath={.status.conditions[*].type}",
+            ],
+        )
+        .is_ok_and(|r| r.stdout.contains("NodeRegistered"))
+    });
+    drop(_kubelet);
+    oi_e2e::kubectl(&admin, &["delete", "node", "w1"])
+        .unwrap()
+        .ok("kubectl delete node")
+        .unwrap();
+    run_until(&runtime, &ctx, Duration::from_secs(60), |s| {
+        s.object::<Cluster>(&key)
+            .is_some_and(|c| c.status.vpn_peers.is_empty())
+    });
+
+    // Deleted: its watch stops with it.
+    runtime.block_on(store.delete::<Cluster>(&key)).unwrap();
+    run_until(&runtime, &ctx, Duration::from_secs(120), |s| {
+        s.object::<Cluster>(&key).is_none() && components(s, "c1").is_empty()
+    });
+    assert!(ctx.joins.clusters().is_empty());
+    nothing_left(&*store, &set).unwrap();
     drop(set);
 }

@@ -178,9 +178,11 @@ pub struct Context<S, C, N> {
     reachable: Mutex<BTreeMap<String, bool>>,
     /// Hypervisors whose leftover throwaway pods this process removed.
     swept: Mutex<BTreeSet<String>>,
-    /// Where the Hypervisor controller sends the Clusters to reconcile at once (see
-    /// [`Context::cluster_wakeups`]).
-    wakeups: Mutex<Option<tokio::sync::mpsc::UnboundedSender<ObjectKey>>>,
+    /// Where the Hypervisor controller and the join watches send the Clusters to reconcile
+    /// at once (see [`Context::cluster_wakeups`]).
+    wakeups: Arc<Mutex<Option<tokio::sync::mpsc::UnboundedSender<ObjectKey>>>>,
+    /// The watches on ready clusters' join requests ([`crate::joins`]).
+    pub joins: crate::joins::JoinWatches,
 }
 
 /// Locks a std mutex whose data stays sound when a holder panicked (plain inserts and
@@ -208,7 +210,8 @@ impl<S: Store, C: Connector, N: Network> Context<S, C, N> {
             failures: Mutex::new(BTreeMap::new()),
             reachable: Mutex::new(BTreeMap::new()),
             swept: Mutex::new(BTreeSet::new()),
-            wakeups: Mutex::new(None),
+            wakeups: Arc::new(Mutex::new(None)),
+            joins: crate::joins::JoinWatches::default(),
         }
     }
 
@@ -228,6 +231,16 @@ impl<S: Store, C: Connector, N: Network> Context<S, C, N> {
             // A receiver that went away wants nothing more.
             let _ = tx.send(key);
         }
+    }
+
+    /// What wakes a cluster from outside a reconcile (the join watches).
+    fn waker(&self) -> crate::joins::Waker {
+        let wakeups = Arc::clone(&self.wakeups);
+        Arc::new(move |key| {
+            if let Some(tx) = lock(&wakeups).as_ref() {
+                let _ = tx.send(key);
+            }
+        })
     }
 
     /// The delay before retrying `key` after its `failures`-th consecutive failure.

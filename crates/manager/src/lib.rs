@@ -10,6 +10,7 @@
 pub mod args;
 pub mod controller;
 pub mod http;
+pub mod joins;
 pub mod kube_store;
 pub mod leader;
 pub mod metrics;

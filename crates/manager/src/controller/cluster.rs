@@ -29,6 +29,7 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
 ) -> Result<Next, ReconcileError> {
     let store = &*ctx.store;
     let Some(mut cluster) = store.get::<Cluster>(key).await? else {
+        ctx.joins.stop(key);
         return Ok(Next::Done(Action::AwaitChange));
     };
     if !has_finalizer(&cluster) {
@@ -79,11 +80,37 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
 
     // Phase 2: the engine executes the plan; no lock.
     let executed = execute_plan(ctx, &plan).await;
+    // A ready cluster's join requests are watched, so that they are answered as they come.
+    match executed.clusters.get(key).map(|r| &r.outcome) {
+        Some(o) if o.deleted => ctx.joins.stop(key),
+        Some(o) if o.ready => {
+            if let Some(credentials) = join_credentials(&plan, key) {
+                ctx.joins.ensure(key, credentials, ctx.waker());
+            }
+        }
+        _ => {}
+    }
 
     // Phase 3: record what the engine did, and write it back, under the write lock.
     let after = oi_planner::record(plan.world.clone(), &executed.clusters, now);
     let _lock = ctx.write_lock.lock().await;
     write_report(ctx, key, &plan.world, &after, &executed, &mut stored).await
+}
+
+/// Where and as whom a ready cluster's join requests are watched: its endpoint and the
+/// plan's short-lived identity towards its API.
+fn join_credentials(plan: &Plan, key: &ObjectKey) -> Option<crate::joins::Credentials> {
+    let ClusterPlan::Converge(c) = plan.clusters.get(key)? else {
+        return None;
+    };
+    let in_cluster = c.in_cluster.as_ref().ok()?;
+    let identity = in_cluster.client.as_ref().ok()?;
+    Some(crate::joins::Credentials {
+        endpoint: in_cluster.endpoint.clone(),
+        ca_pem: identity.server_ca.clone(),
+        certificate_pem: identity.certificate.clone(),
+        key_pem: identity.private_key.clone(),
+    })
 }
 
 /// Records a cluster that cannot be prepared in its `ReconcileSucceeded` condition, as the

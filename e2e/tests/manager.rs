@@ -268,7 +268,7 @@ fn manager_answers_a_worker_behind_nat_on_a_vpn_cluster() {
         .build()
         .unwrap();
     run_until(&runtime, &ctx, Duration::from_secs(300), |s| ready(s, &key));
-    assert_eq!(ctx.joins.clusters(), [key.clone()]);
+    assert_eq!(ctx.joins.clusters(), std::slice::from_ref(&key));
     let world = World::of_store(&*store).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let admin = admin_kubeconfig(&world, "c1", dir.path()).unwrap();

@@ -12,6 +12,8 @@
 //! the endpoint's pod removed ─► the reconcile replaces it; tunnels back, workers untouched
 //! a worker removed (its Node deleted) ─► its peer and request go; the next worker joining
 //!   gets its address
+//! a second cluster, same VPN CIDR, same public hypervisor ─► its worker gets the same
+//!   address as one of the first's; both reached, each through its own tunnel
 //! ```
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -180,7 +182,7 @@ fn workers_behind_nat_join_a_vpn_cluster_and_are_reached_through_the_tunnel() {
     {
         return;
     }
-    let set = LocalSet::create_with_workers("vpn", 3, 1, false, 3).unwrap();
+    let set = LocalSet::create_with_workers("vpn", 3, 1, false, 4).unwrap();
     let world = oi(
         &[
             "cluster",
@@ -578,6 +580,93 @@ fn workers_behind_nat_join_a_vpn_cluster_and_are_reached_through_the_tunnel() {
             &dir.path().join("k3.log"),
         )
         .unwrap();
+    proxied("w3");
+
+    // A second cluster with the same VPN CIDR, its endpoint on the same public hypervisor:
+    // its worker gets the address w3 has in the first one, and both are reached, each
+    // through its own cluster's tunnel.
+    let injected = oi(
+        &["cluster", "inject", "--name", "c2", "--vpn-enabled"],
+        &world,
+    )
+    .unwrap()
+    .ok("oi cluster inject c2")
+    .unwrap()
+    .stdout;
+    let injected = oi(&["join-token", "inject", "--cluster", "c2"], &injected)
+        .unwrap()
+        .ok("oi join-token inject c2")
+        .unwrap();
+    let c2_token = injected
+        .stderr
+        .lines()
+        .map(str::trim)
+        .find(|l| oi_api::validation::is_bootstrap_token(l))
+        .unwrap()
+        .to_string();
+    let (run, _, _) = reconcile_until_ready(&injected.stdout, 3).unwrap();
+    let world = run.stdout;
+    let parsed = oi_e2e::World::parse(&world).unwrap();
+    let c2 = parsed.require_cluster("c2").unwrap();
+    assert_eq!(str_at(c2, &["spec", "vpn", "CIDR"]), Some("10.0.0.0/16"));
+    let c2_endpoint = str_at(c2, &["status", "apiServerEndpoint"])
+        .unwrap()
+        .to_string();
+    let c2_ca = dir.path().join("c2-ca.pem");
+    let pem = oi(&["cluster", "apiserver-ca", "--cluster", "c2"], &world)
+        .unwrap()
+        .ok("oi cluster apiserver-ca c2")
+        .unwrap()
+        .stdout;
+    std::fs::write(&c2_ca, pem).unwrap();
+    let c2_admin = admin_kubeconfig(&parsed, "c2", dir.path()).unwrap();
+    let w4 = Worker::new(&set, 4, dir.path()).unwrap();
+    let c2_target = JoinTarget {
+        endpoint: &c2_endpoint,
+        ca: &c2_ca,
+        token: &c2_token,
+        kubelet: &kubelet_bin,
+    };
+    let child = w4
+        .join_command("x1", &c2_target, "90s")
+        .unwrap()
+        .spawn()
+        .unwrap();
+    let (_, results) = answer_joins(&world, vec![child]);
+    assert!(results[0].0, "{}", results[0].1);
+    assert!(
+        results[0]
+            .1
+            .contains(&format!("VPN {} 10.0.0.2/16", w4.interface)),
+        "{}",
+        results[0].1
+    );
+    assert!(
+        peers(&world).contains(&("worker-w3".to_string(), "10.0.0.2/16".to_string())),
+        "{:?}",
+        peers(&world)
+    );
+    let _k4 = w4
+        .start_kubelet(
+            &kubelet_command_of(&results[0].1).unwrap(),
+            VERSION,
+            &dir.path().join("k4.log"),
+        )
+        .unwrap();
+    eventually(Duration::from_secs(60), || {
+        let run = kubectl(
+            &c2_admin,
+            &["get", "--raw", "/api/v1/nodes/x1/proxy/healthz"],
+        )?;
+        anyhow::ensure!(
+            run.success && run.stdout == "ok",
+            "x1: {:?} {}",
+            run.stdout,
+            run.stderr
+        );
+        Ok(())
+    })
+    .unwrap();
     proxied("w3");
     drop(set);
 }

@@ -6,12 +6,18 @@
 //! its own is mounted over /var/lib/oneinfra, /etc/oneinfra (and /var/log/oneinfra, for pod
 //! logs), so files oneinfra places on "the hypervisor" do not collide with another
 //! hypervisor's on the same machine. With
-//! `--tcp`, haproxy inside the namespace fronts the socket with mutual TLS.
+//! `--tcp`, haproxy inside the namespace fronts the socket with mutual TLS. With `--workers`,
+//! worker hosts (a namespace and a containerd each, no images) sit on a LAN of their own
+//! behind a router namespace that masquerades their traffic and drops connections towards
+//! them: they reach the hypervisors, nothing reaches them (see [`plan`]). `exec` runs a
+//! command on any host of a set.
 //!
 //! ```text
 //!   host ── bridge ohsXXXX (10.x.y.1/24)
 //!              ├── veth ══ netns <set>-private-1 (10.x.y.2): containerd [+ haproxy :27000]
-//!              └── veth ══ netns <set>-public-1  (10.x.y.3): containerd [+ haproxy :27000]
+//!              ├── veth ══ netns <set>-public-1  (10.x.y.3): containerd [+ haproxy :27000]
+//!              └── veth ══ netns <set>-router (10.x.y.254) ══ LAN 10.a.b.0/24, NAT
+//!                                              └── netns <set>-worker-1 (10.a.b.2): containerd
 //!   /var/lib/oi-local-hypervisor-set/<set>/state.json   what exists, written atomically
 //! ```
 //!
@@ -21,7 +27,7 @@
 //! ...
 //! set demo: ready in 3.9s
 //! # oi-local-hypervisor-set list
-//! SET   STATE  HYPERVISOR      IP            KIND     ENDPOINT                                                          CONTAINERD
+//! SET   STATE  HOST            IP            KIND     ENDPOINT                                                          CONTAINERD
 //! demo  ready  demo-private-1  10.164.197.2  private  unix:///run/oi-local-hypervisor-set/demo/demo-private-1/cri.sock  29249 running
 //! demo  ready  demo-public-1   10.164.197.3  public   unix:///run/oi-local-hypervisor-set/demo/demo-public-1/cri.sock   29261 running
 //! # oi-local-hypervisor-set destroy --name demo
@@ -60,6 +66,9 @@ pub const REQUIRED_COMMANDS: [&str; 7] = [
     "ctr",
     "haproxy",
 ];
+
+/// Host commands `--workers` needs besides: the router's NAT.
+pub const WORKER_COMMANDS: [&str; 1] = ["iptables"];
 
 /// Compares generated text with a checked-in golden file under `tests/golden/`.
 #[cfg(test)]

@@ -128,11 +128,12 @@ pub fn create_with(
         plan.hypervisors.len()
     );
     if let Some(nat) = &plan.nat {
+        let n = nat.workers.len();
         let _ = writeln!(
             progress,
-            "set {}: {} workers on {} behind NAT router {} ({})",
+            "set {}: {n} {} on {} behind NAT router {} ({})",
             plan.name,
-            nat.workers.len(),
+            if n == 1 { "worker" } else { "workers" },
             nat.lan,
             nat.router,
             nat.uplink_ip

@@ -67,9 +67,6 @@ pub const REQUIRED_COMMANDS: [&str; 7] = [
     "haproxy",
 ];
 
-/// Host commands `--workers` needs besides: the router's NAT.
-pub const WORKER_COMMANDS: [&str; 1] = ["iptables"];
-
 /// Compares generated text with a checked-in golden file under `tests/golden/`.
 #[cfg(test)]
 pub(crate) fn assert_golden(name: &str, actual: &str) {

@@ -61,6 +61,20 @@ pub enum Reason {
     InvalidJoinToken,
     #[error("the token ID {id:?} is already used by spec.joinTokens[{first}]")]
     DuplicateJoinTokenId { id: String, first: usize },
+    #[error(
+        "{value} leaves no room for the VPN's endpoint and a peer (at most /30 for IPv4, /126 for IPv6)"
+    )]
+    VpnCidrTooSmall { value: String },
+    #[error("{value:?} is not an address of the VPN CIDR {cidr}")]
+    NotInVpnCidr { value: String, cidr: String },
+    #[error("{value} is the VPN CIDR's network address or its endpoint's")]
+    ReservedVpnAddress { value: String },
+    #[error("{what} {value:?} is already used by status.vpnPeers[{first}]")]
+    DuplicateVpnPeer {
+        what: &'static str,
+        value: String,
+        first: usize,
+    },
     #[error("{value:?} is not {rule}")]
     InvalidName { value: String, rule: NameRule },
     #[error("cluster-scoped {kind} must not have a namespace (got {namespace:?})")]
@@ -364,7 +378,8 @@ pub fn validate_cluster(cluster: &Cluster) -> Vec<FieldError> {
         "spec.networking.serviceCIDR",
         &spec.networking.service_cidr,
     );
-    check_cidr(&mut errors, "spec.vpn.CIDR", &spec.vpn.cidr);
+    let vpn_cidr = check_cidr(&mut errors, "spec.vpn.CIDR", &spec.vpn.cidr);
+    check_vpn(&mut errors, cluster, vpn_cidr);
     check_join_tokens(&mut errors, &spec.join_tokens);
     if let Some(size) = spec.networking.node_cidr_mask_size {
         // Without a cluster CIDR (not defaulted yet) only the address family's bound applies;
@@ -413,6 +428,97 @@ pub fn is_bootstrap_token(token: &str) -> bool {
     token
         .split_once('.')
         .is_some_and(|(id, secret)| valid(id, 6) && valid(secret, 16))
+}
+
+/// The VPN: a CIDR with room for its endpoint and a peer; each recorded peer named once, at an
+/// address of the CIDR held once and not reserved (the network's, the endpoint's: the first
+/// two). Its keys are verified with the rest of the key material (`oi_planner::verify`).
+fn check_vpn(errors: &mut Vec<FieldError>, cluster: &Cluster, cidr: Option<IpNet>) {
+    let vpn = &cluster.spec.vpn;
+    let cidr = cidr.map(|n| n.trunc());
+    if vpn.enabled
+        && let Some(net) = cidr
+        && net.max_prefix_len() - net.prefix_len() < 2
+    {
+        errors.push(FieldError::new(
+            "spec.vpn.CIDR",
+            Reason::VpnCidrTooSmall {
+                value: vpn.cidr.clone(),
+            },
+        ));
+    }
+    let mut names: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut addresses: BTreeMap<IpAddr, usize> = BTreeMap::new();
+    for (i, peer) in cluster.status.vpn_peers.iter().enumerate() {
+        let field = |f: &str| format!("status.vpnPeers[{i}].{f}");
+        match names.get(peer.name.as_str()) {
+            Some(&first) => errors.push(FieldError::new(
+                field("name"),
+                Reason::DuplicateVpnPeer {
+                    what: "the name",
+                    value: peer.name.clone(),
+                    first,
+                },
+            )),
+            None => {
+                names.insert(peer.name.as_str(), i);
+            }
+        }
+        let ip = peer
+            .address
+            .parse::<IpNet>()
+            .map(|n| n.addr())
+            .or_else(|_| peer.address.parse::<IpAddr>());
+        let Ok(ip) = ip else {
+            errors.push(FieldError::new(
+                field("address"),
+                Reason::InvalidIp {
+                    value: peer.address.clone(),
+                },
+            ));
+            continue;
+        };
+        if let Some(net) = cidr {
+            if !net.contains(&ip) {
+                errors.push(FieldError::new(
+                    field("address"),
+                    Reason::NotInVpnCidr {
+                        value: peer.address.clone(),
+                        cidr: net.to_string(),
+                    },
+                ));
+                continue;
+            }
+            let endpoint = match net.network() {
+                IpAddr::V4(a) => IpAddr::V4(std::net::Ipv4Addr::from(u32::from(a).wrapping_add(1))),
+                IpAddr::V6(a) => {
+                    IpAddr::V6(std::net::Ipv6Addr::from(u128::from(a).wrapping_add(1)))
+                }
+            };
+            if ip == net.network() || ip == endpoint {
+                errors.push(FieldError::new(
+                    field("address"),
+                    Reason::ReservedVpnAddress {
+                        value: peer.address.clone(),
+                    },
+                ));
+                continue;
+            }
+        }
+        match addresses.get(&ip) {
+            Some(&first) => errors.push(FieldError::new(
+                field("address"),
+                Reason::DuplicateVpnPeer {
+                    what: "the address",
+                    value: peer.address.clone(),
+                    first,
+                },
+            )),
+            None => {
+                addresses.insert(ip, i);
+            }
+        }
+    }
 }
 
 /// Join tokens are bootstrap tokens, one per token ID (the ID names its Secret).

@@ -1,6 +1,6 @@
 //! The steps of a live cluster, in order: files, retiring components, etcd, the Kubernetes
-//! control plane and the ingress, observation until ready, then what the cluster holds inside
-//! (`bootstrap`).
+//! control plane and the ingress (and the pods a component no longer renders removed),
+//! observation until ready, then what the cluster holds inside (`bootstrap`).
 
 use std::sync::atomic::AtomicU64;
 
@@ -133,6 +133,10 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         for outcome in together {
             outcome?;
         }
+        // A live component's pods it no longer renders (its cluster's VPN turned off): gone.
+        for c in &plan.components {
+            self.remove_stale_pods(key, c).await?;
+        }
         // 6. Observe until ready or out of time.
         loop {
             let observed = self.observe(plan, &etcd).await;
@@ -154,6 +158,25 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         outcome.reason = Reason::Succeeded;
         outcome.message = String::new();
         self.emit(None, key, None, "ready".to_string());
+        Ok(())
+    }
+
+    /// Removes the pods of component `c` that its rendering no longer has.
+    async fn remove_stale_pods(&self, key: &ObjectKey, c: &ComponentPlan) -> Step {
+        let rt = self.runtime(&c.hypervisor)?;
+        for pod in rt.list_pods(&selector(key, Some(c.name()))).await? {
+            if c.pod(&pod.name).is_some() {
+                continue;
+            }
+            rt.remove_pod(&pod.id).await?;
+            Counters::add(&self.counters.removed, 1);
+            self.emit(
+                Some(&c.hypervisor),
+                key,
+                Some(c.name()),
+                format!("removed pod {} (no longer wanted)", pod.name),
+            );
+        }
         Ok(())
     }
 

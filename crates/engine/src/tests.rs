@@ -1360,3 +1360,39 @@ async fn vpn_peers_follow_join_requests_and_nodes_without_restarting_the_endpoin
     );
     assert!(events.iter().all(|e| !e.contains("PRIVATE KEY")));
 }
+
+/// The names of the pods on public-1.
+async fn public_pods(h: &Harness) -> BTreeSet<String> {
+    h.connector.runtimes["public-1"]
+        .list_pods(&BTreeMap::new())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.name)
+        .collect()
+}
+
+#[tokio::test]
+async fn turning_the_vpn_off_removes_its_endpoint_pod_and_egress() {
+    let h = Harness::new();
+    let key = ObjectKey::new("default", "c");
+    let mut w = world(1, &[("c", 1)]);
+    w.clusters.get_mut(&key).unwrap().spec.vpn.enabled = true;
+    let report = h.run(w).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    assert!(public_pods(&h).await.contains("c-ingress-vpn"));
+    let mut w = report.world.clone();
+    w.clusters.get_mut(&key).unwrap().spec.vpn.enabled = false;
+    let off = h.run(w).await;
+    assert!(off.all_ready(), "{:?}", off.clusters);
+    assert_eq!(
+        public_pods(&h).await,
+        BTreeSet::from(["c-ingress".to_string()])
+    );
+    assert_eq!(off.counts.pods_removed, 1);
+    // The API server went without its egress configuration (its pod replaced).
+    assert_eq!(off.counts.pods_replaced, 1);
+    let again = h.run(off.world.clone()).await;
+    assert_eq!(again.counts.pods_removed, 0);
+    assert_eq!(again.counts.mutating_calls, 0);
+}

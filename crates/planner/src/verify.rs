@@ -175,14 +175,30 @@ pub fn verify_cluster(cluster: &Cluster, now: OffsetDateTime) -> Vec<FieldError>
     if let Some(pair) = &spec.join_key {
         check_key_pair(&mut errors, oi_pki::JOIN_KEY_FIELD, pair);
     }
-    if let Err(e) = oi_pki::check_wireguard_keys(&spec.vpn.private_key, &spec.vpn.public_key) {
-        let which = match e {
-            oi_pki::Error::InvalidWireguardKey {
-                which: "private", ..
-            } => "privateKey",
-            _ => "publicKey",
-        };
-        errors.push(key_material(format!("spec.vpn.{which}"), &e));
+    let wireguard = |errors: &mut Vec<FieldError>, at: &str, private: &str, public: &str| {
+        if let Err(e) = oi_pki::check_wireguard_keys(private, public) {
+            let which = match e {
+                oi_pki::Error::InvalidWireguardKey {
+                    which: "private", ..
+                } => "privateKey",
+                _ => "publicKey",
+            };
+            errors.push(key_material(format!("{at}.{which}"), &e));
+        }
+    };
+    wireguard(
+        &mut errors,
+        "spec.vpn",
+        &spec.vpn.private_key,
+        &spec.vpn.public_key,
+    );
+    // The VPN's peers: a public key each; the private key of oneinfra's form, its pair.
+    for (i, peer) in cluster.status.vpn_peers.iter().enumerate() {
+        let at = format!("status.vpnPeers[{i}]");
+        if peer.public_key.is_empty() {
+            errors.push(required(format!("{at}.publicKey")));
+        }
+        wireguard(&mut errors, &at, &peer.private_key, &peer.public_key);
     }
     check_leaves(
         &mut errors,

@@ -670,3 +670,65 @@ fn join_tokens_are_bootstrap_tokens_with_distinct_ids_and_never_echoed() {
     assert!(!is_bootstrap_token("07401b.f395accd246ae52"));
     assert!(!is_bootstrap_token("07401b:f395accd246ae52d"));
 }
+
+#[test]
+fn vpn_cidrs_leave_room_and_peers_hold_distinct_addresses_of_them() {
+    let doc = |spec: &str, status: &str| format!("{}{status}", cluster("c", spec));
+    assert_eq!(
+        errors(&doc("  vpn: {enabled: true, CIDR: 10.9.0.0/31}\n", "")),
+        [cluster_error(
+            "c",
+            "spec.vpn.CIDR",
+            Reason::VpnCidrTooSmall {
+                value: "10.9.0.0/31".into()
+            }
+        )]
+    );
+    assert!(errors(&doc("  vpn: {enabled: true, CIDR: 10.9.0.0/30}\n", "")).is_empty());
+    let peers = "status:\n  vpnPeers:\n  - {name: worker-a, address: 10.0.0.2/16}\n  - {name: worker-a, address: 10.0.0.3/16}\n  - {name: worker-b, address: 10.0.0.2/16}\n  - {name: worker-c, address: 10.1.0.2/16}\n  - {name: worker-d, address: 10.0.0.1/16}\n  - {name: worker-e, address: nowhere}\n";
+    assert_eq!(
+        errors(&doc("  vpn: {enabled: true, CIDR: 10.0.0.0/16}\n", peers)),
+        [
+            cluster_error(
+                "c",
+                "status.vpnPeers[1].name",
+                Reason::DuplicateVpnPeer {
+                    what: "the name",
+                    value: "worker-a".into(),
+                    first: 0
+                }
+            ),
+            cluster_error(
+                "c",
+                "status.vpnPeers[2].address",
+                Reason::DuplicateVpnPeer {
+                    what: "the address",
+                    value: "10.0.0.2/16".into(),
+                    first: 0
+                }
+            ),
+            cluster_error(
+                "c",
+                "status.vpnPeers[3].address",
+                Reason::NotInVpnCidr {
+                    value: "10.1.0.2/16".into(),
+                    cidr: "10.0.0.0/16".into()
+                }
+            ),
+            cluster_error(
+                "c",
+                "status.vpnPeers[4].address",
+                Reason::ReservedVpnAddress {
+                    value: "10.0.0.1/16".into()
+                }
+            ),
+            cluster_error(
+                "c",
+                "status.vpnPeers[5].address",
+                Reason::InvalidIp {
+                    value: "nowhere".into()
+                }
+            ),
+        ]
+    );
+}

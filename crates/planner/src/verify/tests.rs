@@ -170,6 +170,40 @@ fn broken_key_pairs_and_vpn_keys_are_named_by_field() {
             "invalid WireGuard public key: 3 bytes instead of 32"
         )
     );
+
+    // The VPN's peers: a public key each, and oneinfra's form's private key its pair's.
+    let (private, public) = oi_pki::generate_wireguard_keys();
+    let (_, other) = oi_pki::generate_wireguard_keys();
+    let peer = |name: &str, private: &str, public: &str| oi_api::VpnPeer {
+        name: name.into(),
+        address: "10.0.0.2/16".into(),
+        private_key: private.into(),
+        public_key: public.into(),
+    };
+    let mut w = prepared();
+    cluster_mut(&mut w).status.vpn_peers = vec![
+        peer("worker-a", "", &public),
+        peer("worker-b", &private, &public),
+        peer("worker-c", &private, &other),
+        peer("worker-d", "", ""),
+    ];
+    let fields: Vec<(String, String)> = findings(&w)
+        .into_iter()
+        .map(|(_, _, field, message)| (field, message))
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            (
+                "status.vpnPeers[2].publicKey".to_string(),
+                "the public key is not the one of the private key".to_string()
+            ),
+            (
+                "status.vpnPeers[3].publicKey".to_string(),
+                "required".to_string()
+            ),
+        ]
+    );
 }
 
 #[test]

@@ -222,6 +222,11 @@ pub struct ClusterStatus {
     /// `host:port` of the cluster's WireGuard endpoint, when the VPN is enabled.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub vpn_server_endpoint: String,
+    /// Ours, optional: the Kubernetes version the whole control plane runs, set when a run
+    /// leaves the cluster ready. A `spec.kubernetesVersion` that differs is an upgrade under
+    /// way (one minor at a time, never down).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kubernetes_version: String,
     /// etcd member name -> client URL.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub storage_client_endpoints: BTreeMap<String, String>,

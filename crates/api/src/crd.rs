@@ -280,6 +280,7 @@ fn cluster_status() -> Value {
     object(&[
         ("apiServerEndpoint", string()),
         ("vpnServerEndpoint", string()),
+        ("kubernetesVersion", string()),
         ("storageClientEndpoints", map(string())),
         ("storagePeerEndpoints", map(string())),
         ("clientCertificates", map(certificate())),

@@ -164,6 +164,65 @@ pub fn find_release(version: &str) -> Option<&'static KubernetesRelease> {
     None
 }
 
+/// Why a cluster cannot go from one version to another in one step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpgradeRefusal {
+    /// Either version is not supported.
+    Unsupported { version: String },
+    /// A lower version than the one running.
+    Downgrade,
+    /// More than one minor at once: the minors to go through, first to last.
+    SkipsMinors { chain: Vec<String> },
+}
+
+impl fmt::Display for UpgradeRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UpgradeRefusal::Unsupported { version } => {
+                write!(f, "{version} is not a supported version")
+            }
+            UpgradeRefusal::Downgrade => f.write_str(
+                "a downgrade is not supported (etcd and the API's stored objects only go forward)",
+            ),
+            UpgradeRefusal::SkipsMinors { chain } => write!(
+                f,
+                "that skips a minor, which the version skew policy forbids: upgrade one minor at a time, {} (`oi cluster upgrade --to {}` walks them)",
+                chain.join(" -> "),
+                chain.last().map(String::as_str).unwrap_or_default()
+            ),
+        }
+    }
+}
+
+/// Whether a control plane running `from` may go to `to` in one step: the same version, a
+/// newer patch of its minor, or the next minor. Versions are given as `find_release` takes
+/// them.
+///
+/// # Errors
+/// Why not ([`UpgradeRefusal`]); for a jump over minors, the chain of minors to follow.
+pub fn check_upgrade(from: &str, to: &str) -> Result<(), UpgradeRefusal> {
+    let find = |v: &str| {
+        find_release(v).ok_or_else(|| UpgradeRefusal::Unsupported {
+            version: v.to_string(),
+        })
+    };
+    let (from, to) = (find(from)?, find(to)?);
+    let parse = |v: &str| -> Vec<u32> { v.split('.').filter_map(|p| p.parse().ok()).collect() };
+    let (a, b) = (parse(from.version), parse(to.version));
+    if b < a {
+        return Err(UpgradeRefusal::Downgrade);
+    }
+    let ((major_a, minor_a), (major_b, minor_b)) = (from.minor(), to.minor());
+    if major_a != major_b || minor_b > minor_a + 1 {
+        return Err(UpgradeRefusal::SkipsMinors {
+            chain: (minor_a..=minor_b)
+                .map(|m| format!("{major_a}.{m}"))
+                .collect(),
+        });
+    }
+    Ok(())
+}
+
 /// The supported versions, oldest first, for error messages and `oi version kubernetes`.
 pub fn supported_versions() -> Vec<&'static str> {
     RELEASES.iter().map(|r| r.version).collect()
@@ -172,6 +231,33 @@ pub fn supported_versions() -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn upgrades_go_one_minor_at_a_time_and_never_down() {
+        assert_eq!(check_upgrade("1.36.4", "1.37.1"), Ok(()));
+        assert_eq!(check_upgrade("1.37.1", "1.37.1"), Ok(()));
+        assert_eq!(check_upgrade("1.37", "default"), Ok(()));
+        assert_eq!(
+            check_upgrade("1.35.9", "1.37.1"),
+            Err(UpgradeRefusal::SkipsMinors {
+                chain: vec!["1.35".into(), "1.36".into(), "1.37".into()]
+            })
+        );
+        assert_eq!(
+            check_upgrade("1.35.9", "1.37.1").unwrap_err().to_string(),
+            "that skips a minor, which the version skew policy forbids: upgrade one minor at a time, 1.35 -> 1.36 -> 1.37 (`oi cluster upgrade --to 1.37` walks them)"
+        );
+        assert_eq!(
+            check_upgrade("1.37.1", "1.36.4"),
+            Err(UpgradeRefusal::Downgrade)
+        );
+        assert_eq!(
+            check_upgrade("1.20.0", "1.37.1"),
+            Err(UpgradeRefusal::Unsupported {
+                version: "1.20.0".into()
+            })
+        );
+    }
 
     #[test]
     fn default_is_newest() {

@@ -102,6 +102,20 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             .iter()
             .partition(|c| c.role == oi_api::ComponentRole::ControlPlane);
         let rolled = async {
+            // An upgrade: every replica's new API server first (beside the running version's
+            // controller-manager and scheduler), one at a time, each ready before the next;
+            // then each replica whole, below. A replica past that step already is left be.
+            for c in &control_plane {
+                let (Some(staged), Some(main)) = (&c.staged, c.main_pod()) else {
+                    continue;
+                };
+                if self.runs_one_of(key, c, &[staged, main]).await? {
+                    continue;
+                }
+                if self.staged_pod(key, c, staged).await? == Outcome::Replaced {
+                    self.apiserver_ready(key, c, &plan.apiserver_ca).await?;
+                }
+            }
             for c in &control_plane {
                 let Some(spec) = c.main_pod() else {
                     continue;
@@ -159,6 +173,48 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         outcome.message = String::new();
         self.emit(None, key, None, "ready".to_string());
         Ok(())
+    }
+
+    /// Whether component `c`'s pod of the name of `specs[0]` was created from one of `specs`.
+    async fn runs_one_of(
+        &self,
+        key: &ObjectKey,
+        c: &ComponentPlan,
+        specs: &[&PodSpec],
+    ) -> Step<bool> {
+        let rt = self.runtime(&c.hypervisor)?;
+        let hashes: Vec<String> = specs.iter().map(|s| s.content_hash()).collect();
+        Ok(rt
+            .list_pods(&selector(key, Some(c.name())))
+            .await?
+            .iter()
+            .filter(|p| specs.first().is_some_and(|s| s.name == p.name))
+            .any(|p| p.spec_hash().is_some_and(|h| hashes.iter().any(|x| x == h))))
+    }
+
+    /// The upgrade's first step for one replica (see [`ComponentPlan::staged`]).
+    async fn staged_pod(
+        &self,
+        key: &ObjectKey,
+        c: &ComponentPlan,
+        staged: &PodSpec,
+    ) -> Step<Outcome> {
+        let rt = self.runtime(&c.hypervisor)?;
+        let outcome = rt.ensure_pod(staged).await?;
+        if outcome != Outcome::Unchanged {
+            let counter = match outcome {
+                Outcome::Created => &self.counters.created,
+                _ => &self.counters.replaced,
+            };
+            Counters::add(counter, 1);
+            self.emit(
+                Some(&c.hypervisor),
+                key,
+                Some(c.name()),
+                format!("upgraded the API server of pod {}", staged.name),
+            );
+        }
+        Ok(outcome)
     }
 
     /// Removes the pods of component `c` that its rendering no longer has.

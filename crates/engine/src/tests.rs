@@ -1396,3 +1396,116 @@ async fn turning_the_vpn_off_removes_its_endpoint_pod_and_egress() {
     assert_eq!(again.counts.pods_removed, 0);
     assert_eq!(again.counts.mutating_calls, 0);
 }
+
+#[tokio::test]
+async fn an_upgrade_rolls_every_api_server_before_any_controller_manager_or_scheduler() {
+    let h = Harness::new();
+    let key = ObjectKey::new("default", "c");
+    let mut w = world(1, &[("c", 3)]);
+    w.clusters.get_mut(&key).unwrap().spec.kubernetes_version = "1.36".into();
+    let report = h.run(w).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    assert_eq!(
+        report.world.clusters[&key].status.kubernetes_version, "1.36.4",
+        "a ready cluster records the version it runs"
+    );
+    let mut w = report.world.clone();
+    w.clusters.get_mut(&key).unwrap().spec.kubernetes_version = "1.37".into();
+    // What the pods will be: each replica's staged pod, then its final one.
+    let plan = oi_planner::plan(
+        oi_planner::prepare(w.clone(), NOW).world,
+        NOW,
+        &PlanOptions::default(),
+    );
+    let ClusterPlan::Converge(c) = &plan.clusters[&key] else {
+        panic!("not planned: {:?}", plan.clusters[&key]);
+    };
+    let mut staged = BTreeMap::new();
+    let mut fin = BTreeMap::new();
+    for r in c.components.iter().filter(|c| c.staged.is_some()) {
+        let s = r.staged.as_ref().unwrap();
+        let images: Vec<&str> = s.containers.iter().map(|c| c.image.as_str()).collect();
+        assert!(
+            images.contains(&"registry.k8s.io/kube-apiserver:v1.37.1"),
+            "{images:?}"
+        );
+        assert!(
+            images.contains(&"registry.k8s.io/kube-controller-manager:v1.36.4"),
+            "{images:?}"
+        );
+        staged.insert(s.content_hash(), r.name().to_string());
+        fin.insert(r.main_pod().unwrap().content_hash(), r.name().to_string());
+    }
+    assert_eq!(staged.len(), 3);
+    h.connector.clear();
+    let upgraded = h.run(w).await;
+    assert!(upgraded.all_ready(), "{:?}", upgraded.clusters);
+    // Each replica got its staged pod and then its final one (per hypervisor)...
+    for (h_name, rt) in &h.connector.runtimes {
+        let created: Vec<String> = rt
+            .calls()
+            .into_iter()
+            .filter_map(|call| match call {
+                Call::CreatePod { spec_hash, .. } => staged
+                    .get(&spec_hash)
+                    .map(|n| format!("staged {n}"))
+                    .or_else(|| fin.get(&spec_hash).map(|n| format!("final {n}"))),
+                _ => None,
+            })
+            .collect();
+        if h_name.starts_with("private") {
+            assert_eq!(created.len(), 2, "{h_name}: {created:?}");
+            assert!(created[0].starts_with("staged") && created[1].starts_with("final"));
+        }
+    }
+    // ... and, in the run's order, every API server went first.
+    let events = h.events.lock().unwrap().clone();
+    let steps: Vec<&String> = events
+        .iter()
+        .filter(|e| {
+            e.contains("upgraded the API server of pod")
+                || (e.contains("replaced pod c-control-plane-") && !e.contains("-etcd"))
+        })
+        .collect();
+    assert_eq!(steps.len(), 6, "{events:#?}");
+    assert!(
+        steps[..3]
+            .iter()
+            .all(|e| e.contains("upgraded the API server")),
+        "{steps:#?}"
+    );
+    assert_eq!(
+        upgraded.world.clusters[&key].status.kubernetes_version,
+        "1.37.1"
+    );
+    // Converged: nothing more.
+    h.connector.clear();
+    let again = h.run(upgraded.world.clone()).await;
+    assert_eq!(again.counts.mutating_calls, 0);
+
+    // Two minors at once, or down: refused, nothing touched.
+    for (version, reason) in [
+        ("1.35", "Kubernetes 1.37.1 and cannot go to 1.35.9"),
+        ("1.36", "a downgrade is not supported"),
+    ] {
+        let mut w = again.world.clone();
+        w.clusters.get_mut(&key).unwrap().spec.kubernetes_version = version.into();
+        h.connector.clear();
+        let refused = h.run(w).await;
+        let outcome = &refused.clusters[&key];
+        assert_eq!(outcome.reason, Reason::PrepareFailed);
+        assert!(outcome.message.contains(reason), "{}", outcome.message);
+        assert_eq!(refused.counts.mutating_calls, 0);
+    }
+    let mut w = report.world.clone();
+    w.clusters.get_mut(&key).unwrap().status.kubernetes_version = "1.35.9".into();
+    w.clusters.get_mut(&key).unwrap().spec.kubernetes_version = "1.37".into();
+    let refused = h.run(w).await;
+    assert!(
+        refused.clusters[&key]
+            .message
+            .contains("upgrade one minor at a time, 1.35 -> 1.36 -> 1.37"),
+        "{}",
+        refused.clusters[&key].message
+    );
+}

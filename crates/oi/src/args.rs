@@ -144,6 +144,7 @@ impl Command {
                 ClusterCommand::AdminKubeconfig(a) | ClusterCommand::ApiserverCa(a),
             ) => Some(&a.input),
             Command::Cluster(ClusterCommand::Delete(a)) => Some(&a.input),
+            Command::Cluster(ClusterCommand::Upgrade(a)) => Some(&a.input),
             Command::Hypervisor(HypervisorCommand::Inject(a)) => Some(&a.input),
             Command::JoinToken(JoinTokenCommand::Inject(a)) => Some(&a.input),
             Command::Reconcile(a) => Some(&a.input),
@@ -157,7 +158,9 @@ impl Command {
     /// Whether the output is manifests (the world, updated), which may replace an input.
     pub fn prints_manifests(&self) -> bool {
         match self {
-            Command::Cluster(ClusterCommand::Inject(_) | ClusterCommand::Delete(_))
+            Command::Cluster(
+                ClusterCommand::Inject(_) | ClusterCommand::Delete(_) | ClusterCommand::Upgrade(_),
+            )
             | Command::Hypervisor(_)
             | Command::JoinToken(JoinTokenCommand::Inject(_)) => true,
             Command::Reconcile(a) => !a.dry_run,
@@ -189,6 +192,38 @@ pub enum ClusterCommand {
     /// Mark a cluster for deletion (metadata.deletionTimestamp) and print all manifests; the
     /// next `oi reconcile` removes its pods, files and ports.
     Delete(ClusterDeleteArgs),
+
+    /// Upgrade a cluster to a Kubernetes version, one minor at a time: each minor is
+    /// reconciled (every API server first, then the controller-managers and schedulers, one
+    /// replica at a time) and must be ready before the next; stops at the first that is not.
+    /// Prints all manifests, as far as it got.
+    Upgrade(ClusterUpgradeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ClusterUpgradeArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+
+    /// The cluster (`NAME` or `NAMESPACE/NAME`); may be omitted when there is only one.
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
+
+    /// The version to reach (`1.37`, `1.37.1`, `default`).
+    #[arg(long, value_name = "VERSION")]
+    pub to: String,
+
+    /// Print only errors on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+
+    /// How long each minor may take to become ready (e.g. 60s, 2m; at most 24h).
+    #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = oi_cli_io::parse_duration)]
+    pub max_wait: std::time::Duration,
+
+    /// Image repository override for every component image (air-gapped mirrors, tests).
+    #[arg(long, value_name = "REPO", env = "OI_IMAGE_REPOSITORY")]
+    pub image_repository: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -116,6 +116,15 @@ pub enum Error {
         object: ObjectKey,
         errors: Vec<FieldError>,
     },
+    #[error(
+        "cluster {cluster} runs Kubernetes {from} and cannot go to {to} (spec.kubernetesVersion): {reason}; nothing was changed"
+    )]
+    UpgradeRefused {
+        cluster: ObjectKey,
+        from: String,
+        to: String,
+        reason: String,
+    },
     #[error("cannot render component {component}: missing {missing}")]
     Render {
         component: ObjectKey,

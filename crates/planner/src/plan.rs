@@ -124,6 +124,10 @@ pub struct ComponentPlan {
     pub restart: BTreeSet<String>,
     /// `https://<ip>:<port>` of its API server (a replica) or frontend (the ingress).
     pub apiserver_url: Option<String>,
+    /// During an upgrade, the control plane pod a replica goes through first: the new
+    /// kube-apiserver beside the running version's controller-manager and scheduler (the
+    /// version skew policy: every API server before any of them).
+    pub staged: Option<PodSpec>,
 }
 
 impl ComponentPlan {
@@ -358,6 +362,11 @@ fn convergence(
         .collect::<Result<_>>()?;
     let all: Vec<&Component> = world.components_of(key).collect();
     let membership = etcd_membership(world, key);
+    // An upgrade under way: the release the control plane runs, when it is another.
+    let running = (!cluster.status.kubernetes_version.is_empty()
+        && cluster.status.kubernetes_version != cluster.spec.kubernetes_version)
+        .then(|| oi_api::versions::find_release(&cluster.status.kubernetes_version))
+        .flatten();
     let mut components = Vec::new();
     let mut retiring = Vec::new();
     for c in &all {
@@ -390,7 +399,16 @@ fn convergence(
             continue;
         };
         let known_files = world_files(world, &hypervisor, key, &c.metadata.name);
+        let staged = match (c.spec.role, &running) {
+            (ComponentRole::ControlPlane, Some(running)) => r
+                .pods
+                .iter()
+                .find(|p| p.name == c.metadata.name)
+                .map(|main| staged_pod(main, running, options.image_repository.as_deref())),
+            _ => None,
+        };
         components.push(ComponentPlan {
+            staged,
             restart: pods_reading_changed_files(&r, &known_files),
             apiserver_url: url(world, c, names::APISERVER),
             role: c.spec.role,
@@ -465,6 +483,25 @@ fn vpn_plan(world: &World, key: &ObjectKey, cluster: &Cluster) -> Option<VpnPlan
         ingress.status.host_port(names::WIREGUARD)?,
     )
     .ok()
+}
+
+/// The control plane pod `main` with its controller-manager and scheduler still on the
+/// `running` release's images.
+fn staged_pod(
+    main: &PodSpec,
+    running: &oi_api::versions::KubernetesRelease,
+    repository: Option<&str>,
+) -> PodSpec {
+    let mut staged = main.clone();
+    for c in &mut staged.containers {
+        let image = match c.name.as_str() {
+            "kube-controller-manager" => running.kube_controller_manager,
+            "kube-scheduler" => running.kube_scheduler,
+            _ => continue,
+        };
+        c.image = image.reference(repository);
+    }
+    staged
 }
 
 /// `https://<ip>:<port>` of port `port` of a component.

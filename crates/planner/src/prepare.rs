@@ -779,6 +779,19 @@ fn validate_and_init_pki(
             errors,
         });
     }
+    // A version change is an upgrade from what runs: one minor at a time, never down.
+    let running = &cluster.status.kubernetes_version;
+    if !running.is_empty()
+        && let Err(refusal) =
+            oi_api::versions::check_upgrade(running, &cluster.spec.kubernetes_version)
+    {
+        return Err(Error::UpgradeRefused {
+            cluster: key.clone(),
+            from: running.clone(),
+            to: cluster.spec.kubernetes_version.clone(),
+            reason: refusal.to_string(),
+        });
+    }
     let mut cluster = cluster.clone();
     init_pki(key, &mut cluster, now, options)?;
     Ok(cluster)

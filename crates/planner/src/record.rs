@@ -4,6 +4,7 @@
 //! Plan.world ──record(results of the engine, now)──► World
 //!   per cluster result:  file hashes placed ─► Hypervisor status files
 //!                        VPN peers after join requests ─► Cluster status vpnPeers
+//!                        ready ─► Cluster status kubernetesVersion (the version it runs)
 //!                        components torn down ─► out of the world, their ports freed
 //!                        deleted ─► the cluster, its components and ports out of the world
 //!                        otherwise ─► ReconcileStarted=True, then ReconcileSucceeded
@@ -234,6 +235,13 @@ fn record_cluster(world: &mut World, result: &ClusterResult, now: OffsetDateTime
         }
         if let Some(peers) = &result.vpn_peers {
             cluster.status.vpn_peers.clone_from(peers);
+        }
+        // Ready: the whole control plane runs the spec's version (an upgrade is done).
+        if outcome.ready {
+            cluster
+                .status
+                .kubernetes_version
+                .clone_from(&cluster.spec.kubernetes_version);
         }
         let conditions = &mut cluster.status.conditions;
         if started {

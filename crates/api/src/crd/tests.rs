@@ -360,6 +360,7 @@ mod full {
         c.status = ClusterStatus {
             api_server_endpoint: "https://a:1".into(),
             vpn_server_endpoint: "a:2".into(),
+            kubernetes_version: "1.37.1".into(),
             storage_client_endpoints: map("https://e:1".to_string()),
             storage_peer_endpoints: map("https://e:2".to_string()),
             client_certificates: map(cert()),

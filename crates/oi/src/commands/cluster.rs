@@ -1,7 +1,8 @@
-//! `oi cluster ...`: inject or delete a cluster, print its admin kubeconfig or its API server
-//! CA.
+//! `oi cluster ...`: inject, upgrade or delete a cluster, print its admin kubeconfig or its
+//! API server CA.
 
 pub mod admin_kubeconfig;
 pub mod apiserver_ca;
 pub mod delete;
 pub mod inject;
+pub mod upgrade;

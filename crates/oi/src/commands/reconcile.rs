@@ -130,6 +130,77 @@ pub fn dry_run_incomplete(plan: &DryRun) -> Option<String> {
     (!lines.is_empty()).then(|| format!("the dry run is incomplete: {}", lines.join("; ")))
 }
 
+/// How a run is made: what `oi reconcile` and `oi cluster upgrade` share.
+pub struct Runner {
+    pub plan_options: PlanOptions,
+    pub options: ExecuteOptions,
+    pub connector: CriConnector,
+    pub runtime: tokio::runtime::Runtime,
+    pub quiet: bool,
+}
+
+impl Runner {
+    /// A runner with the image repository override `repository`, waiting `max_wait` for
+    /// clusters to be ready.
+    ///
+    /// # Errors
+    /// When the async runtime cannot start.
+    pub fn new(
+        repository: Option<String>,
+        max_wait: std::time::Duration,
+        quiet: bool,
+    ) -> anyhow::Result<Runner> {
+        let repository = repository.filter(|r| !r.is_empty());
+        Ok(Runner {
+            plan_options: PlanOptions {
+                render: RenderOptions {
+                    image_repository: repository.clone(),
+                },
+                ..PlanOptions::default()
+            },
+            options: ExecuteOptions {
+                max_wait,
+                ..ExecuteOptions::default()
+            },
+            connector: CriConnector {
+                options: ClientOptions {
+                    toolbox_image: INFRA.toolbox.reference(repository.as_deref()),
+                    ..ClientOptions::default()
+                },
+            },
+            runtime: tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("cannot start the async runtime")?,
+            quiet,
+        })
+    }
+
+    /// One run: plan, execute, record; progress on stderr unless quiet.
+    pub fn run(
+        &self,
+        world: oi_api::World,
+        now: time::OffsetDateTime,
+    ) -> (oi_api::World, Executed) {
+        let plan = oi_planner::plan(world, now, &self.plan_options);
+        let quiet = self.quiet;
+        let progress = move |e: &Event| {
+            if !quiet {
+                eprintln!("{e}");
+            }
+        };
+        let executed = self.runtime.block_on(oi_engine::execute(
+            &plan,
+            &self.options,
+            &self.connector,
+            &RealNetwork::default(),
+            &progress,
+        ));
+        let world = oi_planner::record(plan.world, &executed.clusters, now);
+        (world, executed)
+    }
+}
+
 /// # Errors
 /// When the manifests do not load or the async runtime cannot start; [`OutputThenFail`]
 /// (after the manifests were written to `output`) when a cluster is not ready after
@@ -141,30 +212,12 @@ pub fn run(
     output: &mut impl Write,
 ) -> anyhow::Result<Option<String>> {
     let world = manifests::load(&args.input, input, ctx.now)?;
-    let repository = args.image_repository.clone().filter(|r| !r.is_empty());
-    let plan_options = PlanOptions {
-        render: RenderOptions {
-            image_repository: repository.clone(),
-        },
-        ..PlanOptions::default()
-    };
-    let options = ExecuteOptions {
-        max_wait: args.max_wait,
-        ..ExecuteOptions::default()
-    };
-    let connector = CriConnector {
-        options: ClientOptions {
-            toolbox_image: INFRA.toolbox.reference(repository.as_deref()),
-            ..ClientOptions::default()
-        },
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    let plan = oi_planner::plan(world, ctx.now, &plan_options);
+    let runner = Runner::new(args.image_repository.clone(), args.max_wait, args.quiet)?;
     if args.dry_run {
-        let dry_run = runtime.block_on(oi_engine::dry_run(&plan, &connector));
+        let plan = oi_planner::plan(world, ctx.now, &runner.plan_options);
+        let dry_run = runner
+            .runtime
+            .block_on(oi_engine::dry_run(&plan, &runner.connector));
         output.write_all(render_plan(&dry_run).as_bytes())?;
         return match dry_run_incomplete(&dry_run) {
             Some(why) => Err(OutputThenFail(why).into()),
@@ -172,19 +225,7 @@ pub fn run(
         };
     }
     let quiet = args.quiet;
-    let progress = move |e: &Event| {
-        if !quiet {
-            eprintln!("{e}");
-        }
-    };
-    let executed = runtime.block_on(oi_engine::execute(
-        &plan,
-        &options,
-        &connector,
-        &RealNetwork::default(),
-        &progress,
-    ));
-    let world = oi_planner::record(plan.world, &executed.clusters, ctx.now);
+    let (world, executed) = runner.run(world, ctx.now);
     manifests::finish(&world, output)?;
     if !quiet {
         eprintln!("{}", summary(&executed));

@@ -17,10 +17,13 @@ use oi_e2e::{
     reconcile_until_ready, server_git_version,
 };
 
+/// When a call was made and how it ended.
+type Calls = Arc<Mutex<Vec<(Instant, Result<(), String>)>>>;
+
 /// Calls the API through the ingress every 100 ms until dropped; counts what failed.
 struct Caller {
     stop: Arc<AtomicBool>,
-    calls: Arc<Mutex<Vec<(Instant, Result<(), String>)>>>,
+    calls: Calls,
     thread: Option<JoinHandle<()>>,
 }
 

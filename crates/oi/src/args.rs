@@ -141,7 +141,9 @@ impl Command {
         match self {
             Command::Cluster(ClusterCommand::Inject(a)) => Some(&a.input),
             Command::Cluster(
-                ClusterCommand::AdminKubeconfig(a) | ClusterCommand::ApiserverCa(a),
+                ClusterCommand::AdminKubeconfig(a)
+                | ClusterCommand::ApiserverCa(a)
+                | ClusterCommand::Certificates(a),
             ) => Some(&a.input),
             Command::Cluster(ClusterCommand::Delete(a)) => Some(&a.input),
             Command::Cluster(ClusterCommand::Upgrade(a)) => Some(&a.input),
@@ -165,7 +167,9 @@ impl Command {
             | Command::JoinToken(JoinTokenCommand::Inject(_)) => true,
             Command::Reconcile(a) => !a.dry_run,
             Command::Cluster(
-                ClusterCommand::AdminKubeconfig(_) | ClusterCommand::ApiserverCa(_),
+                ClusterCommand::AdminKubeconfig(_)
+                | ClusterCommand::ApiserverCa(_)
+                | ClusterCommand::Certificates(_),
             )
             | Command::JoinToken(JoinTokenCommand::Generate)
             | Command::Node(_)
@@ -192,6 +196,10 @@ pub enum ClusterCommand {
     /// Mark a cluster for deletion (metadata.deletionTimestamp) and print all manifests; the
     /// next `oi reconcile` removes its pods, files and ports.
     Delete(ClusterDeleteArgs),
+
+    /// List every certificate of a cluster (its CAs, its client certificates, its
+    /// components' certificates) with its expiry and how it is renewed, soonest first.
+    Certificates(ClusterSelectArgs),
 
     /// Upgrade a cluster to a Kubernetes version, one minor at a time: each minor is
     /// reconciled (every API server first, then the controller-managers and schedulers, one

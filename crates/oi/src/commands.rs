@@ -105,6 +105,9 @@ pub fn dispatch(
         Command::Cluster(ClusterCommand::Delete(args)) => {
             no_note(cluster::delete::run(args, ctx, input, output))
         }
+        Command::Cluster(ClusterCommand::Certificates(args)) => {
+            no_note(cluster::certificates::run(args, ctx, input, output))
+        }
         Command::Cluster(ClusterCommand::Upgrade(args)) => {
             cluster::upgrade::run(args, ctx, input, output)
         }

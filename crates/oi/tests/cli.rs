@@ -459,6 +459,85 @@ fn apiserver_ca_prints_the_ca_certificate() {
 }
 
 #[test]
+fn certificates_lists_every_certificate_soonest_first() {
+    let world_text = injected("c1", 3);
+    let out = ok(
+        &["cluster", "certificates", "--cluster", "c1"],
+        world_text.as_bytes(),
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "OBJECT",
+            "CERTIFICATE",
+            "SUBJECT",
+            "NOT",
+            "AFTER",
+            "EXPIRES",
+            "IN",
+            "RENEWAL"
+        ]
+    );
+    let rows: Vec<Vec<&str>> = lines[1..]
+        .iter()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    // 8 CAs and the admin's on the Cluster, 7 certificates on each of 3 replicas.
+    assert_eq!(rows.len(), 8 + 1 + 3 * 7, "{out}");
+    let world = load(&world_text);
+    let key = ObjectKey::new("default", "c1");
+    let ca = oi_pki::inspect_certificate(
+        &world.clusters[&key]
+            .spec
+            .api_server
+            .ca
+            .as_ref()
+            .unwrap()
+            .certificate,
+    )
+    .unwrap();
+    let ca_row = rows
+        .iter()
+        .find(|r| r[2] == "spec.apiServer.ca")
+        .expect("the API server CA is listed");
+    assert_eq!(ca_row[..2], ["Cluster", "default/c1"]);
+    assert_eq!(ca_row[3], "c1-apiserver-ca");
+    assert_eq!(
+        ca_row[4],
+        ca.not_after
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap()
+    );
+    assert_eq!(ca_row[6], "rotate-ca");
+    let rotations = rows
+        .iter()
+        .filter(|r| r.last() == Some(&"rotate-ca"))
+        .count();
+    assert_eq!(rotations, 8);
+    let mut expiries: Vec<&str> = rows.iter().map(|r| r[4]).collect();
+    let listed = expiries.clone();
+    expiries.sort_unstable();
+    assert_eq!(listed, expiries, "soonest first");
+    for replica in 0..3 {
+        let object = format!("default/c1-control-plane-{replica}");
+        assert_eq!(
+            rows.iter().filter(|r| r[1] == object).count(),
+            7,
+            "{object}: {out}"
+        );
+    }
+    // A cluster that is not there.
+    let out = oi(
+        &["cluster", "certificates", "--cluster", "c9"],
+        world_text.as_bytes(),
+    );
+    assert_eq!(stderr(&out), "error: cluster \"c9\" not found\n");
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
 fn cluster_must_be_chosen_among_several() {
     let one = injected("c1", 1);
     let two = ok(&["cluster", "inject", "--name", "c2"], one.as_bytes());

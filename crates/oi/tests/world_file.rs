@@ -128,6 +128,7 @@ fn a_dry_run_or_a_kubeconfig_never_replaces_the_world_it_reads() {
         ][..],
         &["cluster", "admin-kubeconfig"][..],
         &["cluster", "apiserver-ca"][..],
+        &["cluster", "certificates"][..],
     ] {
         let mut args = args.to_vec();
         args.extend(["-f", "world.yaml", "-o", "world.yaml"]);

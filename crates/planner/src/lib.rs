@@ -37,6 +37,7 @@
 
 pub mod bootstrap;
 pub mod certificates;
+pub mod expiry;
 pub mod join;
 mod par;
 pub mod plan;

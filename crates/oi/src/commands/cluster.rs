@@ -3,6 +3,7 @@
 
 pub mod admin_kubeconfig;
 pub mod apiserver_ca;
+pub mod certificates;
 pub mod delete;
 pub mod inject;
 pub mod upgrade;

@@ -125,6 +125,16 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = oi_cli_io::parse_duration)]
     pub backoff_max: Duration,
 
+    /// A `CertificateExpiring` event is raised this many days before a cluster's CA expires
+    /// (CAs are replaced by a rotation, which someone starts).
+    #[arg(long, value_name = "DAYS", default_value_t = 90)]
+    pub ca_expiry_warning_days: u32,
+
+    /// ... and this many days before any other certificate expires (those are renewed 30
+    /// days ahead: one this close was not).
+    #[arg(long, value_name = "DAYS", default_value_t = 7)]
+    pub certificate_expiry_warning_days: u32,
+
     /// How many reconciles run at once (all controllers together).
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub concurrency: usize,
@@ -276,6 +286,10 @@ impl RunArgs {
         options.hypervisor_probe_interval = self.hypervisor_probe_interval;
         options.backoff_min = self.backoff_min;
         options.backoff_max = self.backoff_max;
+        options.certificate_warning = crate::controller::CertificateWarning {
+            ca: time::Duration::days(i64::from(self.ca_expiry_warning_days)),
+            leaf: time::Duration::days(i64::from(self.certificate_expiry_warning_days)),
+        };
         Ok(Settings {
             kubeconfig: self.kubeconfig.clone(),
             namespace: self.namespace.clone(),

@@ -86,6 +86,27 @@ pub struct ManagerOptions {
     /// Error backoff: first delay, doubled per consecutive failure of a key, up to the max.
     pub backoff_min: Duration,
     pub backoff_max: Duration,
+    /// When a certificate earns a `CertificateExpiring` event: a CA this long before it
+    /// expires (CAs are replaced by a rotation, which someone starts), a certificate renewed
+    /// automatically this long before (its renewal, due 30 days before, did not happen).
+    pub certificate_warning: CertificateWarning,
+}
+
+/// See [`ManagerOptions::certificate_warning`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CertificateWarning {
+    pub ca: time::Duration,
+    pub leaf: time::Duration,
+}
+
+impl Default for CertificateWarning {
+    /// 90 days ahead for CAs, 7 for the rest.
+    fn default() -> Self {
+        CertificateWarning {
+            ca: time::Duration::days(90),
+            leaf: time::Duration::days(7),
+        }
+    }
 }
 
 impl Default for ManagerOptions {
@@ -102,6 +123,7 @@ impl Default for ManagerOptions {
             hypervisor_probe_interval: Duration::from_secs(30),
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(300),
+            certificate_warning: CertificateWarning::default(),
         }
     }
 }
@@ -152,6 +174,10 @@ pub mod event_reasons {
     pub const CLUSTER_DELETED: &str = "ClusterDeleted";
     /// A cluster cannot be prepared: invalid, no hypervisor or no port for it (Warning).
     pub const PREPARE_FAILED: &str = "PrepareFailed";
+    /// A certificate of a cluster expires soon and will not be renewed by itself: a CA
+    /// ([`super::CertificateWarning::ca`] ahead), or a certificate whose automatic renewal
+    /// did not happen (Warning). Published when the set of such certificates grows.
+    pub const CERTIFICATE_EXPIRING: &str = "CertificateExpiring";
     /// A hypervisor answered again (Normal).
     pub const HYPERVISOR_REACHABLE: &str = "HypervisorReachable";
     /// A hypervisor does not answer (Warning).
@@ -176,6 +202,8 @@ pub struct Context<S, C, N> {
     failures: Mutex<BTreeMap<(ControllerKind, ObjectKey), u32>>,
     /// The last probe result per hypervisor, to publish transitions only.
     reachable: Mutex<BTreeMap<String, bool>>,
+    /// Per cluster, the certificates last reported in a `CertificateExpiring` event.
+    expiring: Mutex<BTreeMap<ObjectKey, BTreeSet<String>>>,
     /// Hypervisors whose leftover throwaway pods this process removed.
     swept: Mutex<BTreeSet<String>>,
     /// Where the Hypervisor controller and the join watches send the Clusters to reconcile
@@ -210,6 +238,7 @@ impl<S: Store, C: Connector, N: Network> Context<S, C, N> {
             failures: Mutex::new(BTreeMap::new()),
             reachable: Mutex::new(BTreeMap::new()),
             swept: Mutex::new(BTreeSet::new()),
+            expiring: Mutex::new(BTreeMap::new()),
             wakeups: Arc::new(Mutex::new(None)),
             joins: crate::joins::JoinWatches::default(),
         }
@@ -283,6 +312,74 @@ impl<S: Store, C: Connector, N: Network> Context<S, C, N> {
             remove_leftover_throwaway_pods: false,
             ..self.options.execute.clone()
         }
+    }
+
+    /// Keeps the certificate expiry metric of cluster `key` (`None`: gone), and publishes
+    /// a `CertificateExpiring` warning when certificates needing attention appeared since
+    /// the last one.
+    async fn observe_certificates(
+        &self,
+        key: &ObjectKey,
+        uid: Option<&str>,
+        world: Option<&oi_api::World>,
+        now: OffsetDateTime,
+    ) {
+        let all = world
+            .map(|w| oi_planner::expiry::certificates(w, key))
+            .unwrap_or_default();
+        self.metrics
+            .set_certificate_expiry(key, all.first().map(|e| e.not_after.unix_timestamp()));
+        let warning = self.options.certificate_warning;
+        let soon: Vec<_> = all
+            .iter()
+            .filter(|e| e.needs_attention(now, warning.ca, warning.leaf))
+            .collect();
+        let names: BTreeSet<String> = soon
+            .iter()
+            .map(|e| format!("{} {}", e.object, e.field))
+            .collect();
+        let new = {
+            let mut expiring = lock(&self.expiring);
+            let before = expiring.remove(key).unwrap_or_default();
+            let new = names.iter().any(|n| !before.contains(n));
+            if !names.is_empty() {
+                expiring.insert(key.clone(), names);
+            }
+            new
+        };
+        if !new {
+            return;
+        }
+        let mut note = format!(
+            "{} certificate(s) of cluster {} expire soon:",
+            soon.len(),
+            key.name
+        );
+        for e in soon.iter().take(5) {
+            let when = e
+                .not_after
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default();
+            let remedy = match e.renewal {
+                oi_planner::expiry::Renewal::Rotation => "rotate it: oi cluster rotate-ca",
+                oi_planner::expiry::Renewal::Automatic => "its renewal did not happen",
+            };
+            note.push_str(&format!(" {} {} on {when} ({remedy});", e.object, e.field));
+        }
+        if soon.len() > 5 {
+            note.push_str(&format!(
+                " and {} more (oi cluster certificates)",
+                soon.len() - 5
+            ));
+        }
+        tracing::warn!(cluster = %key, "{note}");
+        self.publish(
+            Kind::Cluster,
+            key,
+            uid,
+            Event::warning(event_reasons::CERTIFICATE_EXPIRING, note),
+        )
+        .await;
     }
 
     async fn publish(&self, kind: Kind, key: &ObjectKey, uid: Option<&str>, event: Event<'_>) {

@@ -6,6 +6,9 @@
 //! - `oi_manager_hypervisor_reachable{hypervisor}`: 1 when its CRI endpoint answered the last
 //!   probe, 0 when not.
 //! - `oi_manager_leader`: 1 while this replica holds the leader Lease.
+//! - `oi_manager_cluster_certificate_expiry_timestamp_seconds{namespace,cluster}`: when the
+//!   first certificate of a cluster expires (its CAs, its client certificates, its
+//!   components'), in seconds since the epoch; alert on `... - time() < 30 * 86400`.
 
 use std::time::Duration;
 
@@ -32,6 +35,12 @@ struct HypervisorLabels {
     hypervisor: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterLabels {
+    namespace: String,
+    cluster: String,
+}
+
 fn duration_histogram() -> Histogram {
     // 5 ms .. ~82 s: unchanged clusters take milliseconds, a new one seconds.
     Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
@@ -47,6 +56,7 @@ pub struct Metrics {
     durations: Family<ControllerLabels, Histogram, fn() -> Histogram>,
     reachable: Family<HypervisorLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     leader: Gauge<i64, std::sync::atomic::AtomicI64>,
+    certificate_expiry: Family<ClusterLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -73,6 +83,8 @@ impl Metrics {
         let reachable =
             Family::<HypervisorLabels, Gauge<i64, std::sync::atomic::AtomicI64>>::default();
         let leader = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
+        let certificate_expiry =
+            Family::<ClusterLabels, Gauge<i64, std::sync::atomic::AtomicI64>>::default();
         registry.register("reconciles", "Reconciles run", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -94,6 +106,11 @@ impl Metrics {
             "1 while this replica holds the leader Lease",
             leader.clone(),
         );
+        registry.register(
+            "cluster_certificate_expiry_timestamp_seconds",
+            "When the first certificate of a cluster expires, in seconds since the epoch",
+            certificate_expiry.clone(),
+        );
         Metrics {
             registry,
             reconciles,
@@ -101,6 +118,7 @@ impl Metrics {
             durations,
             reachable,
             leader,
+            certificate_expiry,
         }
     }
 
@@ -146,6 +164,23 @@ impl Metrics {
 
     pub fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
+    }
+
+    /// Records when the first certificate of cluster `cluster` expires, `None` when the
+    /// cluster is gone (or holds none yet).
+    pub fn set_certificate_expiry(&self, cluster: &oi_api::ObjectKey, first: Option<i64>) {
+        let labels = ClusterLabels {
+            namespace: cluster.namespace.clone(),
+            cluster: cluster.name.clone(),
+        };
+        match first {
+            Some(seconds) => {
+                self.certificate_expiry.get_or_create(&labels).set(seconds);
+            }
+            None => {
+                self.certificate_expiry.remove(&labels);
+            }
+        }
     }
 
     /// The text exposition format (OpenMetrics), as served on `/metrics`.
@@ -195,5 +230,16 @@ mod tests {
         assert!(text.contains("oi_manager_leader 1"), "{text}");
         m.remove_hypervisor("h2");
         assert!(!m.encode().contains("h2"));
+        let c = oi_api::ObjectKey::new("team-a", "demo");
+        m.set_certificate_expiry(&c, Some(2_000_000_000));
+        assert!(
+            m.encode().contains(
+                "oi_manager_cluster_certificate_expiry_timestamp_seconds{namespace=\"team-a\",cluster=\"demo\"} 2000000000"
+            ),
+            "{}",
+            m.encode()
+        );
+        m.set_certificate_expiry(&c, None);
+        assert!(!m.encode().contains("demo"));
     }
 }

@@ -120,11 +120,16 @@ fn options() -> ManagerOptions {
         hypervisor_probe_interval: Duration::from_secs(30),
         backoff_min: Duration::from_secs(1),
         backoff_max: Duration::from_secs(10),
+        certificate_warning: oi_manager::controller::CertificateWarning::default(),
     }
 }
 
 impl Harness {
     fn new() -> Self {
+        Self::with_options(options())
+    }
+
+    fn with_options(options: ManagerOptions) -> Self {
         let store = Arc::new(MemoryStore::default());
         for (name, public, ip) in HYPERVISORS {
             store.insert(hypervisor(name, public, ip));
@@ -142,7 +147,7 @@ impl Harness {
             Arc::clone(&store),
             connector,
             network,
-            options(),
+            options,
             Arc::new(Metrics::new()),
         );
         Harness { store, ctx }
@@ -1032,5 +1037,93 @@ async fn engine_runs_never_remove_another_runs_throwaway_pods() {
             .contains(&"public-1/oi-run-writer-of-another-cluster".to_string()),
         "{:?}",
         h.pods()
+    );
+}
+
+/// The `oi_manager_cluster_certificate_expiry_timestamp_seconds` sample of cluster `name`.
+fn certificate_expiry_metric(h: &Harness, name: &str) -> Option<i64> {
+    let prefix = format!(
+        "oi_manager_cluster_certificate_expiry_timestamp_seconds{{namespace=\"default\",cluster=\"{name}\"}} "
+    );
+    h.ctx
+        .metrics
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix).map(|v| v.parse().unwrap()))
+}
+
+#[tokio::test]
+async fn certificate_expiry_is_a_metric_and_a_ca_close_to_it_an_event_once() {
+    // CAs of 60 days: within the 90 days of warning from the start.
+    let mut o = options();
+    o.plan.prepare.ca_lifetime = time::Duration::days(60);
+    let h = Harness::with_options(o);
+    h.ready("c", 1).await;
+    let c = h.cluster("c").unwrap();
+    let world = {
+        let mut w = oi_api::World::default();
+        w.clusters.insert(key("c"), c.clone());
+        for component in h.components("c") {
+            w.components.insert(component.key(), component);
+        }
+        w
+    };
+    let all = oi_planner::expiry::certificates(&world, &key("c"));
+    assert!(all.len() > 8, "{all:?}");
+    let ca =
+        oi_pki::inspect_certificate(&c.spec.api_server.ca.as_ref().unwrap().certificate).unwrap();
+    let first = all.iter().map(|e| e.not_after).min().unwrap();
+    assert!(first <= ca.not_after);
+    assert_eq!(
+        certificate_expiry_metric(&h, "c"),
+        Some(first.unix_timestamp())
+    );
+    let expiring: Vec<_> = h
+        .store
+        .events()
+        .into_iter()
+        .filter(|e| e.reason == "CertificateExpiring")
+        .collect();
+    assert_eq!(expiring.len(), 1, "{expiring:?}");
+    assert_eq!(expiring[0].type_, EventType::Warning);
+    assert_eq!(expiring[0].key, key("c"));
+    let note = &expiring[0].note;
+    assert!(
+        note.starts_with("8 certificate(s) of cluster c expire soon:")
+            && note.contains("Cluster default/c spec.apiServer.ca on ")
+            && note.contains("oi cluster rotate-ca")
+            && note.contains("and 3 more (oi cluster certificates)"),
+        "{note}"
+    );
+    // The same certificates next time: no second event.
+    reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    assert_eq!(
+        h.event_reasons()
+            .iter()
+            .filter(|r| *r == "CertificateExpiring")
+            .count(),
+        1
+    );
+    // Gone with the cluster.
+    h.store.delete::<Cluster>(&key("c")).await.unwrap();
+    reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    assert!(h.cluster("c").is_none());
+    assert_eq!(certificate_expiry_metric(&h, "c"), None);
+}
+
+#[tokio::test]
+async fn certificates_far_from_expiry_raise_no_event() {
+    let h = Harness::new();
+    h.ready("c", 3).await;
+    let metric = certificate_expiry_metric(&h, "c").expect("the metric is there");
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    // Leaves of a year are the first to expire.
+    assert!(
+        (metric - now - 365 * 86_400).abs() < 3_600,
+        "{metric} vs now {now}"
+    );
+    assert!(
+        !h.event_reasons()
+            .contains(&"CertificateExpiring".to_string())
     );
 }

@@ -57,6 +57,8 @@ fn defaults_map_onto_the_manager_options() {
     );
     assert_eq!(o.backoff_min, defaults.backoff_min);
     assert_eq!(o.backoff_max, defaults.backoff_max);
+    assert_eq!(o.certificate_warning.ca, time::Duration::days(90));
+    assert_eq!(o.certificate_warning.leaf, time::Duration::days(7));
     assert_eq!(settings.toolbox_image, INFRA.toolbox.reference(None));
     assert_eq!(settings.concurrency, 4);
     assert_eq!(settings.shutdown_timeout, Duration::from_secs(20));
@@ -101,6 +103,10 @@ fn flags_map_onto_the_settings() {
         "1h",
         "--concurrency",
         "8",
+        "--ca-expiry-warning-days",
+        "180",
+        "--certificate-expiry-warning-days",
+        "14",
         "--shutdown-timeout",
         "5s",
     ])
@@ -133,6 +139,8 @@ fn flags_map_onto_the_settings() {
     assert_eq!(o.hypervisor_probe_interval, Duration::from_secs(60));
     assert_eq!(o.backoff_min, Duration::from_secs(2));
     assert_eq!(o.backoff_max, Duration::from_secs(3600));
+    assert_eq!(o.certificate_warning.ca, time::Duration::days(180));
+    assert_eq!(o.certificate_warning.leaf, time::Duration::days(14));
     assert_eq!(
         settings.toolbox_image,
         INFRA.toolbox.reference(Some("mirror.example/oi"))

@@ -30,6 +30,7 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
     let store = &*ctx.store;
     let Some(mut cluster) = store.get::<Cluster>(key).await? else {
         ctx.joins.stop(key);
+        ctx.observe_certificates(key, None, None, now()).await;
         return Ok(Next::Done(Action::AwaitChange));
     };
     if !has_finalizer(&cluster) {
@@ -314,6 +315,7 @@ async fn write_report<S: Store, C: Connector, N: Network>(
             }
         }
         remove_finalizer(store, &mut stored.cluster).await?;
+        ctx.observe_certificates(key, None, None, now()).await;
         tracing::info!(cluster = %key, "cluster torn down and removed");
         ctx.publish(
             Kind::Cluster,
@@ -343,6 +345,8 @@ async fn write_report<S: Store, C: Connector, N: Network>(
     sync_status(store, &mut stored.cluster, cluster).await?;
     let ready = outcome.is_some_and(|o| o.ready);
     let uid = stored.cluster.metadata.uid.clone();
+    ctx.observe_certificates(key, uid.as_deref(), Some(after), now())
+        .await;
     if ready && was != Some(ConditionStatus::True) {
         tracing::info!(cluster = %key, "ready");
         ctx.publish(

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(
   containerd runc etcd-server etcd-client haproxy protobuf-compiler iproute2
-  wireguard-go wireguard-tools busybox-static openssl gcc libc6-dev iptables
+  wireguard-go wireguard-tools busybox-static openssl gcc libc6-dev iptables python3-venv
 )
 
 installed() {
@@ -54,6 +54,19 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   exit 1
 fi
 echo "setup: $(cargo nextest --version | head -n 1) present"
+
+# An S3-compatible server for the snapshot tests: moto, from the Python package registry, in
+# a virtual environment of its own under .tools/ (never the system's Python packages).
+MOTO_VERSION=5.2.5
+VENV=.tools/venv
+if [ -x "$VENV/bin/moto_server" ] &&
+  [ "$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("moto"))' 2>/dev/null)" = "$MOTO_VERSION" ]; then
+  echo "setup: moto $MOTO_VERSION present in $VENV"
+else
+  echo "setup: installing moto[server]==$MOTO_VERSION into $VENV"
+  /usr/bin/python3 -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
+fi
 
 echo "setup: building the offline image set (cargo xtask images)"
 cargo xtask images

@@ -16,6 +16,9 @@ use crate::{Error, Result};
 pub const HOST_BUSYBOX: &str = "/bin/busybox";
 pub const HOST_ETCD: &str = "/usr/bin/etcd";
 pub const HOST_ETCDCTL: &str = "/usr/bin/etcdctl";
+
+/// `etcdutl` of the local etcd image (see [`Kind::Etcd`]).
+pub const ETCDUTL_SHIM: &str = "#!/bin/sh\n# etcd 3.4's etcdctl restores snapshots as etcd 3.6's etcdutl does.\nETCDCTL_API=3 exec /usr/local/bin/etcdctl \"$@\"\n";
 pub const HOST_HAPROXY: &str = "/usr/sbin/haproxy";
 pub const HOST_WIREGUARD_GO: &str = "/usr/bin/wireguard-go";
 pub const HOST_WG: &str = "/usr/bin/wg";
@@ -155,6 +158,12 @@ impl ImageDef {
             Kind::Etcd => {
                 fs.binary_with_libs("/usr/local/bin/etcd", Path::new(HOST_ETCD))?;
                 fs.binary_with_libs("/usr/local/bin/etcdctl", Path::new(HOST_ETCDCTL))?;
+                // Upstream etcd 3.6 restores snapshots with `etcdutl snapshot restore` (its
+                // etcdctl no longer does); Debian's etcd 3.4 has no etcdutl, and its etcdctl
+                // takes the same command and flags: a shim, so the restore job runs the
+                // upstream command against either image.
+                add_busybox(&mut fs)?;
+                fs.bytes("/usr/local/bin/etcdutl", 0o755, ETCDUTL_SHIM)?;
                 fs.dir("/var/lib/etcd", 0o700)?;
                 RunConfig {
                     cmd: strings(&["/usr/local/bin/etcd"]),

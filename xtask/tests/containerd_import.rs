@@ -235,6 +235,16 @@ fn check_etcd(c: &mut Containerd, image: &str) -> Result<()> {
         .run(image, "etcdctl-v", &[], &["etcdctl", "version"])?
         .check("etcdctl version")?;
     contains(&out, "etcdctl version:", "etcdctl version")?;
+    // The restore job's command (a shim onto etcdctl 3.4 here).
+    let out = c
+        .run(
+            image,
+            "etcdutl-help",
+            &[],
+            &["etcdutl", "snapshot", "restore", "--help"],
+        )?
+        .check("etcdutl snapshot restore --help")?;
+    contains(&out, "--initial-cluster", "etcdutl snapshot restore --help")?;
     // A real member in the container's own network namespace, data in /var/lib/etcd.
     c.run_detached(
         image,

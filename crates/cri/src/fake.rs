@@ -30,12 +30,21 @@ pub enum Call {
     },
     WriteFiles(Vec<String>),
     RemoveHostPaths(Vec<String>),
+    /// A one-off job: its name, image and command line (command then arguments).
+    RunJob {
+        job: String,
+        image: String,
+        command: Vec<String>,
+    },
 }
 
 #[derive(Debug, Default)]
 struct State {
     images: BTreeSet<String>,
     unpullable: BTreeSet<String>,
+    failing_jobs: BTreeMap<String, String>,
+    /// Jobs that ran, by name; never cleared.
+    job_runs: BTreeMap<String, u64>,
     pods: BTreeMap<String, PodStatus>,
     files: BTreeMap<String, HostFile>,
     calls: Vec<Call>,
@@ -81,6 +90,19 @@ impl FakeRuntime {
     /// Makes pulling `image` fail, like a missing image with no registry.
     pub fn unpullable(&self, image: &str) {
         self.state().unpullable.insert(image.to_string());
+    }
+
+    /// Makes the jobs named `job` ([`HypervisorRuntime::run_job`]) exit 1 with `log` as
+    /// their log tail.
+    pub fn fail_job(&self, job: &str, log: &str) {
+        self.state()
+            .failing_jobs
+            .insert(job.to_string(), log.to_string());
+    }
+
+    /// How many jobs named `job` ran to success (kept by [`FakeRuntime::clear_calls`]).
+    pub fn job_runs(&self, job: &str) -> u64 {
+        self.state().job_runs.get(job).copied().unwrap_or(0)
     }
 
     /// Simulates a crash: the container of pod `(namespace, name)` exits with `code`.
@@ -277,6 +299,44 @@ impl HypervisorRuntime for FakeRuntime {
                 .files
                 .retain(|path, _| path != p && !path.starts_with(&prefix));
         }
+        Ok(())
+    }
+
+    async fn run_job(
+        &self,
+        job: &'static str,
+        container: &oi_api::runtime::ContainerSpec,
+        _timeout: std::time::Duration,
+    ) -> Result<()> {
+        self.check_paths(container.mounts.iter().map(|m| m.host_path.as_str()))?;
+        let mut state = self.state();
+        if state.unpullable.contains(&container.image) && !state.images.contains(&container.image) {
+            return Err(Error::ImageUnavailable {
+                target: self.target(),
+                image: container.image.clone(),
+                status: Box::new(tonic::Status::not_found("fake: image cannot be pulled")),
+            });
+        }
+        state.calls.push(Call::RunJob {
+            job: job.to_string(),
+            image: container.image.clone(),
+            command: container
+                .command
+                .iter()
+                .chain(&container.args)
+                .cloned()
+                .collect(),
+        });
+        if let Some(log) = state.failing_jobs.get(job) {
+            let log = log.clone();
+            return Err(Error::HelperFailed {
+                target: self.target(),
+                job,
+                exit_code: 1,
+                log_tail: log,
+            });
+        }
+        *state.job_runs.entry(job.to_string()).or_default() += 1;
         Ok(())
     }
 }

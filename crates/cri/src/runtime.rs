@@ -177,6 +177,20 @@ pub trait HypervisorRuntime: Send + Sync {
     /// Removes host paths recursively (`rm -rf`) through one container. Refuses `/` and
     /// relative paths. Makes no CRI call when `paths` is empty.
     fn remove_host_paths(&self, paths: &[String]) -> impl Future<Output = Result<()>> + Send;
+
+    /// Runs `container` once in a throwaway pod (its image ensured first) and waits for it
+    /// to exit, at most `timeout`: a one-off job such as restoring an etcd snapshot into a
+    /// data directory. The host paths it mounts are checked like written ones.
+    ///
+    /// # Errors
+    /// [`Error::HelperFailed`] (named `job`, with its log tail) when it exits non-zero;
+    /// [`Error::RunTimeout`]; runtime and transport errors.
+    fn run_job(
+        &self,
+        job: &'static str,
+        container: &ContainerSpec,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<()>> + Send;
 }
 
 /// How long a throwaway pod's log tail is, in bytes.
@@ -340,7 +354,16 @@ impl CriClient {
     }
 
     async fn run_helper(&self, job: &'static str, container: &ContainerSpec) -> Result<()> {
-        let exit = self.run_to_completion(container, HELPER_TIMEOUT).await?;
+        self.run_bounded(job, container, HELPER_TIMEOUT).await
+    }
+
+    async fn run_bounded(
+        &self,
+        job: &'static str,
+        container: &ContainerSpec,
+        timeout: Duration,
+    ) -> Result<()> {
+        let exit = self.run_to_completion(container, timeout).await?;
         if exit.code != 0 {
             return Err(Error::HelperFailed {
                 target: self.target().clone(),
@@ -517,5 +540,15 @@ impl HypervisorRuntime for CriClient {
         }
         let remover = requests::remover_container(paths, &self.options().toolbox_image);
         self.run_helper("path remover", &remover).await
+    }
+
+    async fn run_job(
+        &self,
+        job: &'static str,
+        container: &ContainerSpec,
+        timeout: Duration,
+    ) -> Result<()> {
+        self.check_paths(container.mounts.iter().map(|m| m.host_path.as_str()))?;
+        self.run_bounded(job, container, timeout).await
     }
 }

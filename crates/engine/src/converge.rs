@@ -52,6 +52,11 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             self.retire(key, r, members, &etcd).await?;
             result.removed.push(r.key.clone());
         }
+        // A restore: every replica's etcd data replaced by the snapshot's, its pods stopped;
+        //    the etcd step below then finds nobody answering and starts them together.
+        if let Some(restore) = &plan.restore {
+            self.restore(key, restore).await?;
+        }
         // 3. etcd. A cluster whose etcd answers keeps its quorum: replica by replica (in
         //    replica order), a member joins (learner, pod, promotion) or has its pod created or
         //    replaced, and a changed pod must be healthy again before the next one is touched

@@ -11,6 +11,9 @@
 //!   Converge      every hypervisor of it reachable, then
 //!   1. files      write_files(known hashes) ─► hashes placed                (converge)
 //!   2. retiring   etcd member remove ─► pods ─► directories                 (teardown)
+//!   (restore)     a restore planned: every replica's etcd data made from     (restore)
+//!                 the snapshot beside the running one, then its pods stopped
+//!                 and its data replaced; the etcd step starts them together
 //!   3. etcd       etcd answers: replica by replica, join (learner, pod,     (membership)
 //!                 promote) or ensure its pod, a changed member healthy before the next;
 //!                 no answer: the founders' pods together, then each joiner
@@ -46,6 +49,7 @@ pub mod https;
 mod membership;
 mod observe;
 mod progress;
+pub mod restore;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
 mod teardown;
@@ -65,6 +69,7 @@ pub use error::StepError;
 pub use etcd::{EtcdClient, EtcdError, Member};
 pub use https::{HttpsError, HttpsRequest, HttpsResponse, Network, RealNetwork, Tls};
 pub use progress::{Counts, Event};
+pub use restore::{Taken, take_snapshot};
 
 use connect::{Runtimes, connect_all, remove_leftover_throwaway_pods};
 use error::Step;

@@ -10,6 +10,9 @@
 //! - `member add` takes learners only; a learner is promoted once its pod runs (before, etcd's
 //!   "not in sync" refusal); `member remove` removes.
 //!
+//! - a restore (the `etcd data swap` job having run on the fake hypervisors since the last
+//!   request) replaces the data: the cluster is formed again by the founders;
+//!
 //! - `GET /health` answers `false` the first time it is asked of a member's pod (a member
 //!   that just (re)started is catching up), then `true` while the member is a started voting
 //!   member and a quorum of the voting members run.
@@ -93,6 +96,8 @@ pub struct SimNetwork<S> {
     api_writes: Mutex<Vec<String>>,
     /// Scripted answers, used before the store.
     api_script: Mutex<Vec<Scripted>>,
+    /// The data swaps of restores seen so far.
+    swaps: Mutex<u64>,
 }
 
 impl<S: Source> SimNetwork<S> {
@@ -107,6 +112,7 @@ impl<S: Source> SimNetwork<S> {
             api: Mutex::new(BTreeMap::new()),
             api_writes: Mutex::new(Vec::new()),
             api_script: Mutex::new(Vec::new()),
+            swaps: Mutex::new(0),
         }
     }
 
@@ -386,6 +392,19 @@ impl<S: Source> SimNetwork<S> {
     }
 
     fn etcd(&self, r: &HttpsRequest<'_>) -> Result<HttpsResponse, HttpsError> {
+        let swaps: u64 = self
+            .runtimes
+            .values()
+            .map(|rt| rt.job_runs(crate::restore::SWAP_JOB))
+            .sum();
+        {
+            let mut seen = self.swaps.lock().unwrap_or_else(|e| e.into_inner());
+            if swaps > *seen {
+                *seen = swaps;
+                // A restore replaced the data of the cluster's members.
+                self.lock_etcd().remove(&r.tls.ca_pem);
+            }
+        }
         let mut all = self.lock_etcd();
         let state = all.entry(r.tls.ca_pem.clone()).or_default();
         if state.members.is_empty() {

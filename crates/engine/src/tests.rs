@@ -1509,3 +1509,196 @@ async fn an_upgrade_rolls_every_api_server_before_any_controller_manager_or_sche
         refused.clusters[&key].message
     );
 }
+
+/// An etcd snapshot as etcd streams one: a database page with bbolt's magic and the
+/// SHA-256 after it.
+fn etcd_snapshot(len: usize) -> Vec<u8> {
+    use sha2::Digest as _;
+    let mut db: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    db[16..20].copy_from_slice(&0xED0C_DAEDu32.to_le_bytes());
+    let sum = sha2::Sha256::digest(&db);
+    db.extend_from_slice(&sum);
+    db
+}
+
+impl Harness {
+    /// A restore run of cluster `name` of `world` from `etcd`, as `oi cluster restore`
+    /// makes it.
+    async fn restore(&self, world: World, name: &str, etcd: Vec<u8>) -> Report {
+        let key = ObjectKey::new("default", name);
+        let snapshot = oi_planner::snapshot::Snapshot::new(
+            &key,
+            &world.clusters[&key],
+            etcd,
+            7,
+            "3.4.23",
+            "m",
+            NOW,
+        )
+        .unwrap();
+        let prepared = oi_planner::prepare(world, NOW).world;
+        *self.network.source().0.lock().unwrap() = prepared.clone();
+        self.events.lock().unwrap().clear();
+        let progress = |e: &Event| self.events.lock().unwrap().push(e.to_string());
+        let plan = oi_planner::snapshot::plan_restore(
+            prepared,
+            &key,
+            &snapshot,
+            NOW,
+            &PlanOptions::default(),
+        );
+        // The simulated network answers as the restored world describes the members.
+        *self.network.source().0.lock().unwrap() = plan.world.clone();
+        let executed = execute(&plan, &options(), &self.connector, &self.network, &progress).await;
+        Report {
+            world: oi_planner::record(plan.world, &executed.clusters, NOW),
+            clusters: executed
+                .clusters
+                .into_iter()
+                .map(|(k, r)| (k, r.outcome))
+                .collect(),
+            counts: executed.counts,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_restore_stages_every_replica_before_stopping_any_then_starts_them_together() {
+    let h = Harness::new();
+    let key = ObjectKey::new("default", "c");
+    let report = h.run(world(1, &[("c", 3)])).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+
+    // A restore job that fails on one replica: nothing is stopped anywhere.
+    let placed = |w: &World, name: &str| {
+        w.components[&ObjectKey::new("default", name)]
+            .spec
+            .hypervisor
+            .clone()
+            .unwrap()
+    };
+    let second = placed(&report.world, "c-control-plane-1");
+    h.connector.runtimes[&second].fail_job(
+        "etcd snapshot restore",
+        "Error: snapshot file has wrong size",
+    );
+    h.connector.clear();
+    let failed = h
+        .restore(report.world.clone(), "c", etcd_snapshot(1_500_000))
+        .await;
+    let outcome = &failed.clusters[&key];
+    assert!(!outcome.ready);
+    assert_eq!(outcome.reason, Reason::RuntimeError);
+    assert!(
+        outcome.message.contains("etcd snapshot restore") && outcome.message.contains("wrong size"),
+        "{}",
+        outcome.message
+    );
+    assert!(
+        !h.connector
+            .all_calls()
+            .iter()
+            .any(|(_, c)| matches!(c, Call::RemovePod { .. })),
+        "{:?}",
+        h.connector.all_calls()
+    );
+
+    // A restore that goes through (another run, no failing job).
+    let h2 = Harness::new();
+    let report = h2.run(world(1, &[("c", 3)])).await;
+    h2.connector.clear();
+    h2.network.clear_log();
+    let restored = h2
+        .restore(report.world.clone(), "c", etcd_snapshot(1_500_000))
+        .await;
+    assert!(restored.all_ready(), "{:?}", restored.clusters);
+    // Every replica: the parts, joined, restored; then every replica stopped; then each
+    // one's data swapped and its pods created again. The ingress is left alone.
+    // Per hypervisor, in order.
+    for i in 1..=3 {
+        let hv = format!("private-{i}");
+        let calls: Vec<String> = h2.connector.runtimes[&hv]
+            .calls()
+            .into_iter()
+            .filter(|c| !matches!(c, Call::PullImage(_)))
+            .map(|c| match c {
+                Call::WriteFiles(paths) if paths.iter().all(|p| p.contains("/restore/part-")) => {
+                    format!("parts {}", paths.len())
+                }
+                Call::WriteFiles(_) => "files".to_string(),
+                Call::RunJob { job, .. } => job,
+                Call::RemovePod { name, .. } => {
+                    format!("stop {}", name.rsplit('-').next().unwrap())
+                }
+                Call::CreatePod { name, .. } => {
+                    format!("start {}", name.rsplit('-').next().unwrap())
+                }
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            calls
+                .iter()
+                .filter(|c| !c.starts_with("files"))
+                .cloned()
+                .collect::<Vec<_>>(),
+            [
+                "parts 3",
+                "snapshot join",
+                "etcd snapshot restore",
+                "stop 0",
+                "stop etcd",
+                "etcd data swap",
+                "start etcd",
+                "start 0",
+            ]
+            .map(|s| s.replace(" 0", &format!(" {}", i - 1)))
+            .to_vec(),
+            "{hv}"
+        );
+    }
+    assert!(
+        h2.connector.runtimes["public-1"].calls().is_empty(),
+        "the ingress is left alone: {:?}",
+        h2.connector.runtimes["public-1"].calls()
+    );
+    // The restore command of each replica: upstream etcdutl, a member of a new cluster of
+    // all three.
+    let restore = h2.connector.runtimes["private-1"]
+        .calls()
+        .into_iter()
+        .find_map(|c| match c {
+            Call::RunJob {
+                job,
+                image,
+                command,
+            } if job == "etcd snapshot restore" => Some((image, command)),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(restore.0, "registry.k8s.io/etcd:3.6.4-0");
+    assert_eq!(restore.1[..3], ["etcdutl", "snapshot", "restore"]);
+    let initial = restore
+        .1
+        .iter()
+        .find(|a| a.starts_with("--initial-cluster="))
+        .unwrap();
+    assert_eq!(initial.matches("=https://").count(), 3, "{initial}");
+    assert_eq!(
+        h2.network.log(),
+        ["bootstrap c-control-plane-0,c-control-plane-1,c-control-plane-2"],
+        "the members start together"
+    );
+    // The world records every replica as a founder of the restored cluster; a reconcile
+    // after it changes nothing.
+    for c in restored.world.components.values() {
+        if let Some(m) = &c.status.etcd_member {
+            assert_eq!(m.initial_cluster_state, EtcdInitialClusterState::New);
+            assert_eq!(m.initial_cluster.len(), 3);
+        }
+    }
+    h2.connector.clear();
+    let again = h2.run(restored.world.clone()).await;
+    assert!(again.all_ready());
+    assert_eq!(again.counts.mutating_calls, 0);
+}

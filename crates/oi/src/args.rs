@@ -147,6 +147,8 @@ impl Command {
             ) => Some(&a.input),
             Command::Cluster(ClusterCommand::Delete(a)) => Some(&a.input),
             Command::Cluster(ClusterCommand::Upgrade(a)) => Some(&a.input),
+            Command::Cluster(ClusterCommand::Snapshot(a)) => Some(&a.input),
+            Command::Cluster(ClusterCommand::Restore(a)) => Some(&a.input),
             Command::Hypervisor(HypervisorCommand::Inject(a)) => Some(&a.input),
             Command::JoinToken(JoinTokenCommand::Inject(a)) => Some(&a.input),
             Command::Reconcile(a) => Some(&a.input),
@@ -161,7 +163,10 @@ impl Command {
     pub fn prints_manifests(&self) -> bool {
         match self {
             Command::Cluster(
-                ClusterCommand::Inject(_) | ClusterCommand::Delete(_) | ClusterCommand::Upgrade(_),
+                ClusterCommand::Inject(_)
+                | ClusterCommand::Delete(_)
+                | ClusterCommand::Upgrade(_)
+                | ClusterCommand::Restore(_),
             )
             | Command::Hypervisor(_)
             | Command::JoinToken(JoinTokenCommand::Inject(_)) => true,
@@ -169,7 +174,8 @@ impl Command {
             Command::Cluster(
                 ClusterCommand::AdminKubeconfig(_)
                 | ClusterCommand::ApiserverCa(_)
-                | ClusterCommand::Certificates(_),
+                | ClusterCommand::Certificates(_)
+                | ClusterCommand::Snapshot(_),
             )
             | Command::JoinToken(JoinTokenCommand::Generate)
             | Command::Node(_)
@@ -201,6 +207,18 @@ pub enum ClusterCommand {
     /// components' certificates) with its expiry and how it is renewed, soonest first.
     Certificates(ClusterSelectArgs),
 
+    /// Take a consistent snapshot of a running cluster's etcd (etcd's own snapshot API, its
+    /// checksum verified) and write it, with the Cluster object it belongs to, to a file or
+    /// an S3-compatible object store. The manifests are not changed.
+    Snapshot(ClusterSnapshotArgs),
+
+    /// Bring a cluster back from a snapshot, onto the hypervisors it is on or, for a cluster
+    /// the manifests no longer hold, onto any (or the --hypervisor given): the snapshot is
+    /// checked and put beside every replica's etcd before anything is stopped; then every
+    /// replica's etcd and control plane restart on the snapshot's data (the ingress stays).
+    /// Prints all manifests.
+    Restore(ClusterRestoreArgs),
+
     /// Upgrade a cluster to a Kubernetes version, one minor at a time: each minor is
     /// reconciled (every API server first, then the controller-managers and schedulers, one
     /// replica at a time) and must be ready before the next; stops at the first that is not.
@@ -227,6 +245,60 @@ pub struct ClusterUpgradeArgs {
 
     /// How long each minor may take to become ready (e.g. 60s, 2m; at most 24h).
     #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = oi_cli_io::parse_duration)]
+    pub max_wait: std::time::Duration,
+
+    /// Image repository override for every component image (air-gapped mirrors, tests).
+    #[arg(long, value_name = "REPO", env = "OI_IMAGE_REPOSITORY")]
+    pub image_repository: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ClusterSnapshotArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+
+    /// The cluster (`NAME` or `NAMESPACE/NAME`); may be omitted when there is only one.
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
+
+    /// Where the snapshot goes: a file, `file:///path`, or `s3://bucket/key` (S3 settings
+    /// from AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY). A
+    /// directory, or a location ending in `/`, gets `<namespace>-<name>-<time>.oisnap`.
+    /// The file holds the cluster's CAs and etcd's data: it is created 0600.
+    #[arg(long, value_name = "LOCATION")]
+    pub to: String,
+
+    /// How long etcd may take to stream the snapshot.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = oi_cli_io::parse_duration)]
+    pub timeout: std::time::Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct ClusterRestoreArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+
+    /// The snapshot: a file, `file:///path`, or `s3://bucket/key` (see `oi cluster snapshot`).
+    #[arg(long, value_name = "LOCATION")]
+    pub from: String,
+
+    /// The cluster to restore (`NAME` or `NAMESPACE/NAME`): must be the snapshot's; its
+    /// cluster when omitted.
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
+
+    /// For a cluster the manifests no longer hold: the private hypervisor of each control
+    /// plane replica, in replica order (repeatable; the replicas not named are placed as
+    /// usual).
+    #[arg(long = "hypervisor", value_name = "NAME")]
+    pub hypervisors: Vec<String>,
+
+    /// Print only errors on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+
+    /// How long the restore and the cluster's start may take (e.g. 120s, 5m; at most 24h).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = oi_cli_io::parse_duration)]
     pub max_wait: std::time::Duration,
 
     /// Image repository override for every component image (air-gapped mirrors, tests).

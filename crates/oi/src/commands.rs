@@ -108,6 +108,12 @@ pub fn dispatch(
         Command::Cluster(ClusterCommand::Certificates(args)) => {
             no_note(cluster::certificates::run(args, ctx, input, output))
         }
+        Command::Cluster(ClusterCommand::Snapshot(args)) => {
+            cluster::snapshot::run(args, ctx, input, output)
+        }
+        Command::Cluster(ClusterCommand::Restore(args)) => {
+            cluster::restore::run(args, ctx, input, output)
+        }
         Command::Cluster(ClusterCommand::Upgrade(args)) => {
             cluster::upgrade::run(args, ctx, input, output)
         }

@@ -47,6 +47,7 @@ pub mod record;
 pub mod render;
 pub mod restarts;
 pub mod schedule;
+pub mod snapshot;
 #[cfg(test)]
 mod testutil;
 pub mod verify;

@@ -101,6 +101,9 @@ pub struct Convergence {
     pub in_cluster: std::result::Result<InCluster, String>,
     /// Its VPN, when on: the peers recorded and the endpoint's file they go to.
     pub vpn: Option<VpnPlan>,
+    /// A restore from an etcd snapshot, run before the etcd step
+    /// ([`crate::snapshot::plan_restore`]).
+    pub restore: Option<crate::snapshot::Restore>,
 }
 
 impl Convergence {
@@ -454,6 +457,7 @@ fn convergence(
             i
         }),
         vpn: vpn_plan(world, key, cluster),
+        restore: None,
     })
 }
 

@@ -153,3 +153,90 @@ pub fn mknod(path: &Path, kind: rustix::fs::FileType, dev: (u32, u32)) {
     )
     .unwrap_or_else(|e| panic!("mknod {} (needs root): {e}", path.display()));
 }
+
+/// The environment variable naming the `moto_server` executable (an S3-compatible server
+/// from the Python package registry); `<workspace>/.tools/venv/bin/moto_server` (where
+/// `scripts/setup.sh` installs it) when unset.
+pub const MOTO_SERVER_ENV: &str = "OI_MOTO_SERVER";
+
+/// Where `moto_server` is expected (see [`MOTO_SERVER_ENV`]).
+pub fn moto_server_path() -> std::path::PathBuf {
+    match std::env::var_os(MOTO_SERVER_ENV) {
+        Some(p) if !p.is_empty() => std::path::PathBuf::from(p),
+        _ => workspace_root().join(".tools/venv/bin/moto_server"),
+    }
+}
+
+/// A real S3-compatible server (moto) on a loopback port of its own, killed when dropped
+/// (a test that panics leaves no server behind). Any access key is accepted; buckets start
+/// empty.
+pub struct S3Server {
+    child: std::process::Child,
+    /// `http://127.0.0.1:<port>`.
+    pub endpoint: String,
+}
+
+impl S3Server {
+    /// Starts one and waits (at most 60 s, polling) until it answers; `None` when
+    /// `moto_server` is missing (after [`require`] said so).
+    ///
+    /// # Panics
+    /// When it cannot be started or does not answer in time.
+    pub fn start(test: &str) -> Option<S3Server> {
+        let path = moto_server_path();
+        if !require(
+            test,
+            &format!(
+                "an S3-compatible server: {} (scripts/setup.sh installs moto[server] there; or set {MOTO_SERVER_ENV})",
+                path.display()
+            ),
+            path.is_file(),
+        ) {
+            return None;
+        }
+        let port = free_loopback_port();
+        let log = std::env::temp_dir().join(format!("oi-moto-{port}.log"));
+        let out = std::fs::File::create(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        let err = out
+            .try_clone()
+            .unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        let child = std::process::Command::new(&path)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", path.display()));
+        let server = S3Server {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Some(server);
+            }
+            if std::time::Instant::now() >= deadline {
+                let tail = std::fs::read_to_string(&log).unwrap_or_default();
+                panic!("moto_server did not answer on port {port} within 60 s: {tail}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    /// The environment a client needs to use it (`AWS_ENDPOINT_URL` and a test key).
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ENDPOINT_URL", self.endpoint.clone()),
+            ("AWS_ACCESS_KEY_ID", "oneinfra-test".to_string()),
+            ("AWS_SECRET_ACCESS_KEY", "oneinfra-test-secret".to_string()),
+            ("AWS_REGION", "us-east-1".to_string()),
+        ]
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -6,4 +6,6 @@ pub mod apiserver_ca;
 pub mod certificates;
 pub mod delete;
 pub mod inject;
+pub mod restore;
+pub mod snapshot;
 pub mod upgrade;

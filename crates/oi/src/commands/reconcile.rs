@@ -183,6 +183,15 @@ impl Runner {
         now: time::OffsetDateTime,
     ) -> (oi_api::World, Executed) {
         let plan = oi_planner::plan(world, now, &self.plan_options);
+        self.execute(plan, now)
+    }
+
+    /// Executes a plan and records it; progress on stderr unless quiet.
+    pub fn execute(
+        &self,
+        plan: oi_planner::Plan,
+        now: time::OffsetDateTime,
+    ) -> (oi_api::World, Executed) {
         let quiet = self.quiet;
         let progress = move |e: &Event| {
             if !quiet {

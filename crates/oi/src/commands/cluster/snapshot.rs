@@ -1,0 +1,146 @@
+//! `oi cluster snapshot --to LOCATION [--cluster N]`: a consistent snapshot of a running
+//! cluster's etcd, written with the Cluster object it belongs to (`oi_planner::snapshot`'s
+//! format) to a file or an S3-compatible store. The manifests are not changed.
+//!
+//! ```text
+//! manifests ─► plan (the members, the engine's etcd identity) ─► etcd maintenance/status,
+//!   maintenance/snapshot of the first member that answers (etcd's checksum checked)
+//!   ─► header + etcd's snapshot ─► LOCATION (a file: 0600, written whole or not at all)
+//! ```
+
+use std::io::{Read, Write};
+
+use anyhow::Context as _;
+use oi_api::ObjectKey;
+use oi_planner::snapshot::Snapshot;
+use oi_planner::{ClusterPlan, PlanOptions};
+use oi_s3::{Location, S3Config, Store};
+use time::OffsetDateTime;
+use time::macros::format_description;
+
+use crate::args::ClusterSnapshotArgs;
+use crate::commands::Context;
+use crate::manifests;
+
+/// The name of a snapshot of `key` taken at `at`: `<namespace>-<name>-<UTC time>.oisnap`,
+/// which sorts by time.
+pub fn snapshot_name(key: &ObjectKey, at: OffsetDateTime) -> String {
+    let stamp = at
+        .to_offset(time::UtcOffset::UTC)
+        .format(format_description!(
+            "[year][month][day]T[hour][minute][second]Z"
+        ))
+        .unwrap_or_default();
+    format!("{}-{}-{stamp}.oisnap", key.namespace, key.name)
+}
+
+/// Where `--to` puts the snapshot: a location ending in `/`, or an existing directory, gets
+/// [`snapshot_name`].
+pub fn destination(to: &str, key: &ObjectKey, at: OffsetDateTime) -> anyhow::Result<Location> {
+    let location = Location::parse(to).map_err(|e| anyhow::anyhow!("--to {e}"))?;
+    let directory = to.ends_with('/')
+        || matches!(&location, Location::File(p) if p.is_dir())
+        || matches!(&location, Location::S3 { key, .. } if key.is_empty());
+    Ok(if directory {
+        location.join(&snapshot_name(key, at))
+    } else {
+        location
+    })
+}
+
+/// Bytes for a person: `2.1 MB`.
+pub fn size(bytes: usize) -> String {
+    if bytes >= 1_000_000 {
+        format!("{:.1} MB", bytes as f64 / 1_000_000.0)
+    } else if bytes >= 1_000 {
+        format!("{:.1} kB", bytes as f64 / 1_000.0)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+/// # Errors
+/// When the manifests do not load, the cluster is not found or cannot be planned, no etcd
+/// member gives a sound snapshot, or the snapshot cannot be written.
+pub fn run(
+    args: &ClusterSnapshotArgs,
+    ctx: &Context,
+    input: impl Read,
+    _output: &mut impl Write,
+) -> anyhow::Result<Option<String>> {
+    let world = manifests::load(&args.input, input, ctx.now)?;
+    let (key, cluster) = manifests::select_cluster(&world, args.cluster.as_deref())?;
+    let (key, cluster) = (key.clone(), cluster.clone());
+    let location = destination(&args.to, &key, ctx.now)?;
+    let plan = oi_planner::plan(world, ctx.now, &PlanOptions::default());
+    let convergence = match plan.clusters.get(&key) {
+        Some(ClusterPlan::Converge(c)) => c,
+        Some(ClusterPlan::Unplannable(e)) => anyhow::bail!("cluster {key} cannot be planned: {e}"),
+        _ => anyhow::bail!("cluster {key} is being deleted"),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let network = oi_engine::RealNetwork::new(args.timeout);
+    let taken = runtime
+        .block_on(oi_engine::take_snapshot(&network, &convergence.etcd))
+        .map_err(|e| anyhow::anyhow!("cluster {key}: {e}"))?;
+    let (revision, member, version) = (taken.revision, taken.member.clone(), taken.version.clone());
+    let snapshot = Snapshot::new(
+        &key, &cluster, taken.etcd, revision, &version, &member, ctx.now,
+    )
+    .map_err(|e| anyhow::anyhow!("cluster {key}: the snapshot etcd gave is not sound: {e}"))?;
+    let bytes = snapshot.encode();
+    let written = bytes.len();
+    let store = Store::new(S3Config::from_env());
+    runtime
+        .block_on(store.put(&location, bytes))
+        .with_context(|| format!("cannot write the snapshot of cluster {key}"))?;
+    Ok(Some(format!(
+        "oi: snapshot of cluster {key} (etcd revision {revision}, from {member}, etcd {version}, {}) written to {location}",
+        size(written)
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use time::macros::datetime;
+
+    use super::*;
+
+    #[test]
+    fn a_directory_gets_a_name_that_sorts_by_time() {
+        let key = ObjectKey::new("team-a", "demo");
+        let at = datetime!(2026-11-25 21:03:04 UTC);
+        assert_eq!(
+            snapshot_name(&key, at),
+            "team-a-demo-20261125T210304Z.oisnap"
+        );
+        assert_eq!(
+            destination("s3://snaps/prod/", &key, at)
+                .unwrap()
+                .to_string(),
+            "s3://snaps/prod/team-a-demo-20261125T210304Z.oisnap"
+        );
+        assert_eq!(
+            destination("s3://snaps", &key, at).unwrap().to_string(),
+            "s3://snaps/team-a-demo-20261125T210304Z.oisnap"
+        );
+        assert_eq!(
+            destination("s3://snaps/x.oisnap", &key, at)
+                .unwrap()
+                .to_string(),
+            "s3://snaps/x.oisnap"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let to = dir.path().to_str().unwrap();
+        assert_eq!(
+            destination(to, &key, at).unwrap(),
+            Location::File(dir.path().join("team-a-demo-20261125T210304Z.oisnap"))
+        );
+        assert!(destination("gs://x", &key, at).is_err());
+        assert_eq!(size(2_100_000), "2.1 MB");
+        assert_eq!(size(999), "999 B");
+    }
+}

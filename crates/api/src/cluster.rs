@@ -99,6 +99,81 @@ pub struct ClusterSpec {
         skip_serializing_if = "is_default"
     )]
     pub networking: ClusterNetworking,
+    /// Ours, optional: etcd snapshots oi-manager takes on a schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshots: Option<SnapshotSchedule>,
+}
+
+/// How many snapshots a schedule keeps when `keep` is absent.
+pub const DEFAULT_SNAPSHOTS_KEPT: u32 = 7;
+
+/// Scheduled etcd snapshots of a cluster (ours): oi-manager takes one `every` so often while
+/// the cluster is ready, writes it to `location` as `<namespace>-<name>-<time>.oisnap`, and
+/// removes the oldest of the cluster's snapshots there beyond `keep`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SnapshotSchedule {
+    /// How often: `30m`, `6h`, `1d` (at least a minute).
+    pub every: String,
+    /// How many of the cluster's snapshots the location keeps; 7 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep: Option<u32>,
+    /// `s3://bucket/prefix` (the manager's AWS_* settings) or `file:///directory`.
+    pub location: String,
+}
+
+impl SnapshotSchedule {
+    /// `keep`, or its default.
+    pub fn kept(&self) -> u32 {
+        self.keep.unwrap_or(DEFAULT_SNAPSHOTS_KEPT)
+    }
+
+    /// `every` as a duration.
+    ///
+    /// # Errors
+    /// Why it is not one of at least a minute.
+    pub fn interval(&self) -> Result<time::Duration, String> {
+        parse_interval(&self.every)
+    }
+}
+
+/// A duration of a schedule: a number and `s`, `m`, `h` or `d`; at least a minute.
+///
+/// # Errors
+/// Why it is not.
+pub fn parse_interval(s: &str) -> Result<time::Duration, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let n: i64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 30m, 6h or 1d"))?;
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("{s:?} is not a duration like 30m, 6h or 1d")),
+    };
+    let d = time::Duration::seconds(n.saturating_mul(seconds));
+    if d < time::Duration::minutes(1) {
+        return Err(format!("{s:?} is shorter than a minute"));
+    }
+    Ok(d)
+}
+
+/// The last snapshot a schedule took (ours).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SnapshotRecord {
+    /// RFC 3339.
+    pub taken_at: String,
+    pub location: String,
+    /// etcd's revision when it was taken.
+    #[serde(default)]
+    pub revision: u64,
+    /// Bytes of the snapshot file.
+    #[serde(default)]
+    pub size: u64,
 }
 
 /// The cluster's certificate authorities.
@@ -240,6 +315,9 @@ pub struct ClusterStatus {
     pub join_tokens: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vpn_peers: Vec<VpnPeer>,
+    /// Ours, optional: the last snapshot `spec.snapshots` took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_snapshot: Option<SnapshotRecord>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

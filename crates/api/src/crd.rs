@@ -273,6 +273,14 @@ fn cluster_spec() -> Value {
                 ("nodeCIDRMaskSizeIPv6", integer(0, 128)),
             ]),
         ),
+        (
+            "snapshots",
+            object(&[
+                ("every", string()),
+                ("keep", integer(1, 10_000)),
+                ("location", string()),
+            ]),
+        ),
     ])
 }
 
@@ -293,6 +301,15 @@ fn cluster_status() -> Value {
                 ("privateKey", string()),
                 ("publicKey", string()),
             ])),
+        ),
+        (
+            "lastSnapshot",
+            object(&[
+                ("takenAt", string()),
+                ("location", string()),
+                ("revision", integer(0, i64::MAX)),
+                ("size", integer(0, i64::MAX)),
+            ]),
         ),
         ("conditions", conditions()),
     ])

@@ -39,7 +39,7 @@ pub mod world;
 
 pub use cluster::{
     CertificateAuthorities, Cluster, ClusterNetworking, ClusterSpec, ClusterStatus, EtcdServer,
-    KubeApiServer, Vpn, VpnPeer,
+    KubeApiServer, SnapshotRecord, SnapshotSchedule, Vpn, VpnPeer,
 };
 pub use common::{
     Certificate, Condition, ConditionStatus, KeyPair, condition_is_true, condition_types,

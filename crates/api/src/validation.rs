@@ -135,6 +135,8 @@ pub enum Reason {
         version: String,
         supported: Vec<String>,
     },
+    #[error("{problem}")]
+    InvalidSchedule { problem: String },
     #[error("duplicate: already defined by {first_source_name} document {first_position}")]
     Duplicate {
         first_source_name: String,
@@ -381,6 +383,9 @@ pub fn validate_cluster(cluster: &Cluster) -> Vec<FieldError> {
     let vpn_cidr = check_cidr(&mut errors, "spec.vpn.CIDR", &spec.vpn.cidr);
     check_vpn(&mut errors, cluster, vpn_cidr);
     check_join_tokens(&mut errors, &spec.join_tokens);
+    if let Some(schedule) = &spec.snapshots {
+        check_snapshots(&mut errors, schedule);
+    }
     if let Some(size) = spec.networking.node_cidr_mask_size {
         // Without a cluster CIDR (not defaulted yet) only the address family's bound applies;
         // IPv4 is what the default cluster CIDR is.
@@ -415,6 +420,40 @@ pub fn validate_cluster(cluster: &Cluster) -> Vec<FieldError> {
         );
     }
     errors
+}
+
+fn check_snapshots(errors: &mut Vec<FieldError>, schedule: &crate::cluster::SnapshotSchedule) {
+    if let Err(problem) = schedule.interval() {
+        errors.push(FieldError::new(
+            "spec.snapshots.every",
+            Reason::InvalidSchedule { problem },
+        ));
+    }
+    if schedule.keep == Some(0) {
+        errors.push(FieldError::new(
+            "spec.snapshots.keep",
+            Reason::InvalidSchedule {
+                problem: "0 keeps nothing: at least 1".into(),
+            },
+        ));
+    }
+    let location = &schedule.location;
+    let fine = match (
+        location.strip_prefix("s3://"),
+        location.strip_prefix("file://"),
+    ) {
+        (Some(rest), _) => !rest.is_empty() && !rest.starts_with('/'),
+        (_, Some(path)) => path.starts_with('/'),
+        _ => false,
+    };
+    if !fine {
+        errors.push(FieldError::new(
+            "spec.snapshots.location",
+            Reason::InvalidSchedule {
+                problem: format!("{location:?} is not s3://bucket[/prefix] or file:///directory"),
+            },
+        ));
+    }
 }
 
 /// Whether `token` has a bootstrap token's form: `[a-z0-9]{6}.[a-z0-9]{16}`.

@@ -13,6 +13,9 @@
 //! - a restore (the `etcd data swap` job having run on the fake hypervisors since the last
 //!   request) replaces the data: the cluster is formed again by the founders;
 //!
+//! - `maintenance/status` answers revision 100 + the snapshots taken, `maintenance/snapshot`
+//!   streams [`sim_snapshot`] in two chunks;
+//!
 //! - `GET /health` answers `false` the first time it is asked of a member's pod (a member
 //!   that just (re)started is catching up), then `true` while the member is a started voting
 //!   member and a quorum of the voting members run.
@@ -98,6 +101,20 @@ pub struct SimNetwork<S> {
     api_script: Mutex<Vec<Scripted>>,
     /// The data swaps of restores seen so far.
     swaps: Mutex<u64>,
+    /// Snapshots taken so far.
+    snapshots: Mutex<u64>,
+}
+
+/// The `n`-th snapshot the simulation streams: a database page with bbolt's magic and `n`
+/// in it, and the SHA-256 after it, as etcd streams one.
+pub fn sim_snapshot(n: u64) -> Vec<u8> {
+    use sha2::Digest as _;
+    let mut db = vec![0u8; 8192];
+    db[16..20].copy_from_slice(&0xED0C_DAEDu32.to_le_bytes());
+    db[64..72].copy_from_slice(&n.to_le_bytes());
+    let sum = sha2::Sha256::digest(&db);
+    db.extend_from_slice(&sum);
+    db
 }
 
 impl<S: Source> SimNetwork<S> {
@@ -113,6 +130,7 @@ impl<S: Source> SimNetwork<S> {
             api_writes: Mutex::new(Vec::new()),
             api_script: Mutex::new(Vec::new()),
             swaps: Mutex::new(0),
+            snapshots: Mutex::new(0),
         }
     }
 
@@ -273,6 +291,11 @@ impl<S: Source> SimNetwork<S> {
                 .map_or_else(not_found, |o| answer(200, o)),
             other => panic!("unexpected method {other}"),
         }
+    }
+
+    /// How many snapshots were streamed so far.
+    pub fn snapshots_taken(&self) -> u64 {
+        *self.snapshots.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn source(&self) -> &S {
@@ -447,6 +470,36 @@ impl<S: Source> SimNetwork<S> {
                 .unwrap_or_else(|| panic!("{} without an ID: {body}", r.path))
         };
         match r.path {
+            "/v3/maintenance/status" => {
+                let revision = self.snapshots_taken() + 100;
+                return Ok(HttpsResponse {
+                    status: 200,
+                    body: serde_json::json!({
+                        "header": {"revision": revision.to_string(), "member_id": "1"},
+                        "version": "3.4.23", "dbSize": "8192", "leader": "1"})
+                    .to_string()
+                    .into_bytes(),
+                });
+            }
+            "/v3/maintenance/snapshot" => {
+                use base64::Engine as _;
+                let n = {
+                    let mut taken = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
+                    *taken += 1;
+                    *taken
+                };
+                let db = sim_snapshot(n);
+                let (a, b) = db.split_at(db.len() / 2);
+                let chunk = |c: &[u8]| {
+                    serde_json::json!({"result": {"blob":
+                        base64::engine::general_purpose::STANDARD.encode(c)}})
+                    .to_string()
+                };
+                return Ok(HttpsResponse {
+                    status: 200,
+                    body: format!("{}\n{}\n", chunk(a), chunk(b)).into_bytes(),
+                });
+            }
             "/v3/cluster/member/list" => {}
             "/v3/cluster/member/add" => {
                 let peer = body["peerURLs"][0].as_str().unwrap_or_default().to_string();

@@ -286,6 +286,7 @@ impl RunArgs {
         options.hypervisor_probe_interval = self.hypervisor_probe_interval;
         options.backoff_min = self.backoff_min;
         options.backoff_max = self.backoff_max;
+        options.snapshot_store = oi_s3::Store::new(oi_s3::S3Config::from_env());
         options.certificate_warning = crate::controller::CertificateWarning {
             ca: time::Duration::days(i64::from(self.ca_expiry_warning_days)),
             leaf: time::Duration::days(i64::from(self.certificate_expiry_warning_days)),

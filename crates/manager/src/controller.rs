@@ -33,6 +33,7 @@ mod cluster;
 mod component;
 mod hypervisor;
 pub mod share;
+pub mod snapshots;
 mod writeback;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -90,6 +91,9 @@ pub struct ManagerOptions {
     /// expires (CAs are replaced by a rotation, which someone starts), a certificate renewed
     /// automatically this long before (its renewal, due 30 days before, did not happen).
     pub certificate_warning: CertificateWarning,
+    /// Where scheduled snapshots (`spec.snapshots`) are written: S3 settings from the
+    /// manager's AWS_* environment.
+    pub snapshot_store: oi_s3::Store,
 }
 
 /// See [`ManagerOptions::certificate_warning`].
@@ -124,6 +128,7 @@ impl Default for ManagerOptions {
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(300),
             certificate_warning: CertificateWarning::default(),
+            snapshot_store: oi_s3::Store::default(),
         }
     }
 }
@@ -178,6 +183,10 @@ pub mod event_reasons {
     /// ([`super::CertificateWarning::ca`] ahead), or a certificate whose automatic renewal
     /// did not happen (Warning). Published when the set of such certificates grows.
     pub const CERTIFICATE_EXPIRING: &str = "CertificateExpiring";
+    /// A scheduled snapshot was written, and older ones beyond `keep` removed (Normal).
+    pub const SNAPSHOT_TAKEN: &str = "SnapshotTaken";
+    /// A scheduled snapshot could not be taken or written; tried again in a minute (Warning).
+    pub const SNAPSHOT_FAILED: &str = "SnapshotFailed";
     /// A hypervisor answered again (Normal).
     pub const HYPERVISOR_REACHABLE: &str = "HypervisorReachable";
     /// A hypervisor does not answer (Warning).

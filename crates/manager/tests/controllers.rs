@@ -121,6 +121,7 @@ fn options() -> ManagerOptions {
         backoff_min: Duration::from_secs(1),
         backoff_max: Duration::from_secs(10),
         certificate_warning: oi_manager::controller::CertificateWarning::default(),
+        snapshot_store: oi_s3::Store::default(),
     }
 }
 
@@ -1125,5 +1126,135 @@ async fn certificates_far_from_expiry_raise_no_event() {
     assert!(
         !h.event_reasons()
             .contains(&"CertificateExpiring".to_string())
+    );
+}
+
+#[tokio::test]
+async fn scheduled_snapshots_are_taken_when_due_and_keep_only_the_newest() {
+    let h = Harness::new();
+    let dir = tempfile::tempdir().unwrap();
+    // Older snapshots of this cluster, one of a cluster whose name it prefixes, and a file
+    // that is nobody's snapshot.
+    for name in [
+        "default-c-20200101T000000Z.oisnap",
+        "default-c-20200102T000000Z.oisnap",
+        "default-c-2-20200101T000000Z.oisnap",
+        "notes.txt",
+    ] {
+        std::fs::write(dir.path().join(name), name).unwrap();
+    }
+    let mut c = cluster("c", 1);
+    c.spec.snapshots = Some(oi_api::SnapshotSchedule {
+        every: "1h".into(),
+        keep: Some(2),
+        location: format!("file://{}", dir.path().display()),
+    });
+    h.store.insert(c);
+    let action = reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    assert_eq!(action, Action::Requeue(Duration::from_secs(300)));
+    assert_eq!(h.ctx.network.snapshots_taken(), 1);
+    let mut files: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    let new = files
+        .iter()
+        .find(|f| {
+            f.starts_with("default-c-") && !f.starts_with("default-c-2-") && !f.contains("2020")
+        })
+        .unwrap()
+        .clone();
+    assert_eq!(
+        files,
+        [
+            "default-c-2-20200101T000000Z.oisnap".to_string(),
+            "default-c-20200102T000000Z.oisnap".to_string(),
+            new.clone(),
+            "notes.txt".to_string(),
+        ]
+    );
+    // The file is a snapshot of the cluster, as oi cluster restore reads it.
+    let bytes = std::fs::read(dir.path().join(&new)).unwrap();
+    let snapshot = oi_planner::snapshot::Snapshot::decode(&bytes, &new).unwrap();
+    assert_eq!(snapshot.cluster_key(), key("c"));
+    assert_eq!(snapshot.header.revision, 100);
+    assert_eq!(*snapshot.etcd, oi_engine::sim::sim_snapshot(1));
+    let stored = h.cluster("c").unwrap();
+    let last = stored.status.last_snapshot.clone().unwrap();
+    assert_eq!(last.location, dir.path().join(&new).display().to_string());
+    assert_eq!((last.revision, last.size), (100, bytes.len() as u64));
+    let taken: Vec<_> = h
+        .store
+        .events()
+        .into_iter()
+        .filter(|e| e.reason == "SnapshotTaken")
+        .collect();
+    assert_eq!(taken.len(), 1);
+    assert!(
+        taken[0]
+            .note
+            .contains("1 older removed (keep 2): default-c-20200101T000000Z.oisnap"),
+        "{}",
+        taken[0].note
+    );
+
+    // Not due again for an hour: nothing taken, nothing written.
+    h.store.clear_writes();
+    reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    assert_eq!(h.ctx.network.snapshots_taken(), 1);
+    assert_eq!(h.store.writes(), []);
+    // Due in a minute: looked at again then, not at the usual five.
+    let mut c = h.cluster("c").unwrap();
+    let at = time::OffsetDateTime::now_utc() - time::Duration::minutes(59);
+    c.status.last_snapshot.as_mut().unwrap().taken_at = at
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    h.store.insert(c);
+    let Action::Requeue(after) = reconcile_cluster(&key("c"), &h.ctx).await.unwrap() else {
+        panic!("not requeued");
+    };
+    assert!(
+        after <= Duration::from_secs(61) && after >= Duration::from_secs(50),
+        "{after:?}"
+    );
+    assert_eq!(h.ctx.network.snapshots_taken(), 1);
+}
+
+#[tokio::test]
+async fn a_snapshot_that_cannot_be_written_is_a_warning_and_tried_again_soon() {
+    let h = Harness::new();
+    let mut c = cluster("c", 1);
+    c.spec.snapshots = Some(oi_api::SnapshotSchedule {
+        every: "1h".into(),
+        keep: None,
+        location: "s3://snaps/prod".into(),
+    });
+    h.store.insert(c);
+    // No S3 credentials in the harness's store.
+    let action = reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    assert_eq!(action, Action::Requeue(Duration::from_secs(60)));
+    let c = h.cluster("c").unwrap();
+    assert_eq!(
+        succeeded(&c),
+        Some((ConditionStatus::True, "ReconcileSucceeded".into())),
+        "the cluster itself is fine"
+    );
+    assert_eq!(c.status.last_snapshot, None);
+    let failed: Vec<_> = h
+        .store
+        .events()
+        .into_iter()
+        .filter(|e| e.reason == "SnapshotFailed")
+        .collect();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].type_, EventType::Warning);
+    assert!(
+        failed[0]
+            .note
+            .contains("scheduled snapshot to s3://snaps/prod failed: s3://snaps/prod/default-c-")
+            && failed[0].note.contains("no credentials"),
+        "{}",
+        failed[0].note
     );
 }

@@ -305,6 +305,48 @@ impl Snapshot {
     }
 }
 
+/// The name of a snapshot of `key` taken at `at` (`oi cluster snapshot` into a directory, and
+/// oi-manager's schedules): `<namespace>-<name>-<UTC time>.oisnap`, which sorts by time.
+pub fn snapshot_name(key: &ObjectKey, at: OffsetDateTime) -> String {
+    let stamp = at
+        .to_offset(time::UtcOffset::UTC)
+        .format(time::macros::format_description!(
+            "[year][month][day]T[hour][minute][second]Z"
+        ))
+        .unwrap_or_default();
+    format!("{}-{}-{stamp}.oisnap", key.namespace, key.name)
+}
+
+/// Whether `name` is one of [`snapshot_name`]'s for `key`.
+pub fn is_snapshot_of(key: &ObjectKey, name: &str) -> bool {
+    let Some(rest) = name
+        .strip_prefix(&format!("{}-{}-", key.namespace, key.name))
+        .and_then(|r| r.strip_suffix("Z.oisnap"))
+    else {
+        return false;
+    };
+    let b = rest.as_bytes();
+    b.len() == 15
+        && b[8] == b'T'
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| i == 8 || c.is_ascii_digit())
+}
+
+/// Of the cluster's snapshots `names` (any order), those beyond the `keep` newest.
+pub fn beyond_retention<'a>(key: &ObjectKey, names: &[&'a str], keep: u32) -> Vec<&'a str> {
+    let mut ours: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| is_snapshot_of(key, n))
+        .collect();
+    // The time stamp sorts as the time.
+    ours.sort_unstable();
+    let surplus = ours.len().saturating_sub(keep as usize);
+    ours.truncate(surplus);
+    ours
+}
+
 /// The cluster of `world` a restore of `snapshot` acts on, checked: `cluster` (the
 /// `--cluster` the user named, else the snapshot's) must be the snapshot's, not being
 /// deleted. When the world does not hold it, it is added from the snapshot, its control

@@ -355,6 +355,11 @@ mod full {
                     node_cidr_mask_size_ipv4: Some(24),
                     node_cidr_mask_size_ipv6: Some(64),
                 },
+                snapshots: Some(crate::SnapshotSchedule {
+                    every: "6h".into(),
+                    keep: Some(7),
+                    location: "s3://b/p".into(),
+                }),
             },
         );
         c.status = ClusterStatus {
@@ -371,6 +376,12 @@ mod full {
                 private_key: "k".into(),
                 public_key: "p".into(),
             }],
+            last_snapshot: Some(crate::SnapshotRecord {
+                taken_at: "2026-11-25T00:00:00Z".into(),
+                location: "s3://b/p/x.oisnap".into(),
+                revision: 7,
+                size: 42,
+            }),
             conditions: conditions(),
         };
         c

@@ -732,3 +732,55 @@ fn vpn_cidrs_leave_room_and_peers_hold_distinct_addresses_of_them() {
         ]
     );
 }
+
+#[test]
+fn snapshot_schedules_name_what_is_wrong() {
+    let ok = cluster(
+        "c",
+        "  snapshots: {every: 6h, keep: 3, location: s3://snaps/prod}\n",
+    );
+    assert_eq!(errors(&ok), []);
+    let ok = cluster(
+        "c",
+        "  snapshots: {every: 1d, location: file:///var/backups}\n",
+    );
+    assert_eq!(errors(&ok), []);
+    let bad = cluster(
+        "c",
+        "  snapshots: {every: 30s, keep: 0, location: /var/backups}\n",
+    );
+    let invalid = |problem: &str| Reason::InvalidSchedule {
+        problem: problem.into(),
+    };
+    assert_eq!(
+        errors(&bad),
+        [
+            cluster_error(
+                "c",
+                "spec.snapshots.every",
+                invalid("\"30s\" is shorter than a minute")
+            ),
+            cluster_error(
+                "c",
+                "spec.snapshots.keep",
+                invalid("0 keeps nothing: at least 1")
+            ),
+            cluster_error(
+                "c",
+                "spec.snapshots.location",
+                invalid("\"/var/backups\" is not s3://bucket[/prefix] or file:///directory")
+            ),
+        ]
+    );
+    let bad = cluster("c", "  snapshots: {every: weekly, location: s3:///x}\n");
+    let found = errors(&bad);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert_eq!(
+        found[0].to_string(),
+        "in.yaml: document 1: Cluster default/c: field `spec.snapshots.every`: \"weekly\" is not a duration like 30m, 6h or 1d"
+    );
+    assert_eq!(
+        crate::cluster::parse_interval("90m").unwrap(),
+        time::Duration::minutes(90)
+    );
+}

@@ -94,8 +94,22 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
 
     // Phase 3: record what the engine did, and write it back, under the write lock.
     let after = oi_planner::record(plan.world.clone(), &executed.clusters, now);
-    let _lock = ctx.write_lock.lock().await;
-    write_report(ctx, key, &plan.world, &after, &executed, &mut stored).await
+    let next = {
+        let _lock = ctx.write_lock.lock().await;
+        write_report(ctx, key, &plan.world, &after, &executed, &mut stored).await?
+    };
+    // A ready cluster's scheduled snapshot, when due; no lock.
+    let ready = executed.clusters.get(key).is_some_and(|r| r.outcome.ready);
+    if !ready {
+        return Ok(next);
+    }
+    let again = super::snapshots::run(ctx, key, &plan, &mut stored.cluster, now).await?;
+    Ok(match (next, again) {
+        (Next::Done(Action::Requeue(after)), Some(due)) => Next::Done(Action::Requeue(
+            after.min(due.max(std::time::Duration::from_secs(1))),
+        )),
+        (next, _) => next,
+    })
 }
 
 /// Where and as whom a ready cluster's join requests are watched: its endpoint and the

@@ -282,3 +282,33 @@ fn a_restore_makes_every_replica_a_founder_of_one_new_etcd_cluster() {
         "no key material in Debug"
     );
 }
+
+#[test]
+fn retention_counts_and_removes_only_the_clusters_own_snapshots() {
+    let key = ObjectKey::new("default", "demo");
+    let at = datetime!(2026-11-25 21:03:04 UTC);
+    let name = snapshot_name(&key, at);
+    assert_eq!(name, "default-demo-20261125T210304Z.oisnap");
+    assert!(is_snapshot_of(&key, &name));
+    for other in [
+        "default-demo-2-20261125T210304Z.oisnap",
+        "team-demo-20261125T210304Z.oisnap",
+        "default-demo-20261125T210304Z.oisnap.tmp",
+        "default-demo-latest.oisnap",
+        "notes.txt",
+    ] {
+        assert!(!is_snapshot_of(&key, other), "{other}");
+    }
+    let names = [
+        "default-demo-20261125T000000Z.oisnap",
+        "default-demo-2-20200101T000000Z.oisnap",
+        "default-demo-20261123T000000Z.oisnap",
+        "notes.txt",
+        "default-demo-20261124T000000Z.oisnap",
+    ];
+    assert_eq!(
+        beyond_retention(&key, &names, 2),
+        ["default-demo-20261123T000000Z.oisnap"]
+    );
+    assert_eq!(beyond_retention(&key, &names, 5), Vec::<&str>::new());
+}

@@ -12,27 +12,14 @@ use std::io::{Read, Write};
 
 use anyhow::Context as _;
 use oi_api::ObjectKey;
-use oi_planner::snapshot::Snapshot;
+use oi_planner::snapshot::{Snapshot, snapshot_name};
 use oi_planner::{ClusterPlan, PlanOptions};
 use oi_s3::{Location, S3Config, Store};
 use time::OffsetDateTime;
-use time::macros::format_description;
 
 use crate::args::ClusterSnapshotArgs;
 use crate::commands::Context;
 use crate::manifests;
-
-/// The name of a snapshot of `key` taken at `at`: `<namespace>-<name>-<UTC time>.oisnap`,
-/// which sorts by time.
-pub fn snapshot_name(key: &ObjectKey, at: OffsetDateTime) -> String {
-    let stamp = at
-        .to_offset(time::UtcOffset::UTC)
-        .format(format_description!(
-            "[year][month][day]T[hour][minute][second]Z"
-        ))
-        .unwrap_or_default();
-    format!("{}-{}-{stamp}.oisnap", key.namespace, key.name)
-}
 
 /// Where `--to` puts the snapshot: a location ending in `/`, or an existing directory, gets
 /// [`snapshot_name`].

@@ -719,6 +719,83 @@ impl Drop for Kubelet {
     }
 }
 
+/// When a call was made and how it ended.
+type Calls = std::sync::Arc<std::sync::Mutex<Vec<(Instant, std::result::Result<(), String>)>>>;
+
+/// Calls a cluster's API (`GET /readyz`, as `kubectl get --raw`) with a kubeconfig every
+/// 100 ms, on a thread of its own, until finished or dropped; records when each call was
+/// made and how it ended.
+pub struct ApiCaller {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    calls: Calls,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ApiCaller {
+    pub fn start(kubeconfig: &Path) -> ApiCaller {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let calls: Calls = std::sync::Arc::default();
+        let (s, c, k) = (
+            std::sync::Arc::clone(&stop),
+            std::sync::Arc::clone(&calls),
+            kubeconfig.to_path_buf(),
+        );
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let at = Instant::now();
+                let result = match kubectl(&k, &["--request-timeout=5s", "get", "--raw", "/readyz"])
+                {
+                    Ok(run) if run.success => Ok(()),
+                    Ok(run) => Err(run.stderr.trim().to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                c.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push((at, result));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        ApiCaller {
+            stop,
+            calls,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops calling; every call with when it was made and its failure, if it failed.
+    pub fn finish_timed(mut self) -> Vec<(Instant, Option<String>)> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let calls = self
+            .calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        calls
+            .iter()
+            .map(|(at, r)| (*at, r.as_ref().err().cloned()))
+            .collect()
+    }
+
+    /// Stops calling; (calls made, the failures' messages).
+    pub fn finish(self) -> (usize, Vec<String>) {
+        let calls = self.finish_timed();
+        let failed = calls.iter().filter_map(|(_, e)| e.clone()).collect();
+        (calls.len(), failed)
+    }
+}
+
+impl Drop for ApiCaller {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// `kubectl --kubeconfig K ARGS...`.
 ///
 /// # Errors

@@ -6,75 +6,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use oi_e2e::{
-    Etcdctl, LocalSet, World, admin_kubeconfig, eventually, kubectl, oi, prerequisites, reconcile,
-    reconcile_until_ready, server_git_version,
+    ApiCaller as Caller, Etcdctl, LocalSet, World, admin_kubeconfig, eventually, oi, prerequisites,
+    reconcile, reconcile_until_ready, server_git_version,
 };
-
-/// When a call was made and how it ended.
-type Calls = Arc<Mutex<Vec<(Instant, Result<(), String>)>>>;
-
-/// Calls the API through the ingress every 100 ms until dropped; counts what failed.
-struct Caller {
-    stop: Arc<AtomicBool>,
-    calls: Calls,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Caller {
-    fn start(kubeconfig: &Path) -> Caller {
-        let stop = Arc::new(AtomicBool::new(false));
-        let calls = Arc::new(Mutex::new(Vec::new()));
-        let (s, c, k): (_, _, PathBuf) = (Arc::clone(&stop), Arc::clone(&calls), kubeconfig.into());
-        let thread = std::thread::spawn(move || {
-            while !s.load(Ordering::Relaxed) {
-                let at = Instant::now();
-                let result = match kubectl(&k, &["--request-timeout=5s", "get", "--raw", "/readyz"])
-                {
-                    Ok(run) if run.success => Ok(()),
-                    Ok(run) => Err(run.stderr.trim().to_string()),
-                    Err(e) => Err(e.to_string()),
-                };
-                c.lock().unwrap().push((at, result));
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        });
-        Caller {
-            stop,
-            calls,
-            thread: Some(thread),
-        }
-    }
-
-    /// (calls, failures with their messages).
-    fn finish(mut self) -> (usize, Vec<String>) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            t.join().unwrap();
-        }
-        let calls = self.calls.lock().unwrap();
-        let failed = calls
-            .iter()
-            .filter_map(|(_, r)| r.as_ref().err().cloned())
-            .collect();
-        (calls.len(), failed)
-    }
-}
-
-impl Drop for Caller {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
 
 fn with_version(world: &str, cluster: &str, version: &str) -> String {
     World::parse(world)

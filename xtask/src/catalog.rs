@@ -173,6 +173,9 @@ impl ImageDef {
             Kind::Haproxy => {
                 fs.binary_with_libs("/usr/local/sbin/haproxy", Path::new(HOST_HAPROXY))?;
                 fs.binary_with_libs("/usr/sbin/haproxy", Path::new(HOST_HAPROXY))?;
+                // `sh -c "kill -USR2 1"`: how the engine tells haproxy to reload (the
+                // upstream image is Debian's, with a shell).
+                add_busybox(&mut fs)?;
                 fs.dir("/run", 0o755)?;
                 fs.dir("/var/lib/haproxy", 0o755)?;
                 fs.dir("/usr/local/etc/haproxy", 0o755)?;

@@ -296,6 +296,9 @@ fn check_haproxy(c: &mut Containerd, image: &str) -> Result<()> {
         .run(image, "haproxy-v", &[], &["haproxy", "-v"])?
         .check("haproxy -v")?;
     contains(&out, "HAProxy version", "haproxy -v")?;
+    // How the engine tells it to reload.
+    c.run(image, "haproxy-sh", &[], &["sh", "-c", "command -v kill"])?
+        .check("sh -c 'command -v kill'")?;
     let out = c.run(image, "haproxy-sbin", &[], &["/usr/sbin/haproxy", "-v"])?;
     contains(
         &out.check("/usr/sbin/haproxy -v")?,

@@ -161,6 +161,63 @@ pub fn parse_interval(s: &str) -> Result<time::Duration, String> {
     Ok(d)
 }
 
+/// The annotation that asks oi-manager for a CA rotation: `all`, or CA names separated by
+/// commas (`apiServer,etcdPeer,serviceAccount`, ...); removed when the rotation is done.
+pub const ROTATE_CA_ANNOTATION: &str = "cluster.oneinfra.ereslibre.es/rotate-ca";
+
+/// A CA rotation under way (ours). Maps are keyed by the CA's manifest field
+/// (`spec.apiServer.ca`, `spec.certificateAuthorities.etcdPeer`, ...).
+///
+/// - `trust`: the new CAs (`next`, the new service-account key) are trusted beside the
+///   current ones everywhere; every certificate is still the current CAs'.
+/// - `reissue`: the new CAs are the spec's and every certificate is reissued by them; the
+///   old ones (`previous`) are still trusted, and the API server presents its new CA
+///   cross-signed by the old one (`crossSigned`), so clients that trust only the old CA keep
+///   working.
+///
+/// When the reissue phase is ready, the rotation ends: the old CAs leave every bundle.
+#[derive(Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CaRotation {
+    pub phase: String,
+    /// RFC 3339.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub started_at: String,
+    /// The CAs rotated (manifest fields), and `spec.apiServer.serviceAccount` for the
+    /// service-account key.
+    #[serde(default)]
+    pub cas: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub next: BTreeMap<String, Certificate>,
+    /// The old CA certificates (PEM), while the reissue phase lasts.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub previous: BTreeMap<String, String>,
+    /// New CA certificates signed by the old CA's key (PEM).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cross_signed: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_service_account: Option<KeyPair>,
+    /// The old service-account public key (PEM), while the reissue phase lasts.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub previous_service_account: String,
+}
+
+impl fmt::Debug for CaRotation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CaRotation")
+            .field("phase", &self.phase)
+            .field("started_at", &self.started_at)
+            .field("cas", &self.cas)
+            .field("next", &self.next.keys().collect::<Vec<_>>())
+            .field("previous", &self.previous.keys().collect::<Vec<_>>())
+            .field(
+                "cross_signed",
+                &self.cross_signed.keys().collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
 /// The last snapshot a schedule took (ours).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -318,6 +375,9 @@ pub struct ClusterStatus {
     /// Ours, optional: the last snapshot `spec.snapshots` took.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_snapshot: Option<SnapshotRecord>,
+    /// Ours, optional: a CA rotation under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_rotation: Option<CaRotation>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

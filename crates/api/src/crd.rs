@@ -311,6 +311,19 @@ fn cluster_status() -> Value {
                 ("size", integer(0, i64::MAX)),
             ]),
         ),
+        (
+            "caRotation",
+            object(&[
+                ("phase", string()),
+                ("startedAt", string()),
+                ("cas", array(string())),
+                ("next", map(certificate())),
+                ("previous", map(string())),
+                ("crossSigned", map(string())),
+                ("nextServiceAccount", key_pair()),
+                ("previousServiceAccount", string()),
+            ]),
+        ),
         ("conditions", conditions()),
     ])
 }

@@ -30,6 +30,12 @@ pub enum Call {
     },
     WriteFiles(Vec<String>),
     RemoveHostPaths(Vec<String>),
+    /// A command run in a running container.
+    Exec {
+        job: String,
+        container_id: String,
+        command: Vec<String>,
+    },
     /// A one-off job: its name, image and command line (command then arguments).
     RunJob {
         job: String,
@@ -299,6 +305,29 @@ impl HypervisorRuntime for FakeRuntime {
                 .files
                 .retain(|path, _| path != p && !path.starts_with(&prefix));
         }
+        Ok(())
+    }
+
+    async fn exec(&self, job: &'static str, container_id: &str, command: &[String]) -> Result<()> {
+        let mut state = self.state();
+        let running = state.pods.values().any(|p| {
+            p.containers
+                .iter()
+                .any(|c| c.id == container_id && c.state == ContainerState::Running)
+        });
+        if !running {
+            return Err(Error::HelperFailed {
+                target: self.target(),
+                job,
+                exit_code: 126,
+                log_tail: format!("fake: no running container {container_id}"),
+            });
+        }
+        state.calls.push(Call::Exec {
+            job: job.to_string(),
+            container_id: container_id.to_string(),
+            command: command.to_vec(),
+        });
         Ok(())
     }
 

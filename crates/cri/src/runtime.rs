@@ -191,6 +191,19 @@ pub trait HypervisorRuntime: Send + Sync {
         container: &ContainerSpec,
         timeout: Duration,
     ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Runs `command` in the running container `container_id` (CRI `ExecSync`, at most 30 s):
+    /// telling a process to reload its files, for instance.
+    ///
+    /// # Errors
+    /// [`Error::HelperFailed`] (named `job`, with its output) when it exits non-zero; runtime
+    /// and transport errors.
+    fn exec(
+        &self,
+        job: &'static str,
+        container_id: &str,
+        command: &[String],
+    ) -> impl Future<Output = Result<()>> + Send;
 }
 
 /// How long a throwaway pod's log tail is, in bytes.
@@ -550,5 +563,20 @@ impl HypervisorRuntime for CriClient {
     ) -> Result<()> {
         self.check_paths(container.mounts.iter().map(|m| m.host_path.as_str()))?;
         self.run_bounded(job, container, timeout).await
+    }
+
+    async fn exec(&self, job: &'static str, container_id: &str, command: &[String]) -> Result<()> {
+        let out = self.exec_sync(container_id, command, 30).await?;
+        if out.exit_code != 0 {
+            let mut log = String::from_utf8_lossy(&out.stdout).into_owned();
+            log.push_str(&String::from_utf8_lossy(&out.stderr));
+            return Err(Error::HelperFailed {
+                target: self.target().clone(),
+                job,
+                exit_code: out.exit_code,
+                log_tail: log,
+            });
+        }
+        Ok(())
     }
 }

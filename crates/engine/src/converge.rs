@@ -2,6 +2,7 @@
 //! control plane and the ingress (and the pods a component no longer renders removed),
 //! observation until ready, then what the cluster holds inside (`bootstrap`).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 
 use futures::future::join_all;
@@ -11,6 +12,10 @@ use oi_cri::{HypervisorRuntime, Outcome};
 use oi_planner::{ClusterResult, ComponentPlan, Convergence, PlacedFiles, Reason};
 
 use crate::error::{Step, StepError};
+
+/// How long a replica stays out of the ingress before it restarts: the reloaded haproxy's
+/// old worker finishes what it accepted.
+const DRAIN_SETTLE: std::time::Duration = std::time::Duration::from_millis(300);
 use crate::etcd::EtcdClient;
 use crate::https::{Network, Tls};
 use crate::progress::Counters;
@@ -106,10 +111,14 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             .components
             .iter()
             .partition(|c| c.role == oi_api::ComponentRole::ControlPlane);
+        // The ingress's configuration while a replica is taken out of it, if one is.
+        let left = std::sync::Mutex::new(None);
         let rolled = async {
             // An upgrade: every replica's new API server first (beside the running version's
             // controller-manager and scheduler), one at a time, each ready before the next;
             // then each replica whole, below. A replica past that step already is left be.
+            // A replica's API server is taken out of the ingress before it restarts, and put
+            // back once ready: no request goes to an API server that is not ready.
             for c in &control_plane {
                 let (Some(staged), Some(main)) = (&c.staged, c.main_pod()) else {
                     continue;
@@ -117,17 +126,31 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                 if self.runs_one_of(key, c, &[staged, main]).await? {
                     continue;
                 }
-                if self.staged_pod(key, c, staged).await? == Outcome::Replaced {
-                    self.apiserver_ready(key, c, &plan.apiserver_ca).await?;
-                }
+                self.drained(key, plan, c, &left, async {
+                    if self.staged_pod(key, c, staged).await? == Outcome::Replaced {
+                        self.apiserver_ready(key, c, &plan.apiserver_ca).await?;
+                    }
+                    Ok(())
+                })
+                .await?;
             }
             for c in &control_plane {
                 let Some(spec) = c.main_pod() else {
                     continue;
                 };
-                if self.pod(key, c, spec).await? == Outcome::Replaced {
-                    self.apiserver_ready(key, c, &plan.apiserver_ca).await?;
+                let replaced =
+                    !self.runs_one_of(key, c, &[spec]).await? || c.restart.contains(&spec.name);
+                if !replaced {
+                    self.pod(key, c, spec).await?;
+                    continue;
                 }
+                self.drained(key, plan, c, &left, async {
+                    if self.pod(key, c, spec).await? == Outcome::Replaced {
+                        self.apiserver_ready(key, c, &plan.apiserver_ca).await?;
+                    }
+                    Ok(())
+                })
+                .await?;
             }
             Ok(())
         };
@@ -141,13 +164,36 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         let together = join_all(
             pods.into_iter()
                 .flat_map(|c| c.serving_pods().map(move |p| (c, p)))
-                .map(|(c, p)| self.pod(key, c, p)),
+                .map(|(c, p)| async move {
+                    let outcome = self.pod(key, c, p).await?;
+                    // A pod left running reloads the files it is told to reload.
+                    if outcome == Outcome::Unchanged {
+                        for r in c.reload.iter().filter(|r| r.pod == p.name) {
+                            self.reload(key, c, r).await?;
+                            self.emit(
+                                Some(&c.hypervisor),
+                                key,
+                                Some(c.name()),
+                                format!("pod {} reloaded its files", r.pod),
+                            );
+                        }
+                    }
+                    Ok::<_, StepError>(outcome)
+                }),
         );
-        let (rolled, together): (Step, _) = if running {
-            futures::join!(rolled, together)
-        } else {
-            (Ok(()), together.await)
-        };
+        // The ingress first, then the replicas one at a time (taken out of it in turn).
+        let together = together.await;
+        let rolled: Step = if running { rolled.await } else { Ok(()) };
+        // A replica left out of the ingress (a failure while it restarted): the ingress's
+        // configuration is recorded as it is, so that the next run writes the rendered one.
+        if let Some((component, path, hash)) = left
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            && let Some(placed) = result.files.iter_mut().find(|f| f.component == component)
+        {
+            placed.hashes.insert(path, hash);
+        }
         rolled?;
         for outcome in together {
             outcome?;
@@ -177,6 +223,99 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         outcome.reason = Reason::Succeeded;
         outcome.message = String::new();
         self.emit(None, key, None, "ready".to_string());
+        Ok(())
+    }
+
+    /// Runs `step` (a replica's API server restarting) with that replica taken out of the
+    /// ingress: its drained haproxy configuration written and reloaded before, the rendered
+    /// one after, whatever `step` did. `left` holds the ingress's file while it is drained.
+    async fn drained(
+        &self,
+        key: &ObjectKey,
+        plan: &Convergence,
+        replica: &ComponentPlan,
+        left: &std::sync::Mutex<Option<(String, String, String)>>,
+        step: impl std::future::Future<Output = Step>,
+    ) -> Step {
+        let ingress = plan
+            .components
+            .iter()
+            .find(|c| c.role == oi_api::ComponentRole::ControlPlaneIngress);
+        let Some((ingress, variant, reload)) = ingress.and_then(|i| {
+            Some((
+                i,
+                i.rendered.drained.get(replica.name())?,
+                i.rendered.reloads.first()?,
+            ))
+        }) else {
+            return step.await;
+        };
+        let Some(normal) = ingress
+            .rendered
+            .files
+            .iter()
+            .find(|f| f.path == variant.path)
+        else {
+            return step.await;
+        };
+        let set_left = |v: Option<(String, String, String)>| {
+            *left
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = v;
+        };
+        let rt = self.runtime(&ingress.hypervisor)?;
+        rt.write_files(std::slice::from_ref(variant), &BTreeMap::new())
+            .await?;
+        set_left(Some((
+            ingress.name().to_string(),
+            variant.path.clone(),
+            variant.content_hash(),
+        )));
+        self.reload(key, ingress, reload).await?;
+        self.emit(
+            Some(&ingress.hypervisor),
+            key,
+            Some(ingress.name()),
+            format!("{} taken out of the ingress", replica.name()),
+        );
+        // The old haproxy worker finishes the connections it accepted.
+        tokio::time::sleep(DRAIN_SETTLE).await;
+        let stepped = step.await;
+        let back = async {
+            rt.write_files(std::slice::from_ref(normal), &BTreeMap::new())
+                .await?;
+            set_left(None);
+            self.reload(key, ingress, reload).await?;
+            self.emit(
+                Some(&ingress.hypervisor),
+                key,
+                Some(ingress.name()),
+                format!("{} back in the ingress", replica.name()),
+            );
+            Ok::<_, StepError>(())
+        }
+        .await;
+        stepped.and(back)
+    }
+
+    /// Tells a running pod of `c` to reload (see [`oi_planner::render::Reload`]).
+    async fn reload(
+        &self,
+        key: &ObjectKey,
+        c: &ComponentPlan,
+        r: &oi_planner::render::Reload,
+    ) -> Step {
+        let rt = self.runtime(&c.hypervisor)?;
+        let pods = rt.list_pods(&selector(key, Some(c.name()))).await?;
+        let Some(container) = pods
+            .iter()
+            .filter(|p| p.name == r.pod)
+            .flat_map(|p| &p.containers)
+            .find(|k| k.name == r.container)
+        else {
+            return Ok(());
+        };
+        rt.exec("reload", &container.id, &r.command).await?;
         Ok(())
     }
 

@@ -319,17 +319,27 @@ async fn scaling_down_removes_the_member_before_its_pod_and_frees_its_ports() {
     assert!(calls.iter().any(|c| matches!(c, Call::RemoveHostPaths(p)
         if p.contains(&"/var/lib/oneinfra/default/c/c-control-plane-2".to_string()))));
     assert_eq!(report.counts.pods_removed, 4);
-    // The ingress's configuration lost two backends: haproxy restarts to read it.
+    // The ingress's configuration lost two backends: haproxy is told to reload it, and
+    // keeps running (no connection refused).
     let public = h.connector.runtimes["public-1"].calls();
     assert!(
         public
             .iter()
             .any(|c| matches!(c, Call::WriteFiles(f) if f.len() == 1))
     );
-    assert!(public.contains(&Call::RemovePod {
-        namespace: "default".into(),
-        name: "c-ingress".into()
-    }));
+    assert!(
+        public
+            .iter()
+            .any(|c| matches!(c, Call::Exec { job, command, .. }
+            if job == "reload" && command.last().map(String::as_str) == Some("kill -USR2 1"))),
+        "{public:?}"
+    );
+    assert!(
+        !public
+            .iter()
+            .any(|c| matches!(c, Call::RemovePod { .. } | Call::CreatePod { .. })),
+        "{public:?}"
+    );
     let outcome = &report.clusters[&ObjectKey::new("default", "c")];
     assert_eq!(outcome.etcd_voting, 1);
 }
@@ -479,7 +489,7 @@ async fn a_running_clusters_api_servers_are_replaced_one_at_a_time_each_ready_be
     // Every replica's API serving certificate is reissued: the control plane pods restart,
     // the etcd pods (which do not read it) stay.
     let (report, log, steps) = reissue_all(&h, "apiserver", |e| {
-        e.contains("pod") || e.contains("kube-apiserver ready")
+        e.contains("pod") || e.contains("kube-apiserver ready") || e.contains("the ingress")
     })
     .await;
     assert_eq!(
@@ -491,14 +501,34 @@ async fn a_running_clusters_api_servers_are_replaced_one_at_a_time_each_ready_be
     assert_eq!(log, Vec::<String>::new(), "etcd untouched");
     assert_eq!(
         steps,
-        [
-            "c/c-control-plane-0: replaced pod c-control-plane-0",
-            "c/c-control-plane-0: kube-apiserver ready",
-            "c/c-control-plane-1: replaced pod c-control-plane-1",
-            "c/c-control-plane-1: kube-apiserver ready",
-            "c/c-control-plane-2: replaced pod c-control-plane-2",
-            "c/c-control-plane-2: kube-apiserver ready",
-        ]
+        [0, 1, 2]
+            .map(|i| [
+                format!("c/c-ingress: c-control-plane-{i} taken out of the ingress"),
+                format!("c/c-control-plane-{i}: replaced pod c-control-plane-{i}"),
+                format!("c/c-control-plane-{i}: kube-apiserver ready"),
+                format!("c/c-ingress: c-control-plane-{i} back in the ingress"),
+            ])
+            .concat(),
+        "each API server out of the ingress while it restarts"
+    );
+    // The ingress got the configuration without it, then the rendered one, each reloaded.
+    let public = h.connector.runtimes["public-1"].calls();
+    let writes = public
+        .iter()
+        .filter(
+            |c| matches!(c, Call::WriteFiles(f) if f.iter().all(|p| p.ends_with("haproxy.cfg"))),
+        )
+        .count();
+    let reloads = public
+        .iter()
+        .filter(|c| matches!(c, Call::Exec { job, .. } if job == "reload"))
+        .count();
+    assert_eq!((writes, reloads), (6, 6), "{public:?}");
+    assert!(
+        !public
+            .iter()
+            .any(|c| matches!(c, Call::RemovePod { .. } | Call::CreatePod { .. })),
+        "{public:?}"
     );
 }
 

@@ -1161,7 +1161,9 @@ async fn scheduled_snapshots_are_taken_when_due_and_keep_only_the_newest() {
     let new = files
         .iter()
         .find(|f| {
-            f.starts_with("default-c-") && !f.starts_with("default-c-2-") && !f.contains("2020")
+            f.starts_with("default-c-")
+                && !f.starts_with("default-c-2-")
+                && !f.starts_with("default-c-202001")
         })
         .unwrap()
         .clone();

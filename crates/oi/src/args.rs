@@ -149,6 +149,7 @@ impl Command {
             Command::Cluster(ClusterCommand::Upgrade(a)) => Some(&a.input),
             Command::Cluster(ClusterCommand::Snapshot(a)) => Some(&a.input),
             Command::Cluster(ClusterCommand::Restore(a)) => Some(&a.input),
+            Command::Cluster(ClusterCommand::RotateCa(a)) => Some(&a.input),
             Command::Hypervisor(HypervisorCommand::Inject(a)) => Some(&a.input),
             Command::JoinToken(JoinTokenCommand::Inject(a)) => Some(&a.input),
             Command::Reconcile(a) => Some(&a.input),
@@ -166,7 +167,8 @@ impl Command {
                 ClusterCommand::Inject(_)
                 | ClusterCommand::Delete(_)
                 | ClusterCommand::Upgrade(_)
-                | ClusterCommand::Restore(_),
+                | ClusterCommand::Restore(_)
+                | ClusterCommand::RotateCa(_),
             )
             | Command::Hypervisor(_)
             | Command::JoinToken(JoinTokenCommand::Inject(_)) => true,
@@ -218,6 +220,15 @@ pub enum ClusterCommand {
     /// replica's etcd and control plane restart on the snapshot's data (the ingress stays).
     /// Prints all manifests.
     Restore(ClusterRestoreArgs),
+
+    /// Rotate a cluster's CAs (all, or those named) and its service-account key without
+    /// downtime, in three reconciles, each ready before the next: the new CAs trusted beside
+    /// the old; every certificate reissued by the new ones (the old still trusted, the API
+    /// server's new CA cross-signed by the old); the old dropped. What stops working in the
+    /// last phase is named before it runs. A rotation that stopped goes on where it was.
+    /// Prints all manifests.
+    #[command(name = "rotate-ca")]
+    RotateCa(ClusterRotateCaArgs),
 
     /// Upgrade a cluster to a Kubernetes version, one minor at a time: each minor is
     /// reconciled (every API server first, then the controller-managers and schedulers, one
@@ -299,6 +310,34 @@ pub struct ClusterRestoreArgs {
 
     /// How long the restore and the cluster's start may take (e.g. 120s, 5m; at most 24h).
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = oi_cli_io::parse_duration)]
+    pub max_wait: std::time::Duration,
+
+    /// Image repository override for every component image (air-gapped mirrors, tests).
+    #[arg(long, value_name = "REPO", env = "OI_IMAGE_REPOSITORY")]
+    pub image_repository: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ClusterRotateCaArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+
+    /// The cluster (`NAME` or `NAMESPACE/NAME`); may be omitted when there is only one.
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
+
+    /// What to rotate: `all`, or names separated by commas: apiServer, apiServerClient,
+    /// certificateSigner, kubelet, kubeletClient, etcdServer, etcdClient, etcdPeer,
+    /// serviceAccount.
+    #[arg(long, value_name = "NAMES", default_value = "all")]
+    pub ca: String,
+
+    /// Print only errors on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+
+    /// How long each phase may take to become ready (e.g. 60s, 2m; at most 24h).
+    #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = oi_cli_io::parse_duration)]
     pub max_wait: std::time::Duration,
 
     /// Image repository override for every component image (air-gapped mirrors, tests).

@@ -114,6 +114,9 @@ pub fn dispatch(
         Command::Cluster(ClusterCommand::Restore(args)) => {
             cluster::restore::run(args, ctx, input, output)
         }
+        Command::Cluster(ClusterCommand::RotateCa(args)) => {
+            cluster::rotate_ca::run(args, ctx, input, output)
+        }
         Command::Cluster(ClusterCommand::Upgrade(args)) => {
             cluster::upgrade::run(args, ctx, input, output)
         }

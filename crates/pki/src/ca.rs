@@ -258,6 +258,45 @@ impl CertificateAuthority {
         })
     }
 
+    /// `other`'s certificate issued again by this CA: the same subject, public key,
+    /// key identifier and CA extensions, valid until the earlier of both ends. A server that
+    /// presents it after a leaf of `other` is trusted by clients that know only this CA:
+    /// what lets a CA be replaced without those clients failing at once.
+    ///
+    /// # Errors
+    /// [`Error::InvalidCertificate`], [`Error::CaExpired`], [`Error::Signing`].
+    pub fn cross_sign(&self, other: &CertificateAuthority, now: OffsetDateTime) -> Result<String> {
+        if self.not_after <= now {
+            return Err(Error::CaExpired {
+                common_name: self.common_name.clone(),
+                not_after: self.not_after,
+            });
+        }
+        // As `generate` made `other`: the same subject, bytes for bytes, and the same key
+        // identifier (derived from the key), so paths through either certificate build.
+        let mut params = CertificateParams::default();
+        params.not_before = now - BACKDATE;
+        params.not_after = other.not_after.min(self.not_after);
+        params.serial_number = Some(random_serial());
+        params.distinguished_name = distinguished_name(&other.common_name, &[])?;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        params.use_authority_key_identifier_extension = true;
+        let key = load_key(&other.common_name, other.private_key_pem())?;
+        let signer = self.issuer()?;
+        let certificate = params
+            .signed_by(&key, &signer)
+            .map_err(|source| Error::Signing {
+                common_name: other.common_name.clone(),
+                source,
+            })?;
+        Ok(certificate.pem())
+    }
+
     fn issuer(&self) -> Result<Issuer<'static, KeyPair>> {
         let key = load_key(&self.common_name, &self.pem.private_key_pem)?;
         Issuer::from_ca_cert_pem(&self.pem.certificate_pem, key).map_err(|source| Error::Signing {

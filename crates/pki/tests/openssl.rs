@@ -644,3 +644,54 @@ fn write_private(path: &Path, pem_text: &str) {
         .write_all(pem_text.as_bytes())
         .unwrap();
 }
+
+#[test]
+fn a_cross_signed_ca_lets_clients_of_the_old_ca_trust_the_new_ones_leaves() {
+    if !have_openssl("a_cross_signed_ca_lets_clients_of_the_old_ca_trust_the_new_ones_leaves") {
+        return;
+    }
+    for algorithm in [KeyAlgorithm::EcdsaP256, KeyAlgorithm::Rsa2048] {
+        let old = CertificateAuthority::generate("c-apiserver-ca", algorithm, now(), YEAR).unwrap();
+        let new = CertificateAuthority::generate("c-apiserver-ca-2", algorithm, now(), YEAR * 10)
+            .unwrap();
+        let cross = old.cross_sign(&new, now()).unwrap();
+        let leaf = new
+            .issue(
+                &LeafSpec::kube_apiserver(
+                    "cluster.local",
+                    "10.96.0.0/12",
+                    &["10.0.0.1"],
+                    &[] as &[&str],
+                )
+                .unwrap(),
+                now(),
+                YEAR,
+            )
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let chain = dir.path().join("chain.pem");
+        fs::write(&chain, &cross).unwrap();
+        let chain = chain.to_str().unwrap();
+        // A client of the old CA, given the chain the server presents.
+        let (ok, said) = verify(
+            old.certificate_pem(),
+            &leaf.certificate_pem,
+            &["-untrusted", chain, "-purpose", "sslserver"],
+        );
+        assert!(ok, "{algorithm:?}: {said}");
+        // Without the cross-signed certificate it cannot.
+        let (ok, _) = verify(old.certificate_pem(), &leaf.certificate_pem, &[]);
+        assert!(!ok);
+        // A client of the new CA, with or without it.
+        for extra in [&["-untrusted", chain][..], &[][..]] {
+            let (ok, said) = verify(new.certificate_pem(), &leaf.certificate_pem, extra);
+            assert!(ok, "{algorithm:?}: {said}");
+        }
+        // The cross-signed certificate is the new CA's name and key, issued by the old one.
+        assert!(oi_pki::is_signed_by(&cross, old.certificate_pem()).unwrap());
+        let info = oi_pki::inspect_certificate(&cross).unwrap();
+        assert!(info.is_ca);
+        assert_eq!(info.common_name.as_deref(), Some("c-apiserver-ca-2"));
+        assert!(info.not_after <= old.not_after());
+    }
+}

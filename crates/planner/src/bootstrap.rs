@@ -278,7 +278,8 @@ fn client_identity(
         .issue(&spec, now, CLIENT_LIFETIME)
         .map_err(|e| e.to_string())?;
     Ok(ApiClientIdentity {
-        server_ca: server_ca.certificate.clone(),
+        server_ca: crate::rotation::trust_bundle(cluster, oi_pki::CaKind::ApiServer)
+            .unwrap_or_else(|| server_ca.certificate.clone()),
         certificate: leaf.certificate_pem,
         private_key: leaf.private_key_pem,
     })

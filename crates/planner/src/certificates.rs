@@ -46,16 +46,24 @@ fn pki_error(cluster: &ObjectKey, field: &'static str, e: &oi_pki::Error) -> Err
 }
 
 /// Whether `existing` must be issued again for `spec`.
+/// `rotated_ca`: the current CA's certificate when its rotation is in the reissue phase
+/// (a leaf it did not sign is issued again).
 fn stale(
     existing: Option<&Certificate>,
     spec: &LeafSpec,
     now: OffsetDateTime,
     options: &PrepareOptions,
+    rotated_ca: Option<&str>,
 ) -> bool {
     let Some(c) = existing.filter(|c| !c.certificate.is_empty() && !c.private_key.is_empty())
     else {
         return true;
     };
+    if let Some(ca) = rotated_ca
+        && !oi_pki::is_signed_by(&c.certificate, ca).unwrap_or(false)
+    {
+        return true;
+    }
     match oi_pki::inspect_certificate(&c.certificate) {
         Ok(info) => {
             info.common_name.as_deref() != Some(spec.common_name.as_str())
@@ -229,7 +237,15 @@ pub(crate) fn issue(
                 .and_then(|c| c.status.client_certificates.get(job.name)),
             Target::Cluster => cluster.status.client_certificates.get(job.name),
         };
-        if !stale(existing, &job.spec, now, options) {
+        let rotated_ca = cluster
+            .status
+            .ca_rotation
+            .as_ref()
+            .filter(|r| r.phase == crate::rotation::REISSUE)
+            .filter(|r| r.previous.contains_key(job.spec.issuer.manifest_field()))
+            .and_then(|_| ca_slot(cluster, job.spec.issuer).as_ref())
+            .map(|c| c.certificate.as_str());
+        if !stale(existing, &job.spec, now, options, rotated_ca) {
             out.push(None);
             continue;
         }

@@ -149,7 +149,11 @@ impl JoinAnswerer {
             cluster_name: cluster.metadata.name.clone(),
             kubernetes_version: version.to_string(),
             endpoint: cluster.status.api_server_endpoint.clone(),
-            apiserver_ca: needed(&spec.api_server.ca, "API server CA")?.certificate,
+            apiserver_ca: {
+                needed(&spec.api_server.ca, "API server CA")?;
+                crate::rotation::trust_bundle(cluster, oi_pki::CaKind::ApiServer)
+                    .unwrap_or_default()
+            },
             join_private_key: spec
                 .join_key
                 .as_ref()
@@ -158,7 +162,11 @@ impl JoinAnswerer {
                 .ok_or("the cluster has no join key")?,
             client_ca: needed(&cas.api_server_client, "API server client CA")?,
             kubelet_ca: needed(&cas.kubelet, "kubelet CA")?,
-            kubelet_client_ca: needed(&cas.kubelet_client, "kubelet client CA")?.certificate,
+            kubelet_client_ca: {
+                needed(&cas.kubelet_client, "kubelet client CA")?;
+                crate::rotation::trust_bundle(cluster, oi_pki::CaKind::KubeletClient)
+                    .unwrap_or_default()
+            },
             cluster_dns: cluster_dns_address(&spec.networking.service_cidr)?,
         })
     }

@@ -46,6 +46,7 @@ pub mod prepare;
 pub mod record;
 pub mod render;
 pub mod restarts;
+pub mod rotation;
 pub mod schedule;
 pub mod snapshot;
 #[cfg(test)]

@@ -125,6 +125,8 @@ pub struct ComponentPlan {
     pub known_files: BTreeMap<String, String>,
     /// Its pods that restart because files they read change.
     pub restart: BTreeSet<String>,
+    /// Its running pods told to reload, because files they reload changed.
+    pub reload: Vec<crate::render::Reload>,
     /// `https://<ip>:<port>` of its API server (a replica) or frontend (the ingress).
     pub apiserver_url: Option<String>,
     /// During an upgrade, the control plane pod a replica goes through first: the new
@@ -410,7 +412,18 @@ fn convergence(
                 .map(|main| staged_pod(main, running, options.image_repository.as_deref())),
             _ => None,
         };
+        let changed: BTreeSet<&str> = crate::restarts::changed_files(&r, &known_files)
+            .into_iter()
+            .map(|f| f.path.as_str())
+            .collect();
+        let reload = r
+            .reloads
+            .iter()
+            .filter(|l| l.files.iter().any(|f| changed.contains(f.as_str())))
+            .cloned()
+            .collect();
         components.push(ComponentPlan {
+            reload,
             staged,
             restart: pods_reading_changed_files(&r, &known_files),
             apiserver_url: url(world, c, names::APISERVER),
@@ -445,12 +458,7 @@ fn convergence(
             founders,
             client: etcd_client_identity(cluster, now),
         },
-        apiserver_ca: cluster
-            .spec
-            .api_server
-            .ca
-            .as_ref()
-            .map(|c| c.certificate.clone())
+        apiserver_ca: crate::rotation::trust_bundle(cluster, oi_pki::CaKind::ApiServer)
             .unwrap_or_default(),
         in_cluster: crate::bootstrap::in_cluster(cluster, now).map(|mut i| {
             crate::bootstrap::override_images(&mut i.objects, options.image_repository.as_deref());
@@ -560,7 +568,8 @@ fn etcd_client_identity(
         .issue(&spec, now, ENGINE_CLIENT_LIFETIME)
         .map_err(|e| e.to_string())?;
     Ok(EtcdClientIdentity {
-        server_ca: server_ca.certificate.clone(),
+        server_ca: crate::rotation::trust_bundle(cluster, oi_pki::CaKind::EtcdServer)
+            .unwrap_or_else(|| server_ca.certificate.clone()),
         certificate: leaf.certificate_pem,
         private_key: leaf.private_key_pem,
     })

@@ -14,6 +14,8 @@
 //!                                                  <vpn-proxy port> (see oi_vpn)
 //! ```
 //!
+//! haproxy is told to reload its configuration and CA bundle (SIGUSR2, [`Rendered::reloads`]):
+//! a backend added or removed, a CA rotated, refuse no connection through the ingress.
 //! The VPN pod reads its files again when they change ([`Rendered::reloaded`]): a worker
 //! joining or leaving rewrites its configuration and restarts nothing.
 //!
@@ -75,8 +77,24 @@ pub struct Rendered {
     pub pods: Vec<PodSpec>,
     /// Files, by path.
     pub files: Vec<HostFile>,
-    /// Paths of files whose reader takes a change by itself: writing them restarts nothing.
+    /// Paths of files whose reader takes a change by itself, or is told to
+    /// ([`Rendered::reloads`]): writing them restarts nothing.
     pub reloaded: std::collections::BTreeSet<String>,
+    /// How running pods are told to read some of their files again.
+    pub reloads: Vec<Reload>,
+    /// The ingress: its haproxy configuration with one API server taken out, by replica,
+    /// while that replica restarts (written and reloaded before, the rendered one after).
+    pub drained: BTreeMap<String, HostFile>,
+}
+
+/// How a running pod is told to read some of its files again instead of restarting: a
+/// command run in one of its containers when one of `files` changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reload {
+    pub pod: String,
+    pub container: String,
+    pub command: Vec<String>,
+    pub files: std::collections::BTreeSet<String>,
 }
 
 /// Renders a prepared component: a control plane replica or an ingress.
@@ -206,11 +224,19 @@ impl ComponentRenderer<'_> {
         }
     }
 
-    /// A CA certificate (public part only) from the cluster spec.
+    /// The certificates to trust for the CA at `field` of the cluster spec: its certificate,
+    /// and during a rotation the other one ([`crate::rotation::trust_bundle`]).
     fn ca_cert(&self, ca: Option<&oi_api::Certificate>, field: &str) -> Result<String> {
-        ca.filter(|c| !c.certificate.is_empty())
-            .map(|c| c.certificate.clone())
-            .ok_or_else(|| self.missing(format!("cluster CA {field}")))
+        let kind = oi_pki::CaKind::ALL
+            .into_iter()
+            .find(|k| k.manifest_field() == field);
+        match kind {
+            Some(kind) => crate::rotation::trust_bundle(self.cluster, kind),
+            None => ca
+                .filter(|c| !c.certificate.is_empty())
+                .map(|c| c.certificate.clone()),
+        }
+        .ok_or_else(|| self.missing(format!("cluster CA {field}")))
     }
 
     /// The live control plane replicas of the cluster, by replica index then name.
@@ -254,7 +280,15 @@ impl ComponentRenderer<'_> {
                 self.port(r, names::APISERVER)?,
             ));
         }
-        let haproxy_cfg = haproxy_config(port, &self.path("apiserver-ca.crt"), &backends);
+        let haproxy_cfg = haproxy_config(port, &self.path("apiserver-ca.crt"), &backends, None);
+        let drained = backends
+            .iter()
+            .map(|(name, _, _)| {
+                let cfg =
+                    haproxy_config(port, &self.path("apiserver-ca.crt"), &backends, Some(name));
+                (name.clone(), self.file("haproxy.cfg", &cfg, 0o644))
+            })
+            .collect();
         let mut files = vec![
             self.file("apiserver-ca.crt", &ca, 0o644),
             self.file("haproxy.cfg", &haproxy_cfg, 0o644),
@@ -274,7 +308,17 @@ impl ComponentRenderer<'_> {
             privileged: false,
         };
         let mut pods = vec![self.pod(self.component.metadata.name.clone(), vec![haproxy])];
-        let mut reloaded = std::collections::BTreeSet::new();
+        // haproxy in master-worker mode (-W) reloads on SIGUSR2, its listening sockets handed
+        // to the new worker: a new backend or CA bundle refuses no connection.
+        let haproxy_files: std::collections::BTreeSet<String> =
+            files.iter().map(|f| f.path.clone()).collect();
+        let mut reloaded = haproxy_files.clone();
+        let reloads = vec![Reload {
+            pod: self.component.metadata.name.clone(),
+            container: "haproxy".into(),
+            command: vec!["sh".into(), "-c".into(), "kill -USR2 1".into()],
+            files: haproxy_files,
+        }];
         if self.cluster.spec.vpn.enabled {
             let (pod, vpn_files) = self.vpn_endpoint()?;
             pods.push(pod);
@@ -287,6 +331,8 @@ impl ComponentRenderer<'_> {
             pods,
             files,
             reloaded,
+            reloads,
+            drained,
         })
     }
 
@@ -475,7 +521,9 @@ impl ComponentRenderer<'_> {
             .as_ref()
             .filter(|k| !k.private_key.is_empty() && !k.public_key.is_empty())
             .ok_or_else(|| self.missing("key pair spec.apiServer.serviceAccount"))?;
-        add("sa.pub", &sa.public_key, 0o644);
+        let verification = crate::rotation::service_account_keys(self.cluster)
+            .unwrap_or_else(|| sa.public_key.clone());
+        add("sa.pub", &verification, 0o644);
         add("sa.key", &sa.private_key, 0o600);
         let server = &c.status.server_certificates;
         let client = &c.status.client_certificates;
@@ -491,6 +539,11 @@ impl ComponentRenderer<'_> {
             ),
         ] {
             let (cert, key) = self.leaf(map, field, name)?;
+            let cert = if name == certs::APISERVER {
+                crate::rotation::served_chain(self.cluster, &cert)
+            } else {
+                cert
+            };
             add(&format!("{name}.crt"), &cert, 0o644);
             add(&format!("{name}.key"), &key, 0o600);
         }
@@ -705,6 +758,8 @@ impl ComponentRenderer<'_> {
             pods: vec![etcd_pod, kube_pod],
             files,
             reloaded: std::collections::BTreeSet::new(),
+            reloads: Vec::new(),
+            drained: BTreeMap::new(),
         })
     }
 }
@@ -739,7 +794,14 @@ pub fn egress_selector_config(url: &str, ca: &str, cert: &str, key: &str) -> Str
 /// haproxy in TCP mode in front of the API servers, each health-checked over TLS (verified
 /// against the API server CA) on `GET /readyz`; a refused connection is redispatched to
 /// another API server.
-pub fn haproxy_config(port: u16, ca_file: &str, backends: &[(String, String, u16)]) -> String {
+/// `disabled`: a backend taken out (its API server about to restart): no new connection
+/// goes to it.
+pub fn haproxy_config(
+    port: u16,
+    ca_file: &str,
+    backends: &[(String, String, u16)],
+    disabled: Option<&str>,
+) -> String {
     let mut out = String::new();
     out.push_str(concat!(
         "global\n",
@@ -777,7 +839,12 @@ pub fn haproxy_config(port: u16, ca_file: &str, backends: &[(String, String, u16
     let mut sorted: Vec<&(String, String, u16)> = backends.iter().collect();
     sorted.sort();
     for (name, host, port) in sorted {
-        out.push_str(&format!("  server {name} {host}:{port}\n"));
+        let off = if disabled == Some(name.as_str()) {
+            " disabled"
+        } else {
+            ""
+        };
+        out.push_str(&format!("  server {name} {host}:{port}{off}\n"));
     }
     out
 }

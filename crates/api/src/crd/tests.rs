@@ -382,6 +382,16 @@ mod full {
                 revision: 7,
                 size: 42,
             }),
+            ca_rotation: Some(crate::CaRotation {
+                phase: "reissue".into(),
+                started_at: "2026-11-25T00:00:00Z".into(),
+                cas: vec!["spec.apiServer.ca".into()],
+                next: map(cert()),
+                previous: map("pem".to_string()),
+                cross_signed: map("pem".to_string()),
+                next_service_account: Some(keys()),
+                previous_service_account: "pem".into(),
+            }),
             conditions: conditions(),
         };
         c

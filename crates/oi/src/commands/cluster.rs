@@ -7,5 +7,6 @@ pub mod certificates;
 pub mod delete;
 pub mod inject;
 pub mod restore;
+pub mod rotate_ca;
 pub mod snapshot;
 pub mod upgrade;

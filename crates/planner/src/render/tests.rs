@@ -104,6 +104,15 @@ fn describe(r: &Rendered) -> String {
             }
         }
     }
+    for l in &r.reloads {
+        out.push_str(&format!(
+            "reload pod {} container {}: {:?} when {} change\n",
+            l.pod,
+            l.container,
+            l.command,
+            l.files.iter().cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
     out
 }
 
@@ -227,6 +236,7 @@ fn haproxy_backends_sorted_whatever_the_input_order() {
             ("b".into(), "10.0.0.2".into(), 30000),
             ("a".into(), "10.0.0.1".into(), 30000),
         ],
+        None,
     );
     let b = haproxy_config(
         40000,
@@ -235,9 +245,21 @@ fn haproxy_backends_sorted_whatever_the_input_order() {
             ("a".into(), "10.0.0.1".into(), 30000),
             ("b".into(), "10.0.0.2".into(), 30000),
         ],
+        None,
     );
     assert_eq!(a, b);
     assert!(a.contains("  server a 10.0.0.1:30000\n  server b 10.0.0.2:30000\n"));
+    // One taken out while its API server restarts.
+    let drained = haproxy_config(
+        40000,
+        "/ca.crt",
+        &[
+            ("a".into(), "10.0.0.1".into(), 30000),
+            ("b".into(), "10.0.0.2".into(), 30000),
+        ],
+        Some("b"),
+    );
+    assert!(drained.contains("  server a 10.0.0.1:30000\n  server b 10.0.0.2:30000 disabled\n"));
 }
 
 #[test]

@@ -35,6 +35,8 @@ fn only_the_pods_that_read_a_changed_file_restart() {
         containers: vec![container(name, args)],
     };
     let rendered = Rendered {
+        reloads: Vec::new(),
+        drained: BTreeMap::new(),
         pods: vec![
             pod("etcd", &["--cert-file=/d/etcd.crt"]),
             pod("apiserver", &["--tls-cert-file=/d/api.crt"]),

@@ -55,7 +55,9 @@ fn admin_kubeconfig(key: &ObjectKey, cluster: &Cluster, ctx: &Context) -> anyhow
     Ok(oi_pki::kubeconfig(
         &key.name,
         server,
-        &api_server_ca.certificate,
+        // During a CA rotation, both CAs: whichever a replica presents is trusted.
+        &oi_planner::rotation::trust_bundle(cluster, CaKind::ApiServer)
+            .unwrap_or_else(|| api_server_ca.certificate.clone()),
         &admin.common_name,
         &minted.certificate_pem,
         &minted.private_key_pem,

@@ -32,6 +32,7 @@
 mod cluster;
 mod component;
 mod hypervisor;
+mod rotation;
 pub mod share;
 pub mod snapshots;
 mod writeback;
@@ -187,6 +188,10 @@ pub mod event_reasons {
     pub const SNAPSHOT_TAKEN: &str = "SnapshotTaken";
     /// A scheduled snapshot could not be taken or written; tried again in a minute (Warning).
     pub const SNAPSHOT_FAILED: &str = "SnapshotFailed";
+    /// A CA rotation asked for by the annotation started or moved a phase on (Normal).
+    pub const CA_ROTATION: &str = "CARotation";
+    /// The rotate-ca annotation names no known CA, or the rotation cannot go on (Warning).
+    pub const CA_ROTATION_REFUSED: &str = "CARotationRefused";
     /// A hypervisor answered again (Normal).
     pub const HYPERVISOR_REACHABLE: &str = "HypervisorReachable";
     /// A hypervisor does not answer (Warning).
@@ -211,6 +216,8 @@ pub struct Context<S, C, N> {
     failures: Mutex<BTreeMap<(ControllerKind, ObjectKey), u32>>,
     /// The last probe result per hypervisor, to publish transitions only.
     reachable: Mutex<BTreeMap<String, bool>>,
+    /// Per cluster, the rotate-ca annotation value last refused (reported once).
+    refused_rotations: Mutex<BTreeMap<ObjectKey, String>>,
     /// Per cluster, the certificates last reported in a `CertificateExpiring` event.
     expiring: Mutex<BTreeMap<ObjectKey, BTreeSet<String>>>,
     /// Hypervisors whose leftover throwaway pods this process removed.
@@ -248,6 +255,7 @@ impl<S: Store, C: Connector, N: Network> Context<S, C, N> {
             reachable: Mutex::new(BTreeMap::new()),
             swept: Mutex::new(BTreeSet::new()),
             expiring: Mutex::new(BTreeMap::new()),
+            refused_rotations: Mutex::new(BTreeMap::new()),
             wakeups: Arc::new(Mutex::new(None)),
             joins: crate::joins::JoinWatches::default(),
         }
@@ -321,6 +329,12 @@ impl<S: Store, C: Connector, N: Network> Context<S, C, N> {
             remove_leftover_throwaway_pods: false,
             ..self.options.execute.clone()
         }
+    }
+
+    /// Whether the rotate-ca annotation `value` of `key` is refused for the first time.
+    fn note_refused_rotation(&self, key: &ObjectKey, value: &str) -> bool {
+        lock(&self.refused_rotations).insert(key.clone(), value.to_string())
+            != Some(value.to_string())
     }
 
     /// Keeps the certificate expiry metric of cluster `key` (`None`: gone), and publishes

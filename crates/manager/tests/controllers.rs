@@ -1260,3 +1260,87 @@ async fn a_snapshot_that_cannot_be_written_is_a_warning_and_tried_again_soon() {
         failed[0].note
     );
 }
+
+#[tokio::test]
+async fn the_rotate_ca_annotation_rotates_one_phase_per_ready_reconcile() {
+    let h = Harness::new();
+    h.ready("c", 3).await;
+    let before = h.cluster("c").unwrap();
+    let old_ca = before.spec.api_server.ca.clone().unwrap();
+    // An annotation naming nothing known: one warning, nothing started.
+    let mut c = before.clone();
+    c.metadata
+        .annotations
+        .insert(oi_api::ROTATE_CA_ANNOTATION.into(), "apiserver".into());
+    h.store.insert(c);
+    for _ in 0..2 {
+        reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    }
+    let refused: Vec<_> = h
+        .store
+        .events()
+        .into_iter()
+        .filter(|e| e.reason == "CARotationRefused")
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0].note.contains("unknown CA \"apiserver\""),
+        "{}",
+        refused[0].note
+    );
+    assert_eq!(h.cluster("c").unwrap().status.ca_rotation, None);
+
+    let mut c = h.cluster("c").unwrap();
+    c.metadata.annotations.insert(
+        oi_api::ROTATE_CA_ANNOTATION.into(),
+        "apiServer,serviceAccount".into(),
+    );
+    h.store.insert(c);
+    let soon = Action::Requeue(Duration::from_secs(1));
+    // Trust: started and rolled out, then moved on to reissue.
+    assert_eq!(reconcile_cluster(&key("c"), &h.ctx).await.unwrap(), soon);
+    let c = h.cluster("c").unwrap();
+    let rotation = c.status.ca_rotation.clone().unwrap();
+    assert_eq!(rotation.phase, "reissue");
+    assert_eq!(rotation.previous["spec.apiServer.ca"], old_ca.certificate);
+    assert_ne!(c.spec.api_server.ca.as_ref().unwrap(), &old_ca);
+    // Reissue: rolled out, then done (the annotation gone).
+    assert_eq!(reconcile_cluster(&key("c"), &h.ctx).await.unwrap(), soon);
+    let c = h.cluster("c").unwrap();
+    assert_eq!(c.status.ca_rotation, None);
+    assert!(
+        !c.metadata
+            .annotations
+            .contains_key(oi_api::ROTATE_CA_ANNOTATION)
+    );
+    // The old CA gone from the bundles: an ordinary ready reconcile.
+    assert_eq!(
+        reconcile_cluster(&key("c"), &h.ctx).await.unwrap(),
+        Action::Requeue(Duration::from_secs(300))
+    );
+    let notes: Vec<String> = h
+        .store
+        .events()
+        .into_iter()
+        .filter(|e| e.reason == "CARotation")
+        .map(|e| e.note)
+        .collect();
+    assert_eq!(notes.len(), 3, "{notes:?}");
+    assert!(
+        notes[0]
+            .starts_with("rotating spec.apiServer.ca, spec.apiServer.serviceAccount; phase 1 of 3")
+    );
+    assert!(notes[1].starts_with("phase 2 of 3"));
+    assert!(
+        notes[2].starts_with("phase 3 of 3, the last: the old CAs leave every trust bundle now"),
+        "{}",
+        notes[2]
+    );
+    // Every leaf of the replicas is the new CA's.
+    let new_ca = h.cluster("c").unwrap().spec.api_server.ca.unwrap();
+    for component in h.components("c") {
+        if let Some(leaf) = component.status.server_certificates.get("apiserver") {
+            assert!(oi_pki::is_signed_by(&leaf.certificate, &new_ca.certificate).unwrap());
+        }
+    }
+}

@@ -43,6 +43,8 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
         cluster = store.update(&cluster).await?;
     }
     let now = now();
+    // A CA rotation the annotation asks for starts here (its phase is the status's).
+    super::rotation::begin(ctx, key, &mut cluster, now).await?;
 
     // Phase 1: plan, and write back what preparing derived, under the write lock.
     let (plan, mut stored) = {
@@ -102,6 +104,12 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
     let ready = executed.clusters.get(key).is_some_and(|r| r.outcome.ready);
     if !ready {
         return Ok(next);
+    }
+    if let Some(soon) = super::rotation::advance(ctx, key, &mut stored.cluster, now).await? {
+        return Ok(match next {
+            Next::Done(Action::Requeue(_)) => Next::Done(Action::Requeue(soon)),
+            other => other,
+        });
     }
     let again = super::snapshots::run(ctx, key, &plan, &mut stored.cluster, now).await?;
     Ok(match (next, again) {

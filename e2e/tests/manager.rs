@@ -129,6 +129,7 @@ fn manager_brings_up_scales_and_deletes_a_cluster() {
     ));
     let ctx = context(&store);
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .thread_stack_size(oi_engine::RUNTIME_STACK_BYTES)
         .enable_all()
         .build()
         .unwrap();
@@ -264,6 +265,7 @@ fn manager_answers_a_worker_behind_nat_on_a_vpn_cluster() {
     ));
     let ctx = context(&store);
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .thread_stack_size(oi_engine::RUNTIME_STACK_BYTES)
         .enable_all()
         .build()
         .unwrap();

@@ -60,7 +60,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         // A restore: every replica's etcd data replaced by the snapshot's, its pods stopped;
         //    the etcd step below then finds nobody answering and starts them together.
         if let Some(restore) = &plan.restore {
-            self.restore(key, restore).await?;
+            Box::pin(self.restore(key, restore)).await?;
         }
         // 3. etcd. A cluster whose etcd answers keeps its quorum: replica by replica (in
         //    replica order), a member joins (learner, pod, promotion) or has its pod created or
@@ -113,7 +113,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             .partition(|c| c.role == oi_api::ComponentRole::ControlPlane);
         // The ingress's configuration while a replica is taken out of it, if one is.
         let left = std::sync::Mutex::new(None);
-        let rolled = async {
+        let rolled = Box::pin(async {
             // An upgrade: every replica's new API server first (beside the running version's
             // controller-manager and scheduler), one at a time, each ready before the next;
             // then each replica whole, below. A replica past that step already is left be.
@@ -126,12 +126,18 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                 if self.runs_one_of(key, c, &[staged, main]).await? {
                     continue;
                 }
-                self.drained(key, plan, c, &left, async {
-                    if self.staged_pod(key, c, staged).await? == Outcome::Replaced {
-                        self.apiserver_ready(key, c, &plan.apiserver_ca).await?;
-                    }
-                    Ok(())
-                })
+                self.drained(
+                    key,
+                    plan,
+                    c,
+                    &left,
+                    Box::pin(async {
+                        if self.staged_pod(key, c, staged).await? == Outcome::Replaced {
+                            self.apiserver_ready(key, c, &plan.apiserver_ca).await?;
+                        }
+                        Ok(())
+                    }),
+                )
                 .await?;
             }
             for c in &control_plane {
@@ -144,16 +150,22 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                     self.pod(key, c, spec).await?;
                     continue;
                 }
-                self.drained(key, plan, c, &left, async {
-                    if self.pod(key, c, spec).await? == Outcome::Replaced {
-                        self.apiserver_ready(key, c, &plan.apiserver_ca).await?;
-                    }
-                    Ok(())
-                })
+                self.drained(
+                    key,
+                    plan,
+                    c,
+                    &left,
+                    Box::pin(async {
+                        if self.pod(key, c, spec).await? == Outcome::Replaced {
+                            self.apiserver_ready(key, c, &plan.apiserver_ca).await?;
+                        }
+                        Ok(())
+                    }),
+                )
                 .await?;
             }
             Ok(())
-        };
+        });
         let pods = if running {
             ingress
         } else {

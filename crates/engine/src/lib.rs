@@ -75,6 +75,11 @@ use connect::{Runtimes, connect_all, remove_leftover_throwaway_pods};
 use error::Step;
 use progress::Counters;
 
+/// The stack each thread of a runtime that executes plans should have: a cluster's steps
+/// make deep futures, which unoptimized builds lay out in large frames (the manager's
+/// reconcile, with the engine inside, needs about 1.5 MiB there; the default is 2 MiB).
+pub const RUNTIME_STACK_BYTES: usize = 8 * 1024 * 1024;
+
 /// Settings of [`execute`].
 #[derive(Debug, Clone)]
 pub struct ExecuteOptions {
@@ -196,7 +201,9 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                 Err(e) => result.outcome = result.outcome.fail(e.reason(), e.to_string()),
             },
             ClusterPlan::Converge(convergence) => {
-                if let Err(e) = self.converge(key, convergence, &mut result).await {
+                // On the heap: a cluster's steps make a large future, and a caller may run
+                // many on one thread's stack.
+                if let Err(e) = Box::pin(self.converge(key, convergence, &mut result)).await {
                     result.outcome = result.outcome.fail(e.reason(), e.to_string());
                 }
             }

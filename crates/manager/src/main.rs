@@ -57,6 +57,7 @@ fn run_manager(args: &RunArgs) -> anyhow::Result<()> {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .thread_stack_size(oi_engine::RUNTIME_STACK_BYTES)
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;

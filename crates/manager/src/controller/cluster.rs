@@ -82,7 +82,7 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
     };
 
     // Phase 2: the engine executes the plan; no lock.
-    let executed = execute_plan(ctx, &plan).await;
+    let executed = Box::pin(execute_plan(ctx, &plan)).await;
     // A ready cluster's join requests are watched, so that they are answered as they come.
     match executed.clusters.get(key).map(|r| &r.outcome) {
         Some(o) if o.deleted => ctx.joins.stop(key),
@@ -105,13 +105,22 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
     if !ready {
         return Ok(next);
     }
-    if let Some(soon) = super::rotation::advance(ctx, key, &mut stored.cluster, now).await? {
+    if let Some(soon) =
+        Box::pin(super::rotation::advance(ctx, key, &mut stored.cluster, now)).await?
+    {
         return Ok(match next {
             Next::Done(Action::Requeue(_)) => Next::Done(Action::Requeue(soon)),
             other => other,
         });
     }
-    let again = super::snapshots::run(ctx, key, &plan, &mut stored.cluster, now).await?;
+    let again = Box::pin(super::snapshots::run(
+        ctx,
+        key,
+        &plan,
+        &mut stored.cluster,
+        now,
+    ))
+    .await?;
     Ok(match (next, again) {
         (Next::Done(Action::Requeue(after)), Some(due)) => Next::Done(Action::Requeue(
             after.min(due.max(std::time::Duration::from_secs(1))),

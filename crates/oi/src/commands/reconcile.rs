@@ -169,6 +169,7 @@ impl Runner {
                 },
             },
             runtime: tokio::runtime::Builder::new_multi_thread()
+                .thread_stack_size(oi_engine::RUNTIME_STACK_BYTES)
                 .enable_all()
                 .build()
                 .context("cannot start the async runtime")?,

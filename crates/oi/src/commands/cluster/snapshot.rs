@@ -66,6 +66,7 @@ pub fn run(
         _ => anyhow::bail!("cluster {key} is being deleted"),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .thread_stack_size(oi_engine::RUNTIME_STACK_BYTES)
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;

@@ -126,6 +126,16 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                 requests.push(r);
             }
         }
+        result.joined = Some(
+            requests
+                .iter()
+                .filter(|r| {
+                    oi_api::find_condition(&r.status.conditions, oi_planner::join::ISSUED)
+                        .is_some_and(|c| c.status == oi_api::ConditionStatus::True)
+                })
+                .map(|r| r.metadata.name.clone())
+                .collect(),
+        );
         let worker_peers = vpn.is_some_and(|v| {
             v.peers
                 .iter()

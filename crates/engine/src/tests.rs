@@ -156,6 +156,8 @@ struct Report {
     world: World,
     clusters: BTreeMap<ObjectKey, ClusterOutcome>,
     counts: Counts,
+    /// The workers each cluster's run found joined.
+    joined: BTreeMap<ObjectKey, Option<Vec<String>>>,
 }
 
 impl Report {
@@ -190,6 +192,11 @@ impl Harness {
         let executed = execute(&plan, &options(), &self.connector, &self.network, &progress).await;
         Report {
             world: oi_planner::record(plan.world, &executed.clusters, NOW),
+            joined: executed
+                .clusters
+                .iter()
+                .map(|(k, r)| (k.clone(), r.joined.clone()))
+                .collect(),
             clusters: executed
                 .clusters
                 .into_iter()
@@ -1246,6 +1253,9 @@ async fn join_requests_are_answered_once_and_a_taken_node_name_is_refused() {
     assert!(third.all_ready());
     assert_eq!(third.counts.cluster_writes, 0);
     assert_eq!(h.network.api_writes().len(), before);
+    // The next run finds w1 joined (what a CA rotation names), not the refused w2.
+    let third = h.run(second.world.clone()).await;
+    assert_eq!(third.joined[&key], Some(vec!["w1".to_string()]));
 }
 
 /// A request of the new form: the worker's own WireGuard public key, sealed.
@@ -1582,6 +1592,11 @@ impl Harness {
         let executed = execute(&plan, &options(), &self.connector, &self.network, &progress).await;
         Report {
             world: oi_planner::record(plan.world, &executed.clusters, NOW),
+            joined: executed
+                .clusters
+                .iter()
+                .map(|(k, r)| (k.clone(), r.joined.clone()))
+                .collect(),
             clusters: executed
                 .clusters
                 .into_iter()

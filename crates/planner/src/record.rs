@@ -144,6 +144,9 @@ pub struct ClusterResult {
     pub join_tokens: Option<Vec<String>>,
     /// The VPN peers after the run answered and forgot join requests (`status.vpnPeers`).
     pub vpn_peers: Option<Vec<oi_api::VpnPeer>>,
+    /// The workers that joined through a NodeJoinRequest answered (`Issued=True`), as the
+    /// run found them inside the cluster: what a CA rotation's last phase names.
+    pub joined: Option<Vec<String>>,
 }
 
 impl ClusterResult {
@@ -155,6 +158,7 @@ impl ClusterResult {
             removed: Vec::new(),
             join_tokens: None,
             vpn_peers: None,
+            joined: None,
         }
     }
 }

@@ -105,8 +105,19 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
     if !ready {
         return Ok(next);
     }
-    if let Some(soon) =
-        Box::pin(super::rotation::advance(ctx, key, &mut stored.cluster, now)).await?
+    let joined = executed
+        .clusters
+        .get(key)
+        .and_then(|r| r.joined.clone())
+        .unwrap_or_default();
+    if let Some(soon) = Box::pin(super::rotation::advance(
+        ctx,
+        key,
+        &mut stored.cluster,
+        now,
+        &joined,
+    ))
+    .await?
     {
         return Ok(match next {
             Next::Done(Action::Requeue(_)) => Next::Done(Action::Requeue(soon)),

@@ -97,11 +97,13 @@ pub(super) async fn begin<S: Store, C: Connector, N: Network>(
 
 /// After a reconcile that left the cluster ready: its rotation, if one is under way, moves
 /// a phase on. Returns when to look again.
+/// `joined`: the workers the reconcile found joined, named before the last phase.
 pub(super) async fn advance<S: Store, C: Connector, N: Network>(
     ctx: &Context<S, C, N>,
     key: &ObjectKey,
     cluster: &mut Cluster,
     now: OffsetDateTime,
+    joined: &[String],
 ) -> Result<Option<Duration>, ReconcileError> {
     let Some(under_way) = cluster.status.ca_rotation.clone() else {
         return Ok(None);
@@ -111,10 +113,17 @@ pub(super) async fn advance<S: Store, C: Connector, N: Network>(
     let note = if under_way.phase == rotation::TRUST {
         "phase 2 of 3: every certificate reissued by the new CAs, the old still trusted".to_string()
     } else {
-        format!(
+        let mut note = format!(
             "phase 3 of 3, the last: {}",
             rotation::last_phase_note(&under_way)
-        )
+        );
+        if !joined.is_empty() {
+            note.push_str(&format!(
+                "; workers joined with the old CAs: {}",
+                joined.join(", ")
+            ));
+        }
+        note
     };
     match rotation::advance(&mut desired, now) {
         Ok(phase) => {

@@ -76,6 +76,7 @@ fn a_failure_is_the_condition_with_its_reason_and_message() {
         removed: Vec::new(),
         join_tokens: None,
         vpn_peers: None,
+        joined: None,
     };
     let w = record(prepared(3), &results(result), NOW);
     assert_eq!(
@@ -105,6 +106,7 @@ fn a_failure_is_the_condition_with_its_reason_and_message() {
         removed: Vec::new(),
         join_tokens: None,
         vpn_peers: None,
+        joined: None,
     };
     let w = record(prepared(1), &results(result), NOW);
     assert_eq!(
@@ -176,6 +178,7 @@ fn a_cluster_being_deleted_whose_teardown_failed_is_not_started() {
         removed: Vec::new(),
         join_tokens: None,
         vpn_peers: None,
+        joined: None,
     };
     let after = record(w, &results(result), NOW);
     assert_eq!(

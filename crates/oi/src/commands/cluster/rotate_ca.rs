@@ -93,6 +93,17 @@ pub fn run(
                         rotation::last_phase_note(r)
                     ));
                 }
+                let joined = executed
+                    .clusters
+                    .get(&key)
+                    .and_then(|r| r.joined.clone())
+                    .unwrap_or_default();
+                if !joined.is_empty() {
+                    eprintln!(
+                        "warning: cluster {key}: workers joined with the old CAs need the new ones (join them again): {}",
+                        joined.join(", ")
+                    );
+                }
                 rotation::advance(cluster, ctx.now)?;
             }
             None => break,

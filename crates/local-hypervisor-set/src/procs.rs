@@ -128,8 +128,11 @@ mod tests {
     #[test]
     fn finds_and_terminates_a_process_by_marker() {
         let marker = format!("oi-lhs-test-marker-{}", std::process::id());
+        // `read` is a builtin: the shell never forks, so no second process (a fork not yet
+        // exec'd) ever carries the marker. It blocks on a pipe held open until the end.
         let mut child = std::process::Command::new("sh")
-            .args(["-c", "trap '' TERM; while :; do sleep 0.05; done", &marker])
+            .args(["-c", "trap '' TERM; read line", &marker])
+            .stdin(std::process::Stdio::piped())
             .spawn()
             .unwrap();
         let pid = child.id();

@@ -11,8 +11,10 @@ use serde_json::{Map, Value, json};
 use crate::manifest::ManifestError;
 use crate::meta::Kind;
 
-/// The CRD of a kind, as a JSON value.
-pub fn custom_resource_definition(kind: Kind) -> Value {
+/// The CRD of one of oneinfra's kinds ([`Kind::ONEINFRA`]), as a JSON value; `None` for the
+/// kinds whose definitions are not ours to install (SIPCluster's is upstream's until our SIP
+/// controller serves it, BareMetalHost's is metal3's, Secret is a core kind).
+pub fn custom_resource_definition(kind: Kind) -> Option<Value> {
     let (plural, spec, status, columns) = match kind {
         Kind::Hypervisor => (
             "hypervisors",
@@ -52,7 +54,23 @@ pub fn custom_resource_definition(kind: Kind) -> Value {
             node_join_request_status(),
             Vec::new(),
         ),
+        Kind::SipCluster | Kind::BareMetalHost | Kind::Secret => return None,
     };
+    Some(definition(kind, plural, spec, status, columns))
+}
+
+/// NodeJoinRequest's CRD (what each managed cluster gets).
+pub fn node_join_request_crd() -> Value {
+    definition(
+        Kind::NodeJoinRequest,
+        "nodejoinrequests",
+        node_join_request_spec(),
+        node_join_request_status(),
+        Vec::new(),
+    )
+}
+
+fn definition(kind: Kind, plural: &str, spec: Value, status: Value, columns: Vec<Value>) -> Value {
     let mut columns = columns;
     columns.push(column("Age", "date", ".metadata.creationTimestamp"));
     let (group, version) = kind
@@ -94,21 +112,20 @@ pub fn custom_resource_definition(kind: Kind) -> Value {
     })
 }
 
-/// Every CRD as a multi-document YAML stream, in [`Kind::ALL`] order.
+/// Every CRD of ours as a multi-document YAML stream, in [`Kind::ONEINFRA`] order.
 ///
 /// # Errors
 ///
 /// [`ManifestError::Serialize`] if serde_yaml_ng refuses a value.
 pub fn crds_yaml() -> Result<String, ManifestError> {
-    let docs = Kind::ALL
+    let docs = Kind::ONEINFRA
         .into_iter()
-        .map(|kind| {
-            serde_yaml_ng::to_string(&custom_resource_definition(kind)).map_err(|e| {
-                ManifestError::Serialize {
-                    kind,
-                    name: "CustomResourceDefinition".to_string(),
-                    message: e.to_string(),
-                }
+        .filter_map(|kind| custom_resource_definition(kind).map(|crd| (kind, crd)))
+        .map(|(kind, crd)| {
+            serde_yaml_ng::to_string(&crd).map_err(|e| ManifestError::Serialize {
+                kind,
+                name: "CustomResourceDefinition".to_string(),
+                message: e.to_string(),
             })
         })
         .collect::<Result<Vec<_>, _>>()?;

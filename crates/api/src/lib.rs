@@ -31,8 +31,10 @@ pub mod defaults;
 pub mod hypervisor;
 pub mod manifest;
 pub mod meta;
+pub mod metal3;
 pub mod node_join_request;
 pub mod runtime;
+pub mod sip;
 pub mod validation;
 pub mod versions;
 pub mod world;
@@ -56,9 +58,11 @@ pub use hypervisor::{
 };
 pub use manifest::{ManifestError, parse_manifests};
 pub use meta::{DEFAULT_NAMESPACE, Kind, ObjectKey, ObjectMeta, OwnerReference, Resource};
+pub use metal3::{BareMetalHost, BmcAddress, Secret, parse_bmc_address};
 pub use node_join_request::{
     NodeJoinRequest, NodeJoinRequestSpec, NodeJoinRequestStatus, NodeJoinRequestVpn,
 };
+pub use sip::{LabelSelector, NodeSet, SipCluster, SipClusterServices, SipClusterSpec};
 pub use validation::{
     FieldError, NameRule, Reason, ValidationError, validate_documents, validate_object,
 };

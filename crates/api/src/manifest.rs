@@ -8,7 +8,8 @@ use std::fmt;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::meta::{Kind, Resource};
+use crate::meta::{Kind, ObjectMeta, Resource};
+use crate::metal3::{BareMetalHost, BareMetalHostView, Secret, SecretView, known_metadata};
 use crate::world::{Document, Object};
 
 /// Why manifests could not be read or written.
@@ -57,7 +58,7 @@ pub enum ManifestError {
     },
     /// `kind` is none of ours.
     #[error(
-        "{source_name}: document {position}{}: unknown kind {kind:?} (apiVersion {api_version:?}); expected Hypervisor, Cluster, Component or NodeJoinRequest",
+        "{source_name}: document {position}{}: unknown kind {kind:?} (apiVersion {api_version:?}); expected Hypervisor, Cluster, Component, NodeJoinRequest, SIPCluster, BareMetalHost or Secret",
         named(.name)
     )]
     UnknownKind {
@@ -401,10 +402,34 @@ fn parse_object(
         Kind::Cluster => Object::Cluster(typed.deserialize(value)?),
         Kind::Component => Object::Component(typed.deserialize(value)?),
         Kind::NodeJoinRequest => Object::NodeJoinRequest(typed.deserialize(value)?),
+        Kind::SipCluster => Object::SipCluster(typed.deserialize(value)?),
+        Kind::BareMetalHost => {
+            let metadata = typed.metadata(&value)?;
+            let view: BareMetalHostView = typed.deserialize(value.clone())?;
+            Object::BareMetalHost(BareMetalHost::from_parts(
+                metadata,
+                view,
+                into_mapping(value),
+            ))
+        }
+        Kind::Secret => {
+            let metadata = typed.metadata(&value)?;
+            let view: SecretView = typed.deserialize(value.clone())?;
+            Object::Secret(Secret::from_parts(metadata, view, into_mapping(value)))
+        }
     })
 }
 
+/// A document's mapping (documents are mappings: [`Header::read`] checked).
+fn into_mapping(value: serde_yaml_ng::Value) -> serde_yaml_ng::Mapping {
+    match value {
+        serde_yaml_ng::Value::Mapping(m) => m,
+        _ => serde_yaml_ng::Mapping::new(),
+    }
+}
+
 /// Context for deserializing one object into its kind's type.
+#[derive(Clone, Copy)]
 struct Typed<'a> {
     source_name: &'a str,
     position: usize,
@@ -414,6 +439,17 @@ struct Typed<'a> {
 }
 
 impl Typed<'_> {
+    /// The `metadata` of a document whose other fields are not ours (BareMetalHost,
+    /// Secret): the standard fields read and checked, any other kept in the document only.
+    fn metadata(&self, value: &serde_yaml_ng::Value) -> Result<ObjectMeta, ManifestError> {
+        let prefix = format!("{}metadata.", self.prefix);
+        Typed {
+            prefix: &prefix,
+            ..*self
+        }
+        .deserialize(known_metadata(value))
+    }
+
     fn deserialize<T: DeserializeOwned>(
         &self,
         value: serde_yaml_ng::Value,
@@ -454,6 +490,9 @@ impl Serialize for Object {
             Object::Cluster(o) => o.serialize(serializer),
             Object::Component(o) => o.serialize(serializer),
             Object::NodeJoinRequest(o) => o.serialize(serializer),
+            Object::SipCluster(o) => o.serialize(serializer),
+            Object::BareMetalHost(o) => o.serialize(serializer),
+            Object::Secret(o) => o.serialize(serializer),
         }
     }
 }
@@ -479,6 +518,9 @@ impl Object {
             Object::Cluster(o) => resource_yaml(o),
             Object::Component(o) => resource_yaml(o),
             Object::NodeJoinRequest(o) => resource_yaml(o),
+            Object::SipCluster(o) => resource_yaml(o),
+            Object::BareMetalHost(o) => resource_yaml(o),
+            Object::Secret(o) => resource_yaml(o),
         }
     }
 }

@@ -11,18 +11,33 @@ use time::OffsetDateTime;
 /// never written back into output that did not have it.
 pub const DEFAULT_NAMESPACE: &str = "default";
 
-/// The four kinds of oneinfra v1alpha1.
+/// The kinds we read: oneinfra v1alpha1's four, and the three of Airship SIP (its
+/// `SIPCluster`, metal3's `BareMetalHost` and the core `Secret` they reference).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
     Hypervisor,
     Cluster,
     Component,
     NodeJoinRequest,
+    SipCluster,
+    BareMetalHost,
+    Secret,
 }
 
 impl Kind {
     /// Every kind, in the order [`crate::World::to_yaml`] writes them.
-    pub const ALL: [Kind; 4] = [
+    pub const ALL: [Kind; 7] = [
+        Kind::Hypervisor,
+        Kind::Cluster,
+        Kind::Component,
+        Kind::NodeJoinRequest,
+        Kind::SipCluster,
+        Kind::BareMetalHost,
+        Kind::Secret,
+    ];
+
+    /// oneinfra's own kinds, those with CustomResourceDefinitions of ours.
+    pub const ONEINFRA: [Kind; 4] = [
         Kind::Hypervisor,
         Kind::Cluster,
         Kind::Component,
@@ -35,6 +50,9 @@ impl Kind {
             Kind::Hypervisor => INFRA_API_VERSION,
             Kind::Cluster | Kind::Component => CLUSTER_API_VERSION,
             Kind::NodeJoinRequest => NODE_API_VERSION,
+            Kind::SipCluster => SIP_API_VERSION,
+            Kind::BareMetalHost => METAL3_API_VERSION,
+            Kind::Secret => CORE_API_VERSION,
         }
     }
 
@@ -45,12 +63,16 @@ impl Kind {
             Kind::Cluster => "Cluster",
             Kind::Component => "Component",
             Kind::NodeJoinRequest => "NodeJoinRequest",
+            Kind::SipCluster => "SIPCluster",
+            Kind::BareMetalHost => "BareMetalHost",
+            Kind::Secret => "Secret",
         }
     }
 
-    /// Whether objects of this kind live in a namespace (Cluster, Component) or not.
+    /// Whether objects of this kind live in a namespace (all but Hypervisor and
+    /// NodeJoinRequest).
     pub fn namespaced(self) -> bool {
-        matches!(self, Kind::Cluster | Kind::Component)
+        !matches!(self, Kind::Hypervisor | Kind::NodeJoinRequest)
     }
 
     /// The kind for a wire `kind` string, whatever its apiVersion.
@@ -71,6 +93,12 @@ pub const INFRA_API_VERSION: &str = "infra.oneinfra.ereslibre.es/v1alpha1";
 pub const CLUSTER_API_VERSION: &str = "cluster.oneinfra.ereslibre.es/v1alpha1";
 /// `apiVersion` of NodeJoinRequest.
 pub const NODE_API_VERSION: &str = "node.oneinfra.ereslibre.es/v1alpha1";
+/// `apiVersion` of Airship SIP's SIPCluster.
+pub const SIP_API_VERSION: &str = "airship.airshipit.org/v1";
+/// `apiVersion` of metal3's BareMetalHost.
+pub const METAL3_API_VERSION: &str = "metal3.io/v1alpha1";
+/// `apiVersion` of the core kinds (Secret).
+pub const CORE_API_VERSION: &str = "v1";
 
 /// Identity of an object within its kind: `(namespace, name)`. Cluster-scoped kinds have an
 /// empty namespace; namespaced objects without a namespace are in [`DEFAULT_NAMESPACE`].

@@ -15,6 +15,12 @@ use crate::node_join_request::NodeJoinRequest;
 use crate::versions;
 use crate::world::{Document, Object};
 
+mod sip;
+pub use sip::{
+    MAX_NODE_SET_HOSTS, check_label_key, check_label_value, validate_bare_metal_host,
+    validate_secret, validate_sip_cluster,
+};
+
 /// Longest DNS-1123 label (namespaces, components).
 pub const MAX_LABEL_LEN: usize = 63;
 /// Longest DNS-1123 subdomain (hypervisors, node join requests).
@@ -137,6 +143,9 @@ pub enum Reason {
     },
     #[error("{problem}")]
     InvalidSchedule { problem: String },
+    /// Anything else wrong with a value, in words.
+    #[error("{problem}")]
+    Invalid { problem: String },
     #[error("duplicate: already defined by {first_source_name} document {first_position}")]
     Duplicate {
         first_source_name: String,
@@ -217,6 +226,9 @@ pub fn validate_object(object: &Object) -> Vec<FieldError> {
         Object::Cluster(o) => validate_cluster(o),
         Object::Component(o) => validate_component(o),
         Object::NodeJoinRequest(o) => validate_node_join_request(o),
+        Object::SipCluster(o) => validate_sip_cluster(o),
+        Object::BareMetalHost(o) => validate_bare_metal_host(o),
+        Object::Secret(o) => validate_secret(o),
     }
 }
 

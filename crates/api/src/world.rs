@@ -8,7 +8,9 @@ use crate::component::Component;
 use crate::hypervisor::Hypervisor;
 use crate::manifest::{ManifestError, parse_manifests, resource_yaml};
 use crate::meta::{Kind, ObjectKey, ObjectMeta, Resource};
+use crate::metal3::{BareMetalHost, Secret};
 use crate::node_join_request::NodeJoinRequest;
+use crate::sip::SipCluster;
 use crate::validation::{ValidationError, validate_documents};
 
 /// One object of any kind.
@@ -20,6 +22,9 @@ pub enum Object {
     Cluster(Cluster),
     Component(Component),
     NodeJoinRequest(NodeJoinRequest),
+    SipCluster(SipCluster),
+    BareMetalHost(BareMetalHost),
+    Secret(Secret),
 }
 
 impl Object {
@@ -29,6 +34,9 @@ impl Object {
             Object::Cluster(_) => Kind::Cluster,
             Object::Component(_) => Kind::Component,
             Object::NodeJoinRequest(_) => Kind::NodeJoinRequest,
+            Object::SipCluster(_) => Kind::SipCluster,
+            Object::BareMetalHost(_) => Kind::BareMetalHost,
+            Object::Secret(_) => Kind::Secret,
         }
     }
 
@@ -38,6 +46,9 @@ impl Object {
             Object::Cluster(o) => o.metadata(),
             Object::Component(o) => o.metadata(),
             Object::NodeJoinRequest(o) => o.metadata(),
+            Object::SipCluster(o) => o.metadata(),
+            Object::BareMetalHost(o) => o.metadata(),
+            Object::Secret(o) => o.metadata(),
         }
     }
 
@@ -47,7 +58,28 @@ impl Object {
             Object::Cluster(o) => o.key(),
             Object::Component(o) => o.key(),
             Object::NodeJoinRequest(o) => o.key(),
+            Object::SipCluster(o) => o.key(),
+            Object::BareMetalHost(o) => o.key(),
+            Object::Secret(o) => o.key(),
         }
+    }
+}
+
+impl From<SipCluster> for Object {
+    fn from(o: SipCluster) -> Self {
+        Object::SipCluster(o)
+    }
+}
+
+impl From<BareMetalHost> for Object {
+    fn from(o: BareMetalHost) -> Self {
+        Object::BareMetalHost(o)
+    }
+}
+
+impl From<Secret> for Object {
+    fn from(o: Secret) -> Self {
+        Object::Secret(o)
     }
 }
 
@@ -102,6 +134,11 @@ pub struct World {
     pub clusters: BTreeMap<ObjectKey, Cluster>,
     pub components: BTreeMap<ObjectKey, Component>,
     pub node_join_requests: BTreeMap<ObjectKey, NodeJoinRequest>,
+    /// Airship SIP's objects: tenant clusters' host and service requests, the inventory of
+    /// hosts, and the Secrets they reference.
+    pub sip_clusters: BTreeMap<ObjectKey, SipCluster>,
+    pub bare_metal_hosts: BTreeMap<ObjectKey, BareMetalHost>,
+    pub secrets: BTreeMap<ObjectKey, Secret>,
 }
 
 impl World {
@@ -146,6 +183,9 @@ impl World {
             Object::NodeJoinRequest(o) => {
                 self.node_join_requests.insert(o.key(), o).map(Object::from)
             }
+            Object::SipCluster(o) => self.sip_clusters.insert(o.key(), o).map(Object::from),
+            Object::BareMetalHost(o) => self.bare_metal_hosts.insert(o.key(), o).map(Object::from),
+            Object::Secret(o) => self.secrets.insert(o.key(), o).map(Object::from),
         }
     }
 
@@ -165,6 +205,9 @@ impl World {
             Object::Cluster(o) => put(&mut self.clusters, o),
             Object::Component(o) => put(&mut self.components, o),
             Object::NodeJoinRequest(o) => put(&mut self.node_join_requests, o),
+            Object::SipCluster(o) => put(&mut self.sip_clusters, o),
+            Object::BareMetalHost(o) => put(&mut self.bare_metal_hosts, o),
+            Object::Secret(o) => put(&mut self.secrets, o),
         }
     }
 
@@ -202,6 +245,9 @@ impl World {
             + self.clusters.len()
             + self.components.len()
             + self.node_join_requests.len()
+            + self.sip_clusters.len()
+            + self.bare_metal_hosts.len()
+            + self.secrets.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -209,7 +255,7 @@ impl World {
     }
 
     /// Deterministic multi-document YAML: hypervisors, clusters, components, node join
-    /// requests, each sorted by namespace then name, `---` between documents. Parsing the
+    /// requests, SIP clusters, bare metal hosts, secrets, each sorted by namespace then name, `---` between documents. Parsing the
     /// output and writing it again gives the same bytes.
     ///
     /// # Errors
@@ -227,6 +273,15 @@ impl World {
             docs.push(resource_yaml(o)?);
         }
         for o in self.node_join_requests.values() {
+            docs.push(resource_yaml(o)?);
+        }
+        for o in self.sip_clusters.values() {
+            docs.push(resource_yaml(o)?);
+        }
+        for o in self.bare_metal_hosts.values() {
+            docs.push(resource_yaml(o)?);
+        }
+        for o in self.secrets.values() {
             docs.push(resource_yaml(o)?);
         }
         Ok(docs.join("---\n"))

@@ -334,7 +334,8 @@ impl State {
                     now,
                 );
             }
-            Kind::NodeJoinRequest => {}
+            // No controller watches these yet (SIP's arrives with its controller).
+            Kind::NodeJoinRequest | Kind::SipCluster | Kind::BareMetalHost | Kind::Secret => {}
         }
     }
 }

@@ -53,9 +53,9 @@ fn crds_prints_every_crd() {
             .unwrap()
         })
         .collect();
-    let generated: Vec<Value> = oi_api::Kind::ALL
+    let generated: Vec<Value> = oi_api::Kind::ONEINFRA
         .into_iter()
-        .map(oi_api::crd::custom_resource_definition)
+        .filter_map(oi_api::crd::custom_resource_definition)
         .collect();
     assert_eq!(printed, generated);
 }

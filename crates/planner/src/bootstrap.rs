@@ -316,7 +316,7 @@ fn rbac(namespace: Option<&str>, resource: &str) -> String {
 fn node_join_request_crd() -> ClusterObject {
     // The management cluster's CRD, with what oneinfra's in-cluster one adds: short names
     // and the SANs column.
-    let mut body = oi_api::crd::custom_resource_definition(Kind::NodeJoinRequest);
+    let mut body = oi_api::crd::node_join_request_crd();
     body["spec"]["names"]["shortNames"] = json!(["njr", "njrs"]);
     body["spec"]["versions"][0]["additionalPrinterColumns"] = json!([
         {"name": "SANs", "type": "string", "jsonPath": ".spec.extraSANs"},

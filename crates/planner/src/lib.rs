@@ -48,6 +48,7 @@ pub mod render;
 pub mod restarts;
 pub mod rotation;
 pub mod schedule;
+pub mod sip;
 pub mod snapshot;
 #[cfg(test)]
 mod testutil;

@@ -1,0 +1,259 @@
+//! Airship SIP over the world: for each SIPCluster, one at a time in key order (each seeing
+//! the labels the ones before it wrote), the hosts it holds are selected ([`select`]), each
+//! selected host's addresses and BMC read ([`hosts`]), the BareMetalHosts' labels written,
+//! and the SIPCluster's `Ready` condition set with upstream's reasons. A SIPCluster marked
+//! for deletion lets every host go (our labels removed, nothing else touched) and leaves.
+//! Pure: the world in, the world out.
+
+pub mod hosts;
+pub mod select;
+
+use std::collections::BTreeMap;
+
+use oi_api::common::ConditionStatus;
+use oi_api::sip::{
+    CONDITION_READY, REASON_INFRA_SERVICE_FAILURE, REASON_RECONCILIATION_SUCCEEDED,
+    REASON_UNSCHEDULABLE, ROLES,
+};
+use oi_api::{ObjectKey, Resource, SipCluster, World};
+use time::OffsetDateTime;
+
+pub use hosts::{HostData, host_data};
+pub use select::{
+    Assignment, Candidate, HostState, Selection, Shortfall, held_by, labels_for, select,
+};
+
+/// What happened to one SIPCluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SipReport {
+    pub key: ObjectKey,
+    /// It was marked for deletion: its hosts were let go and it left the world.
+    pub deleted: bool,
+    pub selection: Selection,
+    /// Data of the hosts it holds (for the support services).
+    pub hosts: BTreeMap<ObjectKey, HostData>,
+    /// Hosts whose labels changed.
+    pub relabelled: Vec<ObjectKey>,
+    pub ready: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+impl SipReport {
+    /// One line for people: what it holds, or why not.
+    pub fn summary(&self) -> String {
+        if self.deleted {
+            return format!(
+                "sipcluster {}: deleted, {} host(s) let go",
+                self.key,
+                self.relabelled.len()
+            );
+        }
+        format!("sipcluster {}: {}", self.key, self.message)
+    }
+}
+
+/// The node sets' hosts in words: `ControlPlane: active a, b; standby c; Worker: ...`.
+pub fn describe_hosts(selection: &Selection) -> String {
+    let mut roles: Vec<&str> = ROLES.to_vec();
+    for a in selection.hosts.values() {
+        if !roles.contains(&a.role.as_str()) {
+            roles.push(&a.role);
+        }
+    }
+    let mut parts = Vec::new();
+    for role in roles {
+        let names = |state| {
+            selection
+                .of(role, state)
+                .iter()
+                .map(|k| k.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let (active, standby) = (names(HostState::Active), names(HostState::Standby));
+        if active.is_empty() && standby.is_empty() {
+            continue;
+        }
+        let mut s = format!(
+            "{role}: active {}",
+            if active.is_empty() { "none" } else { &active }
+        );
+        if !standby.is_empty() {
+            s.push_str(&format!(", standby {standby}"));
+        }
+        parts.push(s);
+    }
+    if parts.is_empty() {
+        "no hosts".to_string()
+    } else {
+        parts.join("; ")
+    }
+}
+
+/// Candidates for one SIPCluster: every host of the world, unusable when failed or when its
+/// data (for this SIPCluster's services) cannot be read.
+fn candidates(world: &World, sip: &SipCluster) -> (Vec<Candidate>, BTreeMap<ObjectKey, HostData>) {
+    let interfaces = sip.spec.services.node_interfaces();
+    let mut data = BTreeMap::new();
+    let candidates = world
+        .bare_metal_hosts
+        .iter()
+        .map(|(key, host)| {
+            let unusable = match host.failure() {
+                Some(f) => Some(f),
+                None => match host_data(host, &world.secrets, &interfaces) {
+                    Ok(d) => {
+                        data.insert(key.clone(), d);
+                        None
+                    }
+                    Err(problem) => Some(problem),
+                },
+            };
+            Candidate {
+                key: key.clone(),
+                labels: host.metadata.labels.clone(),
+                unusable,
+            }
+        })
+        .collect();
+    (candidates, data)
+}
+
+/// Processes every SIPCluster of the world (see the module documentation).
+pub fn reconcile_sip(world: &mut World, now: OffsetDateTime) -> Vec<SipReport> {
+    let keys: Vec<ObjectKey> = world.sip_clusters.keys().cloned().collect();
+    let mut reports = Vec::with_capacity(keys.len());
+    for key in keys {
+        let Some(sip) = world.sip_clusters.get(&key).cloned() else {
+            continue;
+        };
+        let (candidates, mut data) = candidates(world, &sip);
+        let deleted = sip.metadata().is_being_deleted();
+        let selection = if deleted {
+            Selection {
+                released: select::held_hosts(&key, &candidates)
+                    .into_iter()
+                    .map(|k| (k, "its SIPCluster is deleted".to_string()))
+                    .collect(),
+                ..Selection::default()
+            }
+        } else {
+            select(&key, &sip.spec.nodes, &candidates)
+        };
+        let mut relabelled = Vec::new();
+        for c in &candidates {
+            let labels = labels_for(&c.labels, &key, selection.hosts.get(&c.key));
+            if labels != c.labels
+                && let Some(host) = world.bare_metal_hosts.get_mut(&c.key)
+            {
+                host.metadata.labels = labels;
+                relabelled.push(c.key.clone());
+            }
+        }
+        data.retain(|k, _| selection.hosts.contains_key(k));
+        if deleted {
+            world.sip_clusters.remove(&key);
+            reports.push(SipReport {
+                key,
+                deleted: true,
+                selection,
+                hosts: data,
+                relabelled,
+                ready: false,
+                reason: String::new(),
+                message: String::new(),
+            });
+            continue;
+        }
+        let held = describe_hosts(&selection);
+        let (ready, reason, message) = if !selection.shortfalls.is_empty() {
+            let shortfalls: Vec<String> = selection
+                .shortfalls
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            (
+                false,
+                REASON_UNSCHEDULABLE,
+                format!("unschedulable, no host labelled: {}", shortfalls.join("; ")),
+            )
+        } else if !sip.spec.services.is_empty() {
+            (
+                false,
+                REASON_INFRA_SERVICE_FAILURE,
+                format!(
+                    "hosts {held}; support services ({}) are not run by this version yet",
+                    requested_services(&sip).join(", ")
+                ),
+            )
+        } else {
+            (
+                true,
+                REASON_RECONCILIATION_SUCCEEDED,
+                format!("hosts {held}"),
+            )
+        };
+        if let Some(s) = world.sip_clusters.get_mut(&key) {
+            let status = if ready {
+                ConditionStatus::True
+            } else {
+                ConditionStatus::False
+            };
+            s.set_condition(CONDITION_READY, status, reason, &message, now);
+        }
+        reports.push(SipReport {
+            key,
+            deleted: false,
+            selection,
+            hosts: data,
+            relabelled,
+            ready,
+            reason: reason.to_string(),
+            message,
+        });
+    }
+    reports
+}
+
+fn requested_services(sip: &SipCluster) -> Vec<&'static str> {
+    let s = &sip.spec.services;
+    let mut out = Vec::new();
+    if !s.load_balancer_control_plane.is_empty() {
+        out.push("loadBalancerControlPlane");
+    }
+    if !s.load_balancer_worker.is_empty() {
+        out.push("loadBalancerWorker");
+    }
+    if !s.jump_host.is_empty() {
+        out.push("jumpHost");
+    }
+    if !s.oidc_provider.is_empty() {
+        out.push("oidcProvider");
+    }
+    out
+}
+
+/// Hosts labelled for SIPClusters the world does not hold (left as they are: the manifests
+/// may be split), as `(host, "namespace/name")`.
+pub fn orphaned_hosts(world: &World) -> Vec<(ObjectKey, String)> {
+    use oi_api::sip::{CLUSTER_NAME_LABEL, CLUSTER_NAMESPACE_LABEL};
+    world
+        .bare_metal_hosts
+        .iter()
+        .filter_map(|(key, host)| {
+            let labels = &host.metadata.labels;
+            let name = labels.get(CLUSTER_NAME_LABEL)?;
+            let namespace = labels
+                .get(CLUSTER_NAMESPACE_LABEL)
+                .cloned()
+                .unwrap_or_default();
+            let sip = ObjectKey::new(namespace.clone(), name.clone());
+            (!world.sip_clusters.contains_key(&sip))
+                .then(|| (key.clone(), format!("{namespace}/{name}")))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

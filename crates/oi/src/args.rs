@@ -78,6 +78,10 @@ pub enum Command {
     #[command(subcommand)]
     Node(NodeCommand),
 
+    /// Airship SIP's tenant clusters (SIPCluster objects; `oi reconcile` selects their hosts).
+    #[command(subcommand)]
+    Sipcluster(SipClusterCommand),
+
     /// Versions of oi, of the supported Kubernetes releases and of component images.
     Version(VersionArgs),
 
@@ -152,6 +156,7 @@ impl Command {
             Command::Cluster(ClusterCommand::RotateCa(a)) => Some(&a.input),
             Command::Hypervisor(HypervisorCommand::Inject(a)) => Some(&a.input),
             Command::JoinToken(JoinTokenCommand::Inject(a)) => Some(&a.input),
+            Command::Sipcluster(SipClusterCommand::Delete(a)) => Some(&a.input),
             Command::Reconcile(a) => Some(&a.input),
             Command::JoinToken(JoinTokenCommand::Generate)
             | Command::Node(_)
@@ -171,6 +176,7 @@ impl Command {
                 | ClusterCommand::RotateCa(_),
             )
             | Command::Hypervisor(_)
+            | Command::Sipcluster(_)
             | Command::JoinToken(JoinTokenCommand::Inject(_)) => true,
             Command::Reconcile(a) => !a.dry_run,
             Command::Cluster(
@@ -343,6 +349,13 @@ pub struct ClusterRotateCaArgs {
     /// Image repository override for every component image (air-gapped mirrors, tests).
     #[arg(long, value_name = "REPO", env = "OI_IMAGE_REPOSITORY")]
     pub image_repository: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SipClusterCommand {
+    /// Mark a SIPCluster for deletion and print all manifests: the next `oi reconcile` takes
+    /// our labels off its hosts (nothing else of theirs) and removes it.
+    Delete(ClusterDeleteArgs),
 }
 
 #[derive(Debug, Args)]

@@ -8,6 +8,7 @@ pub mod hypervisor;
 pub mod join_token;
 pub mod node;
 pub mod reconcile;
+pub mod sipcluster;
 pub mod version;
 
 use std::io::{Read, Write};
@@ -18,6 +19,7 @@ use time::OffsetDateTime;
 
 use crate::args::{
     ClusterCommand, Command, GlobalArgs, HypervisorCommand, JoinTokenCommand, NodeCommand,
+    SipClusterCommand,
 };
 
 /// What commands take from the world besides their arguments: the time and randomness.
@@ -130,6 +132,9 @@ pub fn dispatch(
             no_note(join_token::generate::run(ctx, output))
         }
         Command::Node(NodeCommand::Join(args)) => node::run(args, output).map(Some),
+        Command::Sipcluster(SipClusterCommand::Delete(args)) => {
+            no_note(sipcluster::delete(args, ctx, input, output))
+        }
         Command::Version(args) => no_note(version::run(args, output)),
         Command::Completion(args) => no_note(completion::run(args, output)),
         Command::Reconcile(args) => reconcile::run(args, ctx, input, output),

@@ -901,7 +901,7 @@ fn bad_input_is_reported_exactly_and_writes_nothing() {
             "unknown kind",
             &inject,
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n",
-            "error: stdin: document 1 (\"x\"): unknown kind \"ConfigMap\" (apiVersion \"v1\"); expected Hypervisor, Cluster, Component or NodeJoinRequest\n",
+            "error: stdin: document 1 (\"x\"): unknown kind \"ConfigMap\" (apiVersion \"v1\"); expected Hypervisor, Cluster, Component, NodeJoinRequest, SIPCluster, BareMetalHost or Secret\n",
         ),
         bad(
             "unknown field",

@@ -13,6 +13,7 @@
 //! `--dry-run` stops after the plan: `oi_engine::dry_run` compares it with what the
 //! hypervisors list (read-only calls).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 
@@ -68,6 +69,44 @@ pub fn not_ready(executed: &Executed) -> Option<String> {
         })
         .collect();
     crate::commands::note(lines)
+}
+
+/// SIPClusters that could not get their hosts (nothing was labelled for them).
+pub fn sip_unschedulable(reports: &[oi_planner::sip::SipReport]) -> Option<String> {
+    let lines: Vec<String> = reports
+        .iter()
+        .filter(|r| !r.deleted && !r.selection.shortfalls.is_empty())
+        .map(|r| format!("sipcluster {} is not ready: {}", r.key, r.message))
+        .collect();
+    crate::commands::note(lines)
+}
+
+/// Warnings about SIP: support services asked for and not run by this version, hosts
+/// labelled for SIPClusters the manifests do not hold (left as they are).
+fn sip_warnings(world: &oi_api::World, reports: &[oi_planner::sip::SipReport]) -> Vec<String> {
+    let mut out: Vec<String> = reports
+        .iter()
+        .filter(|r| !r.deleted && r.reason == oi_api::sip::REASON_INFRA_SERVICE_FAILURE)
+        .map(|r| {
+            format!(
+                "warning: sipcluster {}: its hosts are selected; its support services are not \
+                 run by this version of oi yet (Ready stays False, reason InfraServiceFailure)",
+                r.key
+            )
+        })
+        .collect();
+    let mut orphans: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (host, sip) in oi_planner::sip::orphaned_hosts(world) {
+        orphans.entry(sip).or_default().push(host.to_string());
+    }
+    for (sip, hosts) in orphans {
+        out.push(format!(
+            "warning: hosts {} carry the labels of SIPCluster {sip}, which these manifests do not \
+             hold: left as they are (delete it with `oi sipcluster delete` to let them go)",
+            hosts.join(", ")
+        ));
+    }
+    out
 }
 
 /// The plan of `--dry-run`, for a person.
@@ -221,7 +260,7 @@ pub fn run(
     input: impl Read,
     output: &mut impl Write,
 ) -> anyhow::Result<Option<String>> {
-    let world = manifests::load(&args.input, input, ctx.now)?;
+    let mut world = manifests::load(&args.input, input, ctx.now)?;
     let runner = Runner::new(args.image_repository.clone(), args.max_wait, args.quiet)?;
     if args.dry_run {
         let plan = oi_planner::plan(world, ctx.now, &runner.plan_options);
@@ -235,13 +274,26 @@ pub fn run(
         };
     }
     let quiet = args.quiet;
+    // SIP first: it only relabels hosts and sets conditions (pure), one SIPCluster at a time.
+    let sip_reports = oi_planner::sip::reconcile_sip(&mut world, ctx.now);
+    if !quiet {
+        for r in &sip_reports {
+            eprintln!("{}", r.summary());
+        }
+    }
     let (world, executed) = runner.run(world, ctx.now);
     manifests::finish(&world, output)?;
     if !quiet {
         eprintln!("{}", summary(&executed));
     }
-    let warnings = crate::commands::availability_warnings(&world, None);
-    match not_ready(&executed) {
+    let mut warnings = crate::commands::availability_warnings(&world, None);
+    warnings.extend(sip_warnings(&world, &sip_reports));
+    let unschedulable = sip_unschedulable(&sip_reports);
+    let not_ready = match (not_ready(&executed), unschedulable) {
+        (Some(a), Some(b)) => Some(format!("{a}\n{b}")),
+        (a, b) => a.or(b),
+    };
+    match not_ready {
         // The warnings go first: the error line is the last thing printed.
         Some(why) => {
             if let Some(note) = crate::commands::note(warnings) {

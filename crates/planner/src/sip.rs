@@ -49,7 +49,32 @@ impl SipReport {
                 self.relabelled.len()
             );
         }
-        format!("sipcluster {}: {}", self.key, self.message)
+        let mut line = format!("sipcluster {}: {}", self.key, self.message);
+        let names = |keys: &[ObjectKey]| {
+            keys.iter()
+                .map(|k| k.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if !self.selection.released.is_empty() {
+            let released: Vec<String> = self
+                .selection
+                .released
+                .iter()
+                .map(|(k, why)| format!("{} ({why})", k.name))
+                .collect();
+            line.push_str(&format!("; let go: {}", released.join(", ")));
+        }
+        if !self.selection.promoted.is_empty() {
+            line.push_str(&format!(
+                "; promoted to active: {}",
+                names(&self.selection.promoted)
+            ));
+        }
+        if !self.selection.chosen.is_empty() {
+            line.push_str(&format!("; newly chosen: {}", names(&self.selection.chosen)));
+        }
+        line
     }
 }
 

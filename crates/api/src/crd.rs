@@ -221,6 +221,14 @@ fn hypervisor_spec() -> Value {
                 "portRange",
                 object(&[("low", integer(1, 65535)), ("high", integer(1, 65535))]),
             ),
+            (
+                "capacity",
+                object(&[
+                    ("components", integer(0, i64::from(u32::MAX))),
+                    ("cpu", string()),
+                    ("memory", string()),
+                ]),
+            ),
         ]),
         &["public"],
     )

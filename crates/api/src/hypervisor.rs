@@ -54,6 +54,26 @@ pub struct HypervisorSpec {
     /// Ports allocated to components are taken from this range.
     #[serde(default, deserialize_with = "null_as_default")]
     pub port_range: PortRange,
+    /// Ours, optional: what the hypervisor can hold. Placement never goes beyond it; without
+    /// it, only the port range limits what is placed here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<HypervisorCapacity>,
+}
+
+/// What a hypervisor can hold: a number of components, and CPU and memory against each
+/// component's requests (`crate::versions::requests`). Any limit may be left out.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HypervisorCapacity {
+    /// Components (control plane replicas and ingresses) of any cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub components: Option<u32>,
+    /// CPU, as a Kubernetes quantity (`4`, `3500m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<String>,
+    /// Memory, as a Kubernetes quantity (`8Gi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
 }
 
 /// A CRI endpoint on a unix socket.

@@ -33,6 +33,7 @@ pub mod manifest;
 pub mod meta;
 pub mod metal3;
 pub mod node_join_request;
+pub mod quantity;
 pub mod runtime;
 pub mod sip;
 pub mod validation;
@@ -53,8 +54,8 @@ pub use component::{
     EtcdInitialClusterState, EtcdMemberBootstrap,
 };
 pub use hypervisor::{
-    CriEndpoint, Hypervisor, HypervisorPortAllocation, HypervisorSpec, HypervisorStatus,
-    LocalCriEndpoint, PortRange, RemoteCriEndpoint,
+    CriEndpoint, Hypervisor, HypervisorCapacity, HypervisorPortAllocation, HypervisorSpec,
+    HypervisorStatus, LocalCriEndpoint, PortRange, RemoteCriEndpoint,
 };
 pub use manifest::{ManifestError, parse_manifests};
 pub use meta::{DEFAULT_NAMESPACE, Kind, ObjectKey, ObjectMeta, OwnerReference, Resource};

@@ -242,6 +242,24 @@ pub fn validate_hypervisor(hypervisor: &Hypervisor) -> Vec<FieldError> {
         NameRule::Dns1123Subdomain,
     );
     let spec = &hypervisor.spec;
+    if let Some(capacity) = &spec.capacity {
+        if let Some(cpu) = &capacity.cpu
+            && let Err(problem) = crate::quantity::parse_cpu_millis(cpu)
+        {
+            errors.push(FieldError::new(
+                "spec.capacity.cpu",
+                Reason::Invalid { problem },
+            ));
+        }
+        if let Some(memory) = &capacity.memory
+            && let Err(problem) = crate::quantity::parse_memory_bytes(memory)
+        {
+            errors.push(FieldError::new(
+                "spec.capacity.memory",
+                Reason::Invalid { problem },
+            ));
+        }
+    }
     match (&spec.local_cri_endpoint, &spec.remote_cri_endpoint) {
         (Some(_), Some(_)) => errors.push(FieldError::new("spec", Reason::BothCriEndpoints)),
         (None, None) => errors.push(FieldError::new("spec", Reason::NoCriEndpoint)),

@@ -120,6 +120,55 @@ macro_rules! release {
     };
 }
 
+/// What a component asks of its hypervisor: CPU (millicores) and memory (bytes), the sum
+/// of its containers' requests. Placement counts them against a hypervisor's capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Requests {
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
+}
+
+impl std::ops::Add for Requests {
+    type Output = Requests;
+    fn add(self, other: Requests) -> Requests {
+        Requests {
+            cpu_millis: self.cpu_millis + other.cpu_millis,
+            memory_bytes: self.memory_bytes + other.memory_bytes,
+        }
+    }
+}
+
+const MI: u64 = 1 << 20;
+
+/// A control plane replica's containers: etcd 100m/256Mi, kube-apiserver 250m/512Mi,
+/// kube-controller-manager 200m/128Mi, kube-scheduler 100m/64Mi (CPU as kubeadm requests
+/// it; memory from what each uses on a small cluster, with room).
+pub const CONTROL_PLANE_REQUESTS: Requests = Requests {
+    cpu_millis: 650,
+    memory_bytes: 960 * MI,
+};
+/// An ingress's haproxy.
+pub const INGRESS_REQUESTS: Requests = Requests {
+    cpu_millis: 50,
+    memory_bytes: 64 * MI,
+};
+/// The VPN endpoint beside a VPN cluster's ingress.
+pub const VPN_ENDPOINT_REQUESTS: Requests = Requests {
+    cpu_millis: 50,
+    memory_bytes: 64 * MI,
+};
+
+/// What a component of `role` asks, its cluster's VPN on or off.
+pub fn requests(role: crate::component::ComponentRole, vpn: bool) -> Requests {
+    match role {
+        crate::component::ComponentRole::ControlPlane => CONTROL_PLANE_REQUESTS,
+        crate::component::ComponentRole::ControlPlaneIngress if vpn => {
+            INGRESS_REQUESTS + VPN_ENDPOINT_REQUESTS
+        }
+        crate::component::ComponentRole::ControlPlaneIngress => INGRESS_REQUESTS,
+    }
+}
+
 /// Supported releases, oldest first. The last one is what `"default"` resolves to.
 pub const RELEASES: &[KubernetesRelease] = &[
     release!("1.35.9", "v1.35.9", "3.6.4-0", "v1.12.1"),

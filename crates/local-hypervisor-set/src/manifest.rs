@@ -59,6 +59,7 @@ pub fn hypervisor(state: &HypervisorState, endpoint: Endpoint<'_>) -> Hypervisor
                 low: PORT_RANGE.0,
                 high: PORT_RANGE.1,
             },
+            capacity: None,
         },
     )
 }

@@ -35,6 +35,7 @@ fn hypervisor(name: &str) -> Hypervisor {
                 low: 30000,
                 high: 30100,
             },
+            capacity: None,
         },
     )
 }

@@ -472,6 +472,26 @@ pub struct HypervisorInjectArgs {
     /// Ports allocated to components on this hypervisor.
     #[arg(long, value_name = "LOW-HIGH", default_value = "30000-65000", value_parser = parse_port_range)]
     pub port_range: (u32, u32),
+
+    /// Most components (control plane replicas and ingresses) it may hold (ours).
+    #[arg(long, value_name = "N")]
+    pub capacity_components: Option<u32>,
+
+    /// CPU it offers components, as a Kubernetes quantity (4, 3500m) (ours).
+    #[arg(long, value_name = "QUANTITY", value_parser = parse_cpu)]
+    pub capacity_cpu: Option<String>,
+
+    /// Memory it offers components, as a Kubernetes quantity (8Gi) (ours).
+    #[arg(long, value_name = "QUANTITY", value_parser = parse_memory)]
+    pub capacity_memory: Option<String>,
+}
+
+fn parse_cpu(value: &str) -> Result<String, String> {
+    oi_api::quantity::parse_cpu_millis(value).map(|_| value.to_string())
+}
+
+fn parse_memory(value: &str) -> Result<String, String> {
+    oi_api::quantity::parse_memory_bytes(value).map(|_| value.to_string())
 }
 
 #[derive(Debug, Subcommand)]

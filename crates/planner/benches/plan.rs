@@ -54,6 +54,7 @@ fn hypervisors() -> Vec<Hypervisor> {
                         low: 30000,
                         high: 32767,
                     },
+                    capacity: None,
                 },
             )
         })

@@ -87,13 +87,16 @@ pub enum Error {
     )]
     NoPrivateHypervisor { cluster: ObjectKey },
     #[error(
-        "cluster {cluster} cannot be scheduled: no {} hypervisor has {ports_needed} free ports for a {role} component",
+        "cluster {cluster} cannot be scheduled: {missing} more {role} component(s) fit on no {} hypervisor ({hypervisors})",
         hypervisor_kind(*role)
     )]
     NoCapacity {
         cluster: ObjectKey,
         role: ComponentRole,
-        ports_needed: usize,
+        /// Components that found no room.
+        missing: usize,
+        /// Each candidate hypervisor and what it lacks.
+        hypervisors: String,
     },
     #[error("port range {low}-{high} of hypervisor {hypervisor} is exhausted")]
     PortRangeExhausted {

@@ -33,9 +33,10 @@ use time::{Duration, OffsetDateTime};
 use crate::certificates::{self, Job, Target};
 use crate::par::parallel_map;
 use crate::ports::{PortAllocator, PortOwner, names};
-use crate::schedule::{Candidate, Domain, Spread, ZONE_LABEL, place};
+use crate::schedule::{Candidate, Domain, Room, Spread, ZONE_LABEL, place};
 use crate::verify::{verify_cluster, verify_component, verify_hypervisor};
 use crate::{Error, Result, url_host as host};
+use oi_api::versions::{Requests, requests};
 
 /// Settings of [`prepare_with`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,6 +142,9 @@ struct HypervisorState {
     ip: String,
     ports: PortAllocator,
     load: usize,
+    capacity: Option<oi_api::HypervisorCapacity>,
+    /// What the components placed on it ask, together.
+    used: Requests,
 }
 
 /// Defaults the world, then prepares every cluster not marked for deletion; see the module
@@ -158,6 +162,8 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &PrepareOpti
             ip: h.spec.ip_address.clone(),
             ports: PortAllocator::from_hypervisor(h),
             load: 0,
+            capacity: h.spec.capacity.clone(),
+            used: Requests::default(),
         })
         .collect();
     let index: HashMap<String, usize> = hvs
@@ -169,6 +175,7 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &PrepareOpti
     for (key, c) in &world.components {
         if let Some(&i) = c.spec.hypervisor.as_ref().and_then(|h| index.get(h)) {
             hvs[i].load += 1;
+            hvs[i].used = hvs[i].used + component_requests(&world, c);
         }
         by_cluster
             .entry(ObjectKey::new(
@@ -257,6 +264,7 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &PrepareOpti
                         && let Some(&i) = c.spec.hypervisor.as_ref().and_then(|h| index.get(h))
                     {
                         hvs[i].load += 1;
+                        hvs[i].used = hvs[i].used + requests(c.spec.role, cluster_vpn(&cluster));
                     }
                     world.components.insert(c.key(), c);
                 }
@@ -469,6 +477,7 @@ impl ClusterPrep<'_> {
                         domain: domain(h),
                         load: h.load,
                         free_ports: h.ports.free_ports(),
+                        room: Room::of(h.capacity.as_ref(), h.load, h.used),
                     })
                     .collect();
                 if candidates.is_empty() {
@@ -483,12 +492,38 @@ impl ClusterPrep<'_> {
                     });
                 }
                 let ports_needed = required_ports(role, vpn).len();
-                let chosen = place(&mut candidates, &mut spread, pending.len(), ports_needed);
+                let need = requests(role, vpn);
+                let chosen = place(
+                    &mut candidates,
+                    &mut spread,
+                    pending.len(),
+                    ports_needed,
+                    need,
+                );
                 if chosen.len() < pending.len() {
+                    // Each candidate's shortage, after the replicas that did fit.
+                    let hypervisors = candidates
+                        .iter()
+                        .map(|c| {
+                            let mut why = Vec::new();
+                            if c.free_ports < ports_needed {
+                                why.push(format!(
+                                    "{} free ports, {ports_needed} needed",
+                                    c.free_ports
+                                ));
+                            }
+                            if let Some(s) = c.room.shortage(need) {
+                                why.push(s);
+                            }
+                            format!("{}: {}", c.name, why.join(", "))
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; ");
                     return Err(Error::NoCapacity {
                         cluster: self.key.clone(),
                         role,
-                        ports_needed,
+                        missing: pending.len() - chosen.len(),
+                        hypervisors,
                     });
                 }
                 chosen.into_iter().map(str::to_string).collect()
@@ -859,3 +894,16 @@ pub fn remove_cluster(world: &mut World, key: &ObjectKey) -> bool {
 
 #[cfg(test)]
 mod tests;
+
+/// Whether a cluster runs the VPN (its ingress then carries the VPN endpoint).
+fn cluster_vpn(cluster: &Cluster) -> bool {
+    cluster.spec.vpn.enabled
+}
+
+/// What a placed component asks of its hypervisor.
+fn component_requests(world: &World, component: &Component) -> Requests {
+    // A cluster not in the world (the manager plans one at a time): count its VPN endpoint
+    // too, so that what is unknown never overcommits.
+    let vpn = world.cluster_of(component).is_none_or(cluster_vpn);
+    requests(component.spec.role, vpn)
+}

@@ -72,7 +72,10 @@ impl SipReport {
             ));
         }
         if !self.selection.chosen.is_empty() {
-            line.push_str(&format!("; newly chosen: {}", names(&self.selection.chosen)));
+            line.push_str(&format!(
+                "; newly chosen: {}",
+                names(&self.selection.chosen)
+            ));
         }
         line
     }

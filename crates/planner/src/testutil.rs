@@ -100,6 +100,7 @@ pub fn hypervisor(
                 low: range.0,
                 high: range.1,
             },
+            capacity: None,
         },
     )
 }

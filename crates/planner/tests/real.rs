@@ -35,6 +35,7 @@ fn prepared() -> anyhow::Result<World> {
                 public,
                 ip_address: "127.0.0.1".into(),
                 port_range: PortRange { low, high: low + 9 },
+                capacity: None,
             },
         );
         w.hypervisors.insert(h.key(), h);

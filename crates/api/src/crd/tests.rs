@@ -327,6 +327,7 @@ mod full {
                 public: true,
                 ip_address: "192.0.2.1".into(),
                 port_range: PortRange { low: 1, high: 2 },
+                capacity: None,
             },
         );
         h.status = HypervisorStatus {

@@ -87,6 +87,7 @@ fn hypervisor(socket: &std::path::Path) -> Hypervisor {
                 low: 30000,
                 high: 30099,
             },
+            capacity: None,
         },
     )
 }

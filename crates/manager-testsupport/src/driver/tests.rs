@@ -271,6 +271,7 @@ fn hypervisor(name: &str) -> Hypervisor {
                 low: 30000,
                 high: 30010,
             },
+            capacity: None,
         },
     )
 }

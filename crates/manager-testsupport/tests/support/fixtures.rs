@@ -51,6 +51,7 @@ pub fn hypervisor(name: &str) -> Hypervisor {
                 low: 30000,
                 high: 30100,
             },
+            capacity: None,
         },
     )
 }

@@ -329,6 +329,7 @@ mod tests {
                     low: 30000,
                     high: 30099,
                 },
+                capacity: None,
             },
         )
     }

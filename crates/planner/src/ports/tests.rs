@@ -16,6 +16,7 @@ fn hypervisor(low: u32, high: u32) -> Hypervisor {
             public: false,
             ip_address: "10.0.0.1".into(),
             port_range: PortRange { low, high },
+            capacity: None,
         },
     )
 }

@@ -510,7 +510,8 @@ fn no_private_hypervisor_is_an_error_other_clusters_proceed() {
             Error::NoCapacity {
                 cluster: key("b"),
                 role: ComponentRole::ControlPlane,
-                ports_needed: 3
+                missing: 1,
+                hypervisors: "priv: 0 free ports, 3 needed".to_string(),
             }
         )])
     );
@@ -1074,4 +1075,61 @@ fn replicas_sharing_a_hypervisor_beyond_what_quorum_can_lose_are_not_highly_avai
         "2+2+1: losing 2 of 5 keeps a quorum of 3"
     );
     assert_eq!(busiest(1, 1), []);
+}
+
+#[test]
+fn declared_capacity_is_never_exceeded_and_a_cluster_that_does_not_fit_is_refused_with_numbers() {
+    let mut hvs = vec![
+        hypervisor("pub", true, "192.0.2.1", None, (40000, 40099)),
+        hypervisor("p1", false, "10.0.0.1", None, (30000, 30099)),
+        hypervisor("p2", false, "10.0.0.2", None, (30000, 30099)),
+        hypervisor("p3", false, "10.0.0.3", None, (30000, 30099)),
+    ];
+    // p1: one component; p2: CPU for two replicas (650m each); p3: memory for one (960Mi).
+    hvs[1].spec.capacity = Some(oi_api::HypervisorCapacity {
+        components: Some(1),
+        ..Default::default()
+    });
+    hvs[2].spec.capacity = Some(oi_api::HypervisorCapacity {
+        cpu: Some("1500m".into()),
+        ..Default::default()
+    });
+    hvs[3].spec.capacity = Some(oi_api::HypervisorCapacity {
+        memory: Some("1Gi".into()),
+        ..Default::default()
+    });
+    // a: 3 replicas, one per hypervisor; b: 1 more fits (p2's CPU); c: 2 more do not.
+    let p = prepare(
+        world(
+            hvs.clone(),
+            vec![
+                cluster("a", 3, false),
+                cluster("b", 1, false),
+                cluster("c", 2, false),
+            ],
+        ),
+        NOW,
+    );
+    let on = |h: &str| {
+        p.world
+            .components
+            .values()
+            .filter(|c| {
+                c.spec.hypervisor.as_deref() == Some(h)
+                    && c.spec.role == ComponentRole::ControlPlane
+            })
+            .count()
+    };
+    assert_eq!((on("p1"), on("p2"), on("p3")), (1, 2, 1));
+    let e = &p.failures[&key("c")];
+    assert_eq!(
+        e.to_string(),
+        "cluster default/c cannot be scheduled: 2 more control-plane component(s) fit on no private hypervisor (p1: no room for another component; p2: 200m CPU left, 650m needed; p3: 64Mi memory left, 960Mi needed)"
+    );
+    // c is left as it was: nothing placed for it.
+    assert!(p.world.components.values().all(|c| c.spec.cluster != "c"));
+    // Preparing again changes nothing and still refuses c.
+    let again = prepare(p.world.clone(), NOW);
+    assert_eq!(again.world, p.world);
+    assert!(again.failures.contains_key(&key("c")));
 }

@@ -223,6 +223,11 @@ fn hypervisor() -> impl Strategy<Value = Hypervisor> {
                         public,
                         ip_address: ip,
                         port_range: PortRange { low, high },
+                        capacity: (low % 3 == 0).then(|| crate::HypervisorCapacity {
+                            components: Some(high % 50),
+                            cpu: (low % 2 == 0).then(|| "3500m".to_string()),
+                            memory: Some("8Gi".to_string()),
+                        }),
                     },
                 );
                 h.status = HypervisorStatus {

@@ -65,6 +65,14 @@ fn hypervisor(args: &HypervisorInjectArgs) -> anyhow::Result<Hypervisor> {
             public: args.public,
             ip_address: args.ip_address.to_string(),
             port_range: PortRange { low, high },
+            capacity: (args.capacity_components.is_some()
+                || args.capacity_cpu.is_some()
+                || args.capacity_memory.is_some())
+            .then(|| oi_api::HypervisorCapacity {
+                components: args.capacity_components,
+                cpu: args.capacity_cpu.clone(),
+                memory: args.capacity_memory.clone(),
+            }),
         },
     ))
 }

@@ -1,0 +1,189 @@
+//! Hypervisor capacity through the CLI: `oi hypervisor inject --capacity-*`, placement that
+//! never goes beyond it, and a cluster that does not fit refused with the numbers.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use oi_api::ComponentRole;
+
+#[path = "support/oi.rs"]
+mod support;
+use support::*;
+
+fn inject_hypervisors(dir: &std::path::Path) -> String {
+    let world = dir.join("world.yaml");
+    let w = world.to_str().unwrap();
+    ok(
+        &[
+            "hypervisor",
+            "inject",
+            "-f",
+            "/dev/null",
+            "-o",
+            w,
+            "--name",
+            "pub1",
+            "--ip-address",
+            "10.0.0.9",
+            "--public",
+            "--local-cri-endpoint",
+            "/run/pub1.sock",
+        ],
+        b"",
+    );
+    for (i, name) in ["priv1", "priv2"].iter().enumerate() {
+        let ip = format!("10.0.0.{}", i + 1);
+        let sock = format!("/run/{name}.sock");
+        ok(
+            &[
+                "hypervisor",
+                "inject",
+                "-f",
+                w,
+                "-o",
+                w,
+                "--name",
+                name,
+                "--ip-address",
+                &ip,
+                "--local-cri-endpoint",
+                &sock,
+                "--capacity-cpu",
+                "1500m",
+                "--capacity-memory",
+                "4Gi",
+                "--capacity-components",
+                "5",
+            ],
+            b"",
+        );
+    }
+    w.to_string()
+}
+
+#[test]
+fn placement_stays_within_capacity_and_refuses_with_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = inject_hypervisors(dir.path());
+    let world = load(&std::fs::read_to_string(&w).unwrap());
+    let cap = world
+        .hypervisors
+        .values()
+        .find(|h| h.metadata.name == "priv1")
+        .unwrap();
+    assert_eq!(
+        cap.spec.capacity.as_ref().unwrap().cpu.as_deref(),
+        Some("1500m")
+    );
+
+    // 1500m holds two replicas of 650m: three replicas go 2 + 1 (with a warning).
+    let out = oi(
+        &[
+            "cluster",
+            "inject",
+            "-f",
+            &w,
+            "-o",
+            &w,
+            "--name",
+            "c1",
+            "--control-plane-replicas",
+            "3",
+        ],
+        b"",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    // One more replica fits (priv2), a second does not: the cluster is refused whole.
+    let out = oi(
+        &[
+            "cluster",
+            "inject",
+            "-f",
+            &w,
+            "-o",
+            &w,
+            "--name",
+            "c2",
+            "--control-plane-replicas",
+            "2",
+        ],
+        b"",
+    );
+    assert!(!out.status.success());
+    assert_eq!(
+        stderr(&out).lines().last().unwrap(),
+        "error: cluster default/c2 cannot be scheduled: 1 more control-plane component(s) fit on no private hypervisor (priv1: 200m CPU left, 650m needed; priv2: 200m CPU left, 650m needed)"
+    );
+    let world = load(&std::fs::read_to_string(&w).unwrap());
+    assert!(
+        world.clusters.keys().all(|k| k.name != "c2"),
+        "the file was not changed"
+    );
+    for h in ["priv1", "priv2"] {
+        let n = world
+            .components
+            .values()
+            .filter(|c| {
+                c.spec.role == ComponentRole::ControlPlane
+                    && c.spec.hypervisor.as_deref() == Some(h)
+            })
+            .count();
+        assert!(n <= 2, "{h} holds {n} replicas");
+    }
+    // A single replica still fits.
+    let out = oi(
+        &[
+            "cluster",
+            "inject",
+            "-f",
+            &w,
+            "-o",
+            &w,
+            "--name",
+            "c3",
+            "--control-plane-replicas",
+            "1",
+        ],
+        b"",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // A capacity that is not a quantity is refused by the flag, and in a manifest.
+    let out = oi(
+        &[
+            "hypervisor",
+            "inject",
+            "-f",
+            &w,
+            "--name",
+            "x",
+            "--ip-address",
+            "10.0.0.7",
+            "--local-cri-endpoint",
+            "/run/x.sock",
+            "--capacity-cpu",
+            "2cores",
+        ],
+        b"",
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("\"2cores\" is not a CPU quantity"),
+        "{}",
+        stderr(&out)
+    );
+    let text = std::fs::read_to_string(&w)
+        .unwrap()
+        .replacen("memory: 4Gi", "memory: 4 GiB", 1);
+    let out = oi(
+        &["reconcile", "--image-repository", "localhost/oneinfra"],
+        text.as_bytes(),
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains(
+            "Hypervisor priv1: field `spec.capacity.memory`: \"4 GiB\" is not a memory quantity"
+        ),
+        "{}",
+        stderr(&out)
+    );
+}

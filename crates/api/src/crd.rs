@@ -11,9 +11,9 @@ use serde_json::{Map, Value, json};
 use crate::manifest::ManifestError;
 use crate::meta::Kind;
 
-/// The CRD of one of oneinfra's kinds ([`Kind::ONEINFRA`]), as a JSON value; `None` for the
-/// kinds whose definitions are not ours to install (SIPCluster's is upstream's until our SIP
-/// controller serves it, BareMetalHost's is metal3's, Secret is a core kind).
+/// The CRD of one of the kinds oi-manager serves ([`Kind::ONEINFRA`] and SIPCluster, whose
+/// schema is upstream SIP's with our optional fields), as a JSON value; `None` for the kinds
+/// whose definitions are not ours to install (BareMetalHost's is metal3's, Secret is core).
 pub fn custom_resource_definition(kind: Kind) -> Option<Value> {
     let (plural, spec, status, columns) = match kind {
         Kind::Hypervisor => (
@@ -54,7 +54,13 @@ pub fn custom_resource_definition(kind: Kind) -> Option<Value> {
             node_join_request_status(),
             Vec::new(),
         ),
-        Kind::SipCluster | Kind::BareMetalHost | Kind::Secret => return None,
+        Kind::SipCluster => (
+            "sipclusters",
+            sip_cluster_spec(),
+            sip_cluster_status(),
+            Vec::new(),
+        ),
+        Kind::BareMetalHost | Kind::Secret => return None,
     };
     Some(definition(kind, plural, spec, status, columns))
 }
@@ -112,13 +118,13 @@ fn definition(kind: Kind, plural: &str, spec: Value, status: Value, columns: Vec
     })
 }
 
-/// Every CRD of ours as a multi-document YAML stream, in [`Kind::ONEINFRA`] order.
+/// Every CRD of ours as a multi-document YAML stream, in [`Kind::ALL`] order.
 ///
 /// # Errors
 ///
 /// [`ManifestError::Serialize`] if serde_yaml_ng refuses a value.
 pub fn crds_yaml() -> Result<String, ManifestError> {
-    let docs = Kind::ONEINFRA
+    let docs = Kind::ALL
         .into_iter()
         .filter_map(|kind| custom_resource_definition(kind).map(|crd| (kind, crd)))
         .map(|(kind, crd)| {
@@ -429,3 +435,122 @@ fn node_join_request_status() -> Value {
 
 #[cfg(test)]
 mod tests;
+
+fn labels() -> Value {
+    map(string())
+}
+
+fn label_selector() -> Value {
+    object(&[
+        ("matchLabels", labels()),
+        (
+            "matchExpressions",
+            array(required(
+                object(&[
+                    ("key", string()),
+                    ("operator", string()),
+                    ("values", array(string())),
+                ]),
+                &["key", "operator"],
+            )),
+        ),
+    ])
+}
+
+/// A service's common fields, with `extra` ones.
+fn sip_service(extra: &[(&str, Value)], required_fields: &[&str]) -> Value {
+    let mut props: Vec<(&str, Value)> = vec![
+        ("image", string()),
+        ("nodeLabels", labels()),
+        ("nodeInterfaceId", string()),
+        ("clusterIP", string()),
+    ];
+    props.extend(extra.iter().cloned());
+    array(required(object(&props), required_fields))
+}
+
+fn sip_cluster_spec() -> Value {
+    required(
+        object(&[
+            (
+                "nodes",
+                map(object(&[
+                    ("labelSelector", label_selector()),
+                    ("topologyKey", string()),
+                    (
+                        "count",
+                        object(&[("active", integer(0, 1000)), ("standby", integer(0, 1000))]),
+                    ),
+                ])),
+            ),
+            (
+                "services",
+                object(&[
+                    (
+                        "loadBalancerControlPlane",
+                        sip_service(&[("nodePort", port())], &["image", "nodePort"]),
+                    ),
+                    (
+                        "loadBalancerWorker",
+                        sip_service(
+                            &[(
+                                "nodePortRange",
+                                required(
+                                    object(&[("start", port()), ("end", port())]),
+                                    &["start", "end"],
+                                ),
+                            )],
+                            &["image", "nodePortRange"],
+                        ),
+                    ),
+                    (
+                        "jumpHost",
+                        sip_service(
+                            &[
+                                ("nodePort", port()),
+                                ("bmc", object(&[("proxy", boolean())])),
+                                ("sshAuthorizedKeys", array(string())),
+                                ("nodeSSHPrivateKeys", string()),
+                            ],
+                            &["image", "nodePort", "nodeSSHPrivateKeys"],
+                        ),
+                    ),
+                    (
+                        "oidcProvider",
+                        sip_service(
+                            &[
+                                ("nodePort", port()),
+                                ("clientID", string()),
+                                ("usernameClaim", string()),
+                                ("groupsClaim", string()),
+                            ],
+                            &["image", "nodePort"],
+                        ),
+                    ),
+                ]),
+            ),
+            (
+                "clusterRef",
+                required(object(&[("name", string())]), &["name"]),
+            ),
+        ]),
+        &["services"],
+    )
+}
+
+fn sip_cluster_status() -> Value {
+    object(&[(
+        "conditions",
+        array(required(
+            object(&[
+                ("type", string()),
+                ("status", string_enum(&["True", "False", "Unknown"])),
+                ("observedGeneration", integer(0, i64::MAX)),
+                ("lastTransitionTime", date_time()),
+                ("reason", string()),
+                ("message", string()),
+            ]),
+            &["type", "status", "lastTransitionTime", "reason", "message"],
+        )),
+    )])
+}

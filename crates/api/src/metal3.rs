@@ -173,8 +173,53 @@ impl BareMetalHost {
     /// kept in their order, removed ones dropped, new ones appended in name order).
     pub fn to_value(&self) -> Value {
         let mut raw = self.raw.clone();
-        patch_labels(&mut raw, &self.metadata.labels);
+        patch_metadata(&mut raw, &self.metadata);
         Value::Mapping(raw)
+    }
+}
+
+/// Sets the standard fields of a document's `metadata` to `metadata`'s, each in its place,
+/// touching nothing else: labels keep their order (removed ones dropped, new ones appended),
+/// a field left as it was is not rewritten, an empty map or list the typed view omits stays.
+fn patch_metadata(raw: &mut Mapping, metadata: &ObjectMeta) {
+    patch_labels(raw, &metadata.labels);
+    let Ok(Value::Mapping(typed)) = serde_yaml_ng::to_value(metadata) else {
+        return;
+    };
+    let Some(Value::Mapping(meta)) = raw.get_mut("metadata") else {
+        if !typed.is_empty() {
+            raw.insert("metadata".into(), Value::Mapping(typed));
+        }
+        return;
+    };
+    for field in OBJECT_META_FIELDS {
+        if field == "labels" {
+            continue;
+        }
+        match (typed.get(field), meta.get(field)) {
+            (Some(new), Some(old)) if new == old => {}
+            (Some(new), Some(_)) => {
+                if let Some(slot) = meta.get_mut(field) {
+                    *slot = new.clone();
+                }
+            }
+            (Some(new), None) => {
+                meta.insert(field.into(), new.clone());
+            }
+            (None, Some(old)) => {
+                let empty = match old {
+                    Value::Null => true,
+                    Value::Mapping(m) => m.is_empty(),
+                    Value::Sequence(s) => s.is_empty(),
+                    Value::String(s) => s.is_empty(),
+                    _ => false,
+                };
+                if !empty {
+                    meta.remove(field);
+                }
+            }
+            (None, None) => {}
+        }
     }
 }
 
@@ -217,6 +262,58 @@ fn patch_labels(raw: &mut Mapping, labels: &BTreeMap<String, String>) {
         }
     } else {
         meta.insert(Value::from("labels"), Value::Mapping(out));
+    }
+}
+
+/// A document's mapping (an object that is not a mapping becomes an empty one).
+fn into_mapping(value: Value) -> Mapping {
+    match value {
+        Value::Mapping(m) => m,
+        _ => Mapping::new(),
+    }
+}
+
+impl BareMetalHost {
+    /// A host from a whole document (as a store returns it).
+    ///
+    /// # Errors
+    ///
+    /// A field we read has the wrong type.
+    pub fn from_document(value: Value) -> Result<Self, String> {
+        let metadata: ObjectMeta = serde_yaml_ng::from_value(known_metadata(&value))
+            .map_err(|e| format!("metadata: {e}"))?;
+        let view: BareMetalHostView =
+            serde_yaml_ng::from_value(value.clone()).map_err(|e| e.to_string())?;
+        Ok(Self::from_parts(metadata, view, into_mapping(value)))
+    }
+}
+
+impl<'de> Deserialize<'de> for BareMetalHost {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        BareMetalHost::from_document(value).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Secret {
+    /// A Secret from a whole document (as a store returns it).
+    ///
+    /// # Errors
+    ///
+    /// A field we read has the wrong type.
+    pub fn from_document(value: Value) -> Result<Self, String> {
+        let metadata: ObjectMeta = serde_yaml_ng::from_value(known_metadata(&value))
+            .map_err(|e| format!("metadata: {e}"))?;
+        let view: SecretView =
+            serde_yaml_ng::from_value(value.clone()).map_err(|e| e.to_string())?;
+        Ok(Self::from_parts(metadata, view, into_mapping(value)))
+    }
+}
+
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        Secret::from_document(value).map_err(serde::de::Error::custom)
     }
 }
 
@@ -341,9 +438,11 @@ impl Secret {
         keys
     }
 
-    /// The document as read.
+    /// The document as read, with the standard metadata fields from [`Self::metadata`].
     pub fn to_value(&self) -> Value {
-        Value::Mapping(self.raw.clone())
+        let mut raw = self.raw.clone();
+        patch_metadata(&mut raw, &self.metadata);
+        Value::Mapping(raw)
     }
 }
 
@@ -359,13 +458,13 @@ impl fmt::Debug for Secret {
 
 impl PartialEq for Secret {
     fn eq(&self, other: &Self) -> bool {
-        self.metadata == other.metadata && self.raw == other.raw
+        self.metadata == other.metadata && self.to_value() == other.to_value()
     }
 }
 
 impl Serialize for Secret {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.raw.serialize(serializer)
+        self.to_value().serialize(serializer)
     }
 }
 

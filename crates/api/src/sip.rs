@@ -390,6 +390,12 @@ pub struct OidcProviderService {
     pub node_port: i64,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub node_interface_id: String,
+    #[serde(
+        rename = "clusterIP",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub cluster_ip: String,
     /// The audience of the tokens it issues for the cluster (`--oidc-client-id`).
     #[serde(rename = "clientID", default, skip_serializing_if = "String::is_empty")]
     pub client_id: String,

@@ -25,7 +25,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use oi_api::{Cluster, Component, Hypervisor, Kind, ObjectKey};
+use oi_api::{Cluster, Component, Hypervisor, Kind, ObjectKey, SipCluster};
 use oi_engine::{Connector, Network};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinSet;
@@ -123,6 +123,11 @@ impl<K: Ord + Clone, G: Ord + Clone> WorkQueue<K, G> {
 /// A queued reconcile: which controller, which object.
 pub type Job = (ControllerKind, ObjectKey);
 
+/// The group of every SIPCluster job (no Cluster has an empty namespace).
+fn sip_group() -> ObjectKey {
+    ObjectKey::new("", "sipclusters")
+}
+
 /// What the loop calls: the three controllers over a context ([`Driver`]), or a recording
 /// fake in tests.
 pub(crate) trait Reconcilers: Send + Sync + 'static {
@@ -152,6 +157,7 @@ impl<C: Connector + 'static, N: Network + 'static> Reconcilers for Controllers<C
                 ControllerKind::Cluster => controller::reconcile_cluster(&key, &ctx).await,
                 ControllerKind::Component => controller::reconcile_component(&key, &ctx).await,
                 ControllerKind::Hypervisor => controller::reconcile_hypervisor(&key, &ctx).await,
+                ControllerKind::SipCluster => controller::reconcile_sip_cluster(&key, &ctx).await,
             }
         }
     }
@@ -289,6 +295,15 @@ impl State {
             self.queue
                 .add((ControllerKind::Hypervisor, key.clone()), key, now);
         }
+        for sip in store.objects::<SipCluster>() {
+            self.sip_cluster(oi_api::Resource::key(&sip), now);
+        }
+    }
+
+    /// SIPClusters share one group: one at a time.
+    fn sip_cluster(&mut self, key: ObjectKey, now: Instant) {
+        self.queue
+            .add((ControllerKind::SipCluster, key), sip_group(), now);
     }
 
     fn cluster(&mut self, key: ObjectKey, now: Instant) {
@@ -334,8 +349,14 @@ impl State {
                     now,
                 );
             }
-            // No controller watches these yet (SIP's arrives with its controller).
-            Kind::NodeJoinRequest | Kind::SipCluster | Kind::BareMetalHost | Kind::Secret => {}
+            Kind::SipCluster => self.sip_cluster(change.key, now),
+            // A host concerns every SIPCluster (the one holding it, any waiting for hosts).
+            Kind::BareMetalHost => {
+                for sip in store.objects::<SipCluster>() {
+                    self.sip_cluster(oi_api::Resource::key(&sip), now);
+                }
+            }
+            Kind::NodeJoinRequest | Kind::Secret => {}
         }
     }
 }

@@ -34,6 +34,7 @@ mod component;
 mod hypervisor;
 mod rotation;
 pub mod share;
+mod sip;
 pub mod snapshots;
 mod writeback;
 
@@ -60,6 +61,7 @@ pub enum ControllerKind {
     Cluster,
     Component,
     Hypervisor,
+    SipCluster,
 }
 
 impl ControllerKind {
@@ -68,6 +70,7 @@ impl ControllerKind {
             ControllerKind::Cluster => "cluster",
             ControllerKind::Component => "component",
             ControllerKind::Hypervisor => "hypervisor",
+            ControllerKind::SipCluster => "sipcluster",
         }
     }
 }
@@ -196,6 +199,14 @@ pub mod event_reasons {
     pub const HYPERVISOR_REACHABLE: &str = "HypervisorReachable";
     /// A hypervisor does not answer (Warning).
     pub const HYPERVISOR_UNREACHABLE: &str = "HypervisorUnreachable";
+    /// A SIPCluster holds all its hosts and runs what it asks for (Normal).
+    pub const SIP_CLUSTER_READY: &str = "SIPClusterReady";
+    /// A SIPCluster is not ready: unschedulable, or its services not run (Warning).
+    pub const SIP_CLUSTER_NOT_READY: &str = "SIPClusterNotReady";
+    /// A SIPCluster's hosts changed: chosen, let go, standby promoted (Normal).
+    pub const SIP_HOSTS_CHANGED: &str = "HostsChanged";
+    /// A SIPCluster marked for deletion let its hosts go and was released (Normal).
+    pub const SIP_CLUSTER_DELETED: &str = "SIPClusterDeleted";
 }
 
 /// Everything the reconcile functions need.
@@ -209,6 +220,8 @@ pub struct Context<S, C, N> {
     /// files) and the objects it derives from it (phases 1 and 3 of a cluster reconcile),
     /// never during an engine run.
     write_lock: tokio::sync::Mutex<()>,
+    /// Held for a whole SIPCluster reconcile: one SIPCluster at a time, as upstream SIP.
+    sip_lock: tokio::sync::Mutex<()>,
     /// Engine runs hold it shared; removing leftover throwaway pods holds it exclusively, so
     /// that a live run's file writer is never taken for a leftover.
     engine_runs: tokio::sync::RwLock<()>,
@@ -250,6 +263,7 @@ impl<S: Store, C: Connector, N: Network> Context<S, C, N> {
             options,
             metrics,
             write_lock: tokio::sync::Mutex::new(()),
+            sip_lock: tokio::sync::Mutex::new(()),
             engine_runs: tokio::sync::RwLock::new(()),
             failures: Mutex::new(BTreeMap::new()),
             reachable: Mutex::new(BTreeMap::new()),
@@ -514,6 +528,25 @@ pub async fn reconcile_hypervisor<S: Store, C: Connector, N: Network>(
 ) -> Result<Action, ReconcileError> {
     let result = hypervisor::reconcile(key, ctx).await;
     finish(ControllerKind::Hypervisor, key, ctx, result).await
+}
+
+/// The SIPCluster controller: selects the hosts of one SIPCluster (see `controller/sip.rs`).
+///
+/// # Errors
+/// [`ReconcileError::Store`] when the store refuses a read or write (a host update that
+/// conflicts included); the next run goes on from what was written.
+pub async fn reconcile_sip_cluster<S: Store, C: Connector, N: Network>(
+    key: &ObjectKey,
+    ctx: &Context<S, C, N>,
+) -> Result<Action, ReconcileError> {
+    let result = sip::reconcile(key, ctx).await;
+    finish(ControllerKind::SipCluster, key, ctx, result).await
+}
+
+/// The SIPClusters a BareMetalHost change concerns: every one known (a failed or freed host
+/// matters to the one holding it, and may let an unschedulable one through).
+pub fn sip_clusters_for_host(known: &[ObjectKey]) -> Vec<ObjectKey> {
+    known.to_vec()
 }
 
 /// The cluster a component belongs to (`spec.cluster` in the component's namespace).

@@ -145,7 +145,10 @@ const INFRA_GROUP: &str = "infra.oneinfra.ereslibre.es";
 ///   OwnerReferencesPermissionEnforcement admission plugin only allows with update on
 ///   `clusters/finalizers`;
 /// - events are only created ([`KubeStore`] never patches a series);
-/// - leader election reads, creates and updates its Lease.
+/// - leader election reads, creates and updates its Lease;
+/// - the SIPCluster controller watches SIPClusters (adding and removing its finalizer, writing
+///   their status) and BareMetalHosts (updating their labels), and reads the Secrets the
+///   hosts reference, by name.
 pub const PERMISSIONS: &[Permission] = &[
     Permission {
         api_group: CLUSTER_GROUP,
@@ -191,6 +194,26 @@ pub const PERMISSIONS: &[Permission] = &[
         api_group: "coordination.k8s.io",
         resource: "leases",
         verbs: &["get", "create", "update"],
+    },
+    Permission {
+        api_group: "airship.airshipit.org",
+        resource: "sipclusters",
+        verbs: &["get", "list", "watch", "update"],
+    },
+    Permission {
+        api_group: "airship.airshipit.org",
+        resource: "sipclusters/status",
+        verbs: &["update"],
+    },
+    Permission {
+        api_group: "metal3.io",
+        resource: "baremetalhosts",
+        verbs: &["get", "list", "watch", "update"],
+    },
+    Permission {
+        api_group: "",
+        resource: "secrets",
+        verbs: &["get"],
     },
 ];
 

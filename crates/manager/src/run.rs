@@ -61,10 +61,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let mut stopped = stop.clone();
     let connected = async {
         let (client, server) = connect(settings.kubeconfig.as_ref()).await?;
-        check_api(&client, &server, settings.namespace.as_deref()).await?;
-        anyhow::Ok((client, server))
+        let sip = check_api(&client, &server, settings.namespace.as_deref()).await?;
+        anyhow::Ok((client, server, sip))
     };
-    let (client, server) = tokio::select! {
+    let (client, server, sip) = tokio::select! {
         connected = connected => connected?,
         _ = stopped.wait_for(|s| *s) => {
             tracing::info!("shutting down before connecting");
@@ -129,7 +129,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let (graceful_tx, graceful_rx) = oneshot::channel::<()>();
     let graceful = graceful_rx.map(|_| ()).shared();
     let wakeups = ctx.cluster_wakeups();
-    let controllers = Controllers::new(&client, settings.namespace.as_deref(), wakeups);
+    let controllers = Controllers::new(&client, settings.namespace.as_deref(), wakeups, sip);
     let syncing = controllers.syncing();
     let readiness = tokio::spawn({
         let ready_tx = ready_tx.clone();
@@ -277,12 +277,14 @@ async fn connect(kubeconfig: Option<&PathBuf>) -> anyhow::Result<(kube::Client, 
 /// How long the first requests may take before the API server counts as unreachable.
 const API_CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The API server answers, and serves the three kinds the controllers watch.
+/// The API server answers, and serves the three kinds the controllers watch. Returns
+/// whether it also serves SIPClusters and metal3's BareMetalHosts, which the SIPCluster
+/// controller needs (without them it does not run, and the log says why).
 async fn check_api(
     client: &kube::Client,
     server: &str,
     namespace: Option<&str>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<bool> {
     let unreachable = |e: String| anyhow::anyhow!("cannot reach the API server at {server}: {e}");
     match tokio::time::timeout(API_CHECK_TIMEOUT, client.apiserver_version()).await {
         Err(_) => return Err(unreachable(format!("no answer in {API_CHECK_TIMEOUT:?}"))),
@@ -307,7 +309,39 @@ async fn check_api(
             ),
         }
     }
-    Ok(())
+    for kind in [Kind::SipCluster, Kind::BareMetalHost] {
+        let api = dynamic_api(client, kind, namespace);
+        match tokio::time::timeout(API_CHECK_TIMEOUT, api.list(&ListParams::default().limit(1)))
+            .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(kube::Error::Api(status))) if status.code == 404 => {
+                tracing::info!(
+                    "the SIPCluster controller is off: the API server does not serve {kind}s{}",
+                    if kind == Kind::BareMetalHost {
+                        " (metal3's CRD)"
+                    } else {
+                        " (`oi-manager crds | kubectl apply -f -`)"
+                    }
+                );
+                return Ok(false);
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(
+                    "the SIPCluster controller is off: cannot list {kind}s: {}",
+                    error_chain(&e)
+                );
+                return Ok(false);
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "the SIPCluster controller is off: listing {kind}s took over {API_CHECK_TIMEOUT:?}"
+                );
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
 }
 
 /// An error and its sources, `: `-separated (kube's transport errors hide the cause).

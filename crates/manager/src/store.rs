@@ -15,7 +15,10 @@
 use std::fmt;
 use std::future::Future;
 
-use oi_api::{Cluster, Component, Hypervisor, Kind, NodeJoinRequest, Object, ObjectKey, Resource};
+use oi_api::{
+    BareMetalHost, Cluster, Component, Hypervisor, Kind, NodeJoinRequest, Object, ObjectKey,
+    Resource, Secret, SipCluster,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -89,6 +92,9 @@ stored!(Hypervisor);
 stored!(Cluster);
 stored!(Component);
 stored!(NodeJoinRequest);
+stored!(SipCluster);
+stored!(BareMetalHost);
+stored!(Secret);
 
 /// Normal or Warning, as Kubernetes Events have it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -77,7 +77,7 @@ pub fn cluster_group(kind: ControllerKind, object: &DynamicObject) -> Option<Obj
                 _ => Some(key),
             }
         }
-        ControllerKind::Hypervisor => None,
+        ControllerKind::Hypervisor | ControllerKind::SipCluster => None,
     }
 }
 
@@ -131,6 +131,7 @@ async fn reconcile(
         ControllerKind::Cluster => controller::reconcile_cluster(&key, ctx).await,
         ControllerKind::Component => controller::reconcile_component(&key, ctx).await,
         ControllerKind::Hypervisor => controller::reconcile_hypervisor(&key, ctx).await,
+        ControllerKind::SipCluster => controller::reconcile_sip_cluster(&key, ctx).await,
     };
     let elapsed = start.elapsed();
     drop(permit);
@@ -166,20 +167,25 @@ fn error_policy(
     kube_controller::Action::requeue(shared.ctx.error_backoff(kind, &object_key(&object)))
 }
 
-/// The three controllers, built (watches set up) and not yet running.
+/// The controllers, built (watches set up) and not yet running.
 pub(crate) struct Controllers {
     cluster: Controller<DynamicObject>,
     component: Controller<DynamicObject>,
     hypervisor: Controller<DynamicObject>,
+    /// Only where the API server serves SIPClusters and metal3's BareMetalHosts.
+    sip_cluster: Option<Controller<DynamicObject>>,
 }
 
 impl Controllers {
     /// `wakeups`: the Clusters the Hypervisor controller wants reconciled now
     /// ([`Context::cluster_wakeups`]).
+    /// `sip`: whether to run the SIPCluster controller (the API server serves SIPClusters
+    /// and BareMetalHosts).
     pub(crate) fn new(
         client: &kube::Client,
         namespace: Option<&str>,
         wakeups: tokio::sync::mpsc::UnboundedReceiver<ObjectKey>,
+        sip: bool,
     ) -> Self {
         let config = kube_controller::Config::default().debounce(DEBOUNCE);
         let cluster_resource = api_resource(Kind::Cluster);
@@ -228,24 +234,58 @@ impl Controllers {
             },
         )
         .reconcile_on(woken)
-        .with_config(config);
+        .with_config(config.clone());
+        let sip_cluster = sip.then(|| {
+            let sip_resource = api_resource(Kind::SipCluster);
+            let controller = Controller::new_with(
+                dynamic_api(client, Kind::SipCluster, namespace),
+                watcher::Config::default(),
+                sip_resource.clone(),
+            );
+            // A host that changes concerns every SIPCluster: the one holding it, and any that
+            // could not get enough hosts.
+            let known = controller.store();
+            controller
+                .watches_with(
+                    dynamic_api(client, Kind::BareMetalHost, namespace),
+                    api_resource(Kind::BareMetalHost),
+                    watcher::Config::default(),
+                    move |_host: DynamicObject| {
+                        known
+                            .state()
+                            .iter()
+                            .map(|s| {
+                                let key = object_key(s);
+                                ObjectRef::new_with(&key.name, sip_resource.clone())
+                                    .within(&key.namespace)
+                            })
+                            .collect::<Vec<_>>()
+                    },
+                )
+                .with_config(config)
+        });
         Controllers {
             cluster,
             component,
             hypervisor,
+            sip_cluster,
         }
     }
 
     /// The controllers' caches, whose first lists readiness waits for.
     pub(crate) fn syncing(&self) -> Vec<(Kind, kube::runtime::reflector::Store<DynamicObject>)> {
-        vec![
+        let mut out = vec![
             (Kind::Cluster, self.cluster.store()),
             (Kind::Component, self.component.store()),
             (Kind::Hypervisor, self.hypervisor.store()),
-        ]
+        ];
+        if let Some(sip) = &self.sip_cluster {
+            out.push((Kind::SipCluster, sip.store()));
+        }
+        out
     }
 
-    /// Runs the three until `graceful` resolves and their reconciles finished.
+    /// Runs them until `graceful` resolves and their reconciles finished.
     pub(crate) async fn run(
         self,
         shared: Arc<Shared>,
@@ -272,10 +312,16 @@ impl Controllers {
                     }
                 })
         };
+        let sip = async {
+            if let Some(sip) = self.sip_cluster {
+                drive(sip, ControllerKind::SipCluster).await;
+            }
+        };
         futures::join!(
             drive(self.cluster, ControllerKind::Cluster),
             drive(self.component, ControllerKind::Component),
             drive(self.hypervisor, ControllerKind::Hypervisor),
+            sip,
         );
     }
 }

@@ -53,7 +53,7 @@ fn crds_prints_every_crd() {
             .unwrap()
         })
         .collect();
-    let generated: Vec<Value> = oi_api::Kind::ONEINFRA
+    let generated: Vec<Value> = oi_api::Kind::ALL
         .into_iter()
         .filter_map(oi_api::crd::custom_resource_definition)
         .collect();

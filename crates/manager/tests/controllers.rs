@@ -1345,3 +1345,274 @@ async fn the_rotate_ca_annotation_rotates_one_phase_per_ready_reconcile() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The SIPCluster controller
+
+const TENANTS: &str = "tenants";
+
+fn b64(s: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+/// Hosts `(name, flavor, rack)` with their BMC credentials and network data Secrets, and a
+/// SIPCluster `s1` asking for a control plane of 1 active + 1 standby, one per rack.
+fn sip_world(hosts: &[(&str, &str, &str)]) -> World {
+    let mut docs = Vec::new();
+    for (i, (name, flavor, rack)) in hosts.iter().enumerate() {
+        let nd = format!(
+            r#"{{"networks": [{{"id": "oam-ipv4", "ip_address": "10.9.0.{}"}}]}}"#,
+            i + 1
+        );
+        docs.push(format!(
+            "apiVersion: metal3.io/v1alpha1\nkind: BareMetalHost\nmetadata:\n  name: {name}\n  namespace: {TENANTS}\n  labels: {{flavor: {flavor}, rack: {rack}}}\nspec:\n  online: true\n  bmc: {{address: 'redfish+http://127.0.0.1:8000/redfish/v1/Systems/{name}', credentialsName: {name}-bmc}}\n  networkData: {{name: {name}-nd, namespace: {TENANTS}}}\n  hardwareProfile: unknown\n"
+        ));
+        docs.push(format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}-bmc, namespace: {TENANTS}}}\ndata: {{username: {}, password: {}}}\n",
+            b64("admin"),
+            b64("pw")
+        ));
+        docs.push(format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}-nd, namespace: {TENANTS}}}\ndata: {{networkData: {}}}\n",
+            b64(&nd)
+        ));
+    }
+    docs.push(format!(
+        "apiVersion: airship.airshipit.org/v1\nkind: SIPCluster\nmetadata: {{name: s1, namespace: {TENANTS}}}\nspec:\n  nodes:\n    ControlPlane:\n      labelSelector: {{matchLabels: {{flavor: cp}}}}\n      topologyKey: rack\n      count: {{active: 1, standby: 1}}\n  services: {{}}\n"
+    ));
+    World::load(&docs.join("---\n"), "sip").unwrap()
+}
+
+fn seed(h: &Harness, world: &World) {
+    for o in world.bare_metal_hosts.values() {
+        h.store.insert(o.clone());
+    }
+    for o in world.secrets.values() {
+        h.store.insert(o.clone());
+    }
+    for o in world.sip_clusters.values() {
+        h.store.insert(o.clone());
+    }
+}
+
+/// `(host, state)` of the hosts labelled for `tenants/s1`.
+fn sip_hosts(store: &MemoryStore) -> Vec<(String, String)> {
+    store
+        .objects::<oi_api::BareMetalHost>()
+        .into_iter()
+        .filter(|h| {
+            h.metadata
+                .labels
+                .get(oi_api::sip::CLUSTER_NAME_LABEL)
+                .map(String::as_str)
+                == Some("s1")
+        })
+        .map(|h| {
+            (
+                h.metadata.name.clone(),
+                h.metadata.labels[oi_api::sip::NODE_STATE_LABEL].clone(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_sip_cluster_controller_selects_replaces_and_lets_hosts_go() {
+    let h = Harness::new();
+    let world = sip_world(&[
+        ("a1", "cp", "r1"),
+        ("a2", "cp", "r1"),
+        ("b1", "cp", "r2"),
+        ("c1", "cp", "r3"),
+    ]);
+    seed(&h, &world);
+    let k = ObjectKey::new(TENANTS, "s1");
+    let action = reconcile_sip_cluster(&k, &h.ctx).await.unwrap();
+    assert_eq!(action, Action::Requeue(Duration::from_secs(300)));
+    assert_eq!(
+        sip_hosts(&h.store),
+        [
+            ("a1".into(), "active".into()),
+            ("b1".into(), "standby".into())
+        ]
+    );
+    let sip: oi_api::SipCluster = h.store.object(&k).unwrap();
+    assert_eq!(sip.metadata.finalizers, [oi_api::sip::SIP_FINALIZER]);
+    let ready = sip.condition("Ready").unwrap();
+    assert_eq!(
+        (ready.status, ready.reason.as_str()),
+        (ConditionStatus::True, "ReconciliationSucceeded")
+    );
+    // The hosts' own fields are as they were.
+    let a1: oi_api::BareMetalHost = h.store.object(&ObjectKey::new(TENANTS, "a1")).unwrap();
+    assert_eq!(a1.to_value()["spec"]["hardwareProfile"], "unknown");
+    assert_eq!(a1.metadata.labels["flavor"], "cp");
+    assert_eq!(h.event_reasons(), ["HostsChanged", "SIPClusterReady"]);
+
+    // Converged: a second reconcile writes nothing.
+    h.store.clear_writes();
+    reconcile_sip_cluster(&k, &h.ctx).await.unwrap();
+    assert_eq!(h.store.writes(), []);
+
+    // The active host fails: the standby takes over, a new standby is chosen (a2: its rack
+    // is free again once a1 is let go; names decide among equals), the failed host is let go.
+    let mut failed = a1.clone();
+    failed.status.operational_status = "error".into();
+    failed.status.error_type = "power management error".into();
+    h.store.insert(failed);
+    reconcile_sip_cluster(&k, &h.ctx).await.unwrap();
+    assert_eq!(
+        sip_hosts(&h.store),
+        [
+            ("a2".into(), "standby".into()),
+            ("b1".into(), "active".into())
+        ]
+    );
+    let a1: oi_api::BareMetalHost = h.store.object(&ObjectKey::new(TENANTS, "a1")).unwrap();
+    assert!(
+        !a1.metadata
+            .labels
+            .contains_key(oi_api::sip::CLUSTER_NAME_LABEL)
+    );
+
+    // A conflict on a host update fails the reconcile; the next one converges.
+    h.store
+        .insert(world.bare_metal_hosts[&ObjectKey::new(TENANTS, "a1")].clone());
+    let a2 = ObjectKey::new(TENANTS, "a2");
+    let mut going: oi_api::BareMetalHost = h.store.object(&a2).unwrap();
+    going.status.operational_status = "error".into();
+    h.store.insert(going);
+    h.store.fail_next(
+        Op::Update,
+        StoreError::Conflict {
+            kind: oi_api::Kind::BareMetalHost,
+            key: a2.clone(),
+            message: "stale".into(),
+        },
+    );
+    assert!(reconcile_sip_cluster(&k, &h.ctx).await.is_err());
+    reconcile_sip_cluster(&k, &h.ctx).await.unwrap();
+    assert_eq!(
+        sip_hosts(&h.store),
+        [
+            ("a1".into(), "standby".into()),
+            ("b1".into(), "active".into())
+        ]
+    );
+
+    // Deletion: our labels off every host, the finalizer removed, the object gone.
+    h.store.delete::<oi_api::SipCluster>(&k).await.unwrap();
+    assert_eq!(
+        reconcile_sip_cluster(&k, &h.ctx).await.unwrap(),
+        Action::AwaitChange
+    );
+    assert_eq!(sip_hosts(&h.store), []);
+    assert!(h.store.object::<oi_api::SipCluster>(&k).is_none());
+    for host in h.store.objects::<oi_api::BareMetalHost>() {
+        assert!(
+            oi_api::sip::SELECTION_LABELS
+                .iter()
+                .all(|l| !host.metadata.labels.contains_key(*l)),
+            "{}",
+            host.metadata.name
+        );
+        assert_eq!(host.metadata.labels["flavor"], "cp");
+    }
+    assert!(h.event_reasons().contains(&"SIPClusterDeleted".to_string()));
+}
+
+#[tokio::test]
+async fn an_unschedulable_sip_cluster_says_why_and_a_new_host_lets_it_through() {
+    // One rack only: one host per rack cannot give 1 active + 1 standby.
+    let h = Arc::new(Harness::new());
+    let world = sip_world(&[("a1", "cp", "r1"), ("a2", "cp", "r1")]);
+    seed(&h, &world);
+    let k = ObjectKey::new(TENANTS, "s1");
+    assert_eq!(
+        reconcile_sip_cluster(&k, &h.ctx).await.unwrap(),
+        Action::Requeue(Duration::from_secs(30))
+    );
+    assert_eq!(sip_hosts(&h.store), []);
+    let sip: oi_api::SipCluster = h.store.object(&k).unwrap();
+    let ready = sip.condition("Ready").unwrap();
+    assert_eq!(ready.reason, "Unschedulable");
+    assert!(
+        ready.message.contains("a2: its rack r1 already holds a1"),
+        "{}",
+        ready.message
+    );
+    let warning = h
+        .store
+        .events()
+        .into_iter()
+        .find(|e| e.reason == "SIPClusterNotReady")
+        .unwrap();
+    assert_eq!(warning.type_, EventType::Warning);
+
+    // The driver runs; a host on another rack arrives: its watch wakes the SIPCluster,
+    // long before the 30 s requeue. The driver's first pass is told by the finalizer it puts
+    // back (taken off here), so the host arrives after it.
+    let mut bare = sip.clone();
+    bare.metadata.finalizers.clear();
+    h.store.insert(bare);
+    h.store.clear_writes();
+    let ctx = Arc::new(Context::new(
+        Arc::clone(&h.store),
+        FakeConnector {
+            runtimes: BTreeMap::new(),
+            down: Mutex::new(BTreeSet::new()),
+        },
+        SimNetwork::new(StoreSource(Arc::clone(&h.store)), BTreeMap::new()),
+        options(),
+        Arc::new(Metrics::new()),
+    ));
+    let driver = oi_manager_testsupport::driver::Driver::new(ctx);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        driver
+            .run(async {
+                let _ = stop_rx.await;
+            })
+            .await;
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while h
+        .store
+        .object::<oi_api::SipCluster>(&k)
+        .is_none_or(|s| s.metadata.finalizers.is_empty())
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        std::time::Instant::now() < deadline,
+        "the driver's first pass did not come"
+    );
+    // Its requeue is 30 s away: only the host watch can bring the next reconcile.
+    let extra = sip_world(&[("b1", "cp", "r2")]);
+    for o in extra.bare_metal_hosts.values() {
+        h.store.insert(o.clone());
+    }
+    for o in extra.secrets.values() {
+        h.store.insert(o.clone());
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while sip_hosts(&h.store).len() < 2 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = stop_tx.send(());
+    running.await.unwrap();
+    assert_eq!(
+        sip_hosts(&h.store),
+        [
+            ("a1".into(), "active".into()),
+            ("b1".into(), "standby".into())
+        ]
+    );
+    let sip: oi_api::SipCluster = h.store.object(&k).unwrap();
+    assert_eq!(
+        sip.condition("Ready").unwrap().reason,
+        "ReconciliationSucceeded"
+    );
+}

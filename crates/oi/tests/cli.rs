@@ -1039,7 +1039,7 @@ fn other_unprepared_clusters_are_warned_about() {
     let out = oi(&["cluster", "inject", "--name", "b"], world.as_bytes());
     assert_eq!(
         stderr(&out),
-        "warning: cluster default/a left unprepared: cluster default/a cannot be scheduled: no private hypervisor has 3 free ports for a control-plane component\n"
+        "warning: cluster default/a left unprepared: cluster default/a cannot be scheduled: 1 more control-plane component(s) fit on no private hypervisor (private-1: 0 free ports, 3 needed)\n"
     );
     assert!(out.status.success());
     let world = load(&stdout(&out));

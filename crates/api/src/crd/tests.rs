@@ -137,9 +137,46 @@ fn every_sip_and_metal3_property_parses_and_writes_back() {
 
 #[test]
 fn every_property_of_our_crds_parses_and_writes_back() {
-    for kind in Kind::ONEINFRA {
+    for kind in Kind::ONEINFRA.into_iter().chain([Kind::SipCluster]) {
         assert_round_trips(&our_schema(kind), kind, kind.as_str());
     }
+}
+
+/// Our SIPCluster CRD holds every property of upstream SIP's, with the same types, and the
+/// same group, names and scope; the kinds that are not ours have no CRD of ours.
+#[test]
+fn our_sip_cluster_crd_covers_upstreams() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/conformance/sip/crd/airship.airshipit.org_sipclusters.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let theirs = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap())
+        .find(|v| !v.is_null())
+        .unwrap();
+    assert_superset(
+        &our_schema(Kind::SipCluster),
+        &object_schema(&theirs),
+        "SIPCluster",
+    );
+    let ours =
+        serde_yaml_ng::to_value(custom_resource_definition(Kind::SipCluster).unwrap()).unwrap();
+    assert_eq!(ours["metadata"]["name"], theirs["metadata"]["name"]);
+    assert_eq!(ours["spec"]["group"], theirs["spec"]["group"]);
+    assert_eq!(
+        ours["spec"]["names"]["plural"],
+        theirs["spec"]["names"]["plural"]
+    );
+    assert_eq!(
+        ours["spec"]["names"]["kind"],
+        theirs["spec"]["names"]["kind"]
+    );
+    assert_eq!(ours["spec"]["scope"], theirs["spec"]["scope"]);
+    assert_eq!(
+        ours["spec"]["versions"][0]["name"],
+        theirs["spec"]["versions"][0]["name"]
+    );
+    assert!(custom_resource_definition(Kind::BareMetalHost).is_none());
+    assert!(custom_resource_definition(Kind::Secret).is_none());
 }
 
 /// Every property path of `theirs` is in `ours`, with the same JSON type.
@@ -263,6 +300,7 @@ fn crds_golden() {
             "clusters.cluster.oneinfra.ereslibre.es",
             "components.cluster.oneinfra.ereslibre.es",
             "nodejoinrequests.node.oneinfra.ereslibre.es",
+            "sipclusters.airship.airshipit.org",
         ]
     );
 }

@@ -423,3 +423,50 @@ fn conditions_move_their_transition_time_only_on_a_status_change() {
     assert!(yaml.contains("message: ''"), "{yaml}");
     assert!(!yaml.contains("lastSetTime"), "{yaml}");
 }
+
+#[test]
+fn hosts_and_secrets_go_through_json_as_a_store_keeps_them() {
+    let text = r"
+apiVersion: metal3.io/v1alpha1
+kind: BareMetalHost
+metadata:
+  name: h1
+  namespace: inv
+  resourceVersion: '7'
+  labels: {rack: r1}
+  annotations: {}
+  someFutureMetadata: x
+spec:
+  online: true
+  bmc: {address: 'redfish://10.0.0.1/redfish/v1/Systems/1', credentialsName: c1}
+  image: {url: 'http://x/y.img', checksum: abc}
+status: {operationalStatus: OK, poweredOn: true}
+";
+    let world = World::load(text, "h.yaml").unwrap();
+    let host = world.bare_metal_hosts.values().next().unwrap().clone();
+    let json = serde_json::to_value(&host).unwrap();
+    let back: crate::BareMetalHost = serde_json::from_value(json.clone()).unwrap();
+    assert_eq!(back, host);
+    assert_eq!(json["spec"]["image"]["checksum"], "abc");
+    assert_eq!(json["metadata"]["someFutureMetadata"], "x");
+    // Typed metadata edits reach the document; the empty annotations map stays.
+    let mut edited = back;
+    edited.metadata.resource_version = Some("8".into());
+    edited.metadata.finalizers.push("example.com/f".into());
+    let json = serde_json::to_value(&edited).unwrap();
+    assert_eq!(json["metadata"]["resourceVersion"], "8");
+    assert_eq!(json["metadata"]["finalizers"][0], "example.com/f");
+    assert_eq!(json["metadata"]["annotations"], serde_json::json!({}));
+    // A field we read, of the wrong type, is an error from a store too.
+    let mut bad = json.clone();
+    bad["spec"]["online"] = serde_json::json!("yes");
+    assert!(serde_json::from_value::<crate::BareMetalHost>(bad).is_err());
+
+    let secret_text = "apiVersion: v1\nkind: Secret\nmetadata: {name: s, namespace: inv}\ntype: Opaque\ndata: {password: cGFzcw==}\n";
+    let world = World::load(secret_text, "s.yaml").unwrap();
+    let secret = world.secrets.values().next().unwrap().clone();
+    let back: crate::Secret =
+        serde_json::from_value(serde_json::to_value(&secret).unwrap()).unwrap();
+    assert_eq!(back, secret);
+    assert_eq!(back.value("password").unwrap().unwrap(), b"pass");
+}

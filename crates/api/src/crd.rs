@@ -227,6 +227,7 @@ fn hypervisor_spec() -> Value {
                 "portRange",
                 object(&[("low", integer(1, 65535)), ("high", integer(1, 65535))]),
             ),
+            ("unschedulable", boolean()),
             (
                 "capacity",
                 object(&[

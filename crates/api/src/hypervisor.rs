@@ -54,6 +54,10 @@ pub struct HypervisorSpec {
     /// Ports allocated to components are taken from this range.
     #[serde(default, deserialize_with = "null_as_default")]
     pub port_range: PortRange,
+    /// Ours, optional: cordoned. Placement puts no new component on it; what runs there
+    /// stays (as Kubernetes' `node.spec.unschedulable`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unschedulable: bool,
     /// Ours, optional: what the hypervisor can hold. Placement never goes beyond it; without
     /// it, only the port range limits what is placed here.
     #[serde(default, skip_serializing_if = "Option::is_none")]

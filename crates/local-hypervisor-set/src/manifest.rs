@@ -60,6 +60,7 @@ pub fn hypervisor(state: &HypervisorState, endpoint: Endpoint<'_>) -> Hypervisor
                 high: PORT_RANGE.1,
             },
             capacity: None,
+            unschedulable: false,
         },
     )
 }

@@ -36,6 +36,7 @@ fn hypervisor(name: &str) -> Hypervisor {
                 high: 30100,
             },
             capacity: None,
+            unschedulable: false,
         },
     )
 }

@@ -128,6 +128,7 @@ async fn get_of_a_cluster_scoped_kind_has_no_namespace_in_the_path() {
                     high: 30010,
                 },
                 capacity: None,
+                unschedulable: false,
             },
         )
     };

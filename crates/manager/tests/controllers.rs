@@ -46,6 +46,7 @@ fn hypervisor(name: &str, public: bool, ip: &str) -> Hypervisor {
                 high: 30099,
             },
             capacity: None,
+            unschedulable: false,
         },
     )
 }

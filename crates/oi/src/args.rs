@@ -155,6 +155,9 @@ impl Command {
             Command::Cluster(ClusterCommand::Restore(a)) => Some(&a.input),
             Command::Cluster(ClusterCommand::RotateCa(a)) => Some(&a.input),
             Command::Hypervisor(HypervisorCommand::Inject(a)) => Some(&a.input),
+            Command::Hypervisor(HypervisorCommand::Cordon(a) | HypervisorCommand::Uncordon(a)) => {
+                Some(&a.input)
+            }
             Command::JoinToken(JoinTokenCommand::Inject(a)) => Some(&a.input),
             Command::Sipcluster(SipClusterCommand::Delete(a)) => Some(&a.input),
             Command::Reconcile(a) => Some(&a.input),
@@ -420,11 +423,30 @@ pub struct ClusterSelectArgs {
     pub cluster: Option<String>,
 }
 
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum HypervisorCommand {
     /// Add a hypervisor to the manifests and print all manifests (private keys included: use
     /// -o).
     Inject(HypervisorInjectArgs),
+
+    /// Mark a hypervisor unschedulable (ours): nothing new is placed on it, what runs there
+    /// stays. Prints all manifests.
+    Cordon(HypervisorNameArgs),
+
+    /// Make a cordoned hypervisor schedulable again. Prints all manifests.
+    Uncordon(HypervisorNameArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct HypervisorNameArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+
+    /// Name of the hypervisor.
+    #[arg(long)]
+    pub name: String,
 }
 
 #[derive(Debug, Args)]

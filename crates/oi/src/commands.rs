@@ -125,6 +125,12 @@ pub fn dispatch(
         Command::Hypervisor(HypervisorCommand::Inject(args)) => {
             no_note(hypervisor::inject::run(args, ctx, input, output))
         }
+        Command::Hypervisor(HypervisorCommand::Cordon(args)) => {
+            no_note(hypervisor::cordon::run(args, true, input, output))
+        }
+        Command::Hypervisor(HypervisorCommand::Uncordon(args)) => {
+            no_note(hypervisor::cordon::run(args, false, input, output))
+        }
         Command::JoinToken(JoinTokenCommand::Inject(args)) => {
             join_token::inject::run(args, ctx, input, output).map(Some)
         }

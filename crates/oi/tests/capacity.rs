@@ -187,3 +187,103 @@ fn placement_stays_within_capacity_and_refuses_with_numbers() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_cordoned_hypervisor_gets_nothing_new_and_keeps_what_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = inject_hypervisors(dir.path());
+    let out = oi(
+        &[
+            "cluster",
+            "inject",
+            "-f",
+            &w,
+            "-o",
+            &w,
+            "--name",
+            "c1",
+            "--control-plane-replicas",
+            "2",
+        ],
+        b"",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    ok(
+        &[
+            "hypervisor",
+            "cordon",
+            "--name",
+            "priv1",
+            "-f",
+            &w,
+            "-o",
+            &w,
+        ],
+        b"",
+    );
+    let world = load(&std::fs::read_to_string(&w).unwrap());
+    assert!(
+        world
+            .hypervisors
+            .values()
+            .find(|h| h.metadata.name == "priv1")
+            .unwrap()
+            .spec
+            .unschedulable
+    );
+    let on = |world: &oi_api::World, h: &str| {
+        world
+            .components
+            .values()
+            .filter(|c| {
+                c.spec.role == ComponentRole::ControlPlane
+                    && c.spec.hypervisor.as_deref() == Some(h)
+            })
+            .count()
+    };
+    assert_eq!((on(&world, "priv1"), on(&world, "priv2")), (1, 1));
+    // c2 fits only on priv2 (its CPU holds one more replica); c3 then fits nowhere, and the
+    // message says priv1 is cordoned.
+    ok(
+        &["cluster", "inject", "-f", &w, "-o", &w, "--name", "c2"],
+        b"",
+    );
+    let world = load(&std::fs::read_to_string(&w).unwrap());
+    assert_eq!(
+        (on(&world, "priv1"), on(&world, "priv2")),
+        (1, 2),
+        "c1's replica stays on priv1"
+    );
+    let out = oi(&["cluster", "inject", "-f", &w, "--name", "c3"], b"");
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("(priv1: cordoned; priv2: 200m CPU left, 650m needed)"),
+        "{}",
+        stderr(&out)
+    );
+    // Uncordoned, it takes c3.
+    ok(
+        &[
+            "hypervisor",
+            "uncordon",
+            "--name",
+            "priv1",
+            "-f",
+            &w,
+            "-o",
+            &w,
+        ],
+        b"",
+    );
+    ok(
+        &["cluster", "inject", "-f", &w, "-o", &w, "--name", "c3"],
+        b"",
+    );
+    let world = load(&std::fs::read_to_string(&w).unwrap());
+    assert_eq!(on(&world, "priv1"), 2);
+    assert!(!world.hypervisors.values().any(|h| h.spec.unschedulable));
+    // An unknown name is an error.
+    let out = oi(&["hypervisor", "cordon", "--name", "nope", "-f", &w], b"");
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("hypervisor nope not found"));
+}

@@ -55,6 +55,7 @@ fn hypervisors() -> Vec<Hypervisor> {
                         high: 32767,
                     },
                     capacity: None,
+                    unschedulable: false,
                 },
             )
         })

@@ -145,6 +145,7 @@ struct HypervisorState {
     capacity: Option<oi_api::HypervisorCapacity>,
     /// What the components placed on it ask, together.
     used: Requests,
+    cordoned: bool,
 }
 
 /// Defaults the world, then prepares every cluster not marked for deletion; see the module
@@ -164,6 +165,7 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &PrepareOpti
             load: 0,
             capacity: h.spec.capacity.clone(),
             used: Requests::default(),
+            cordoned: h.spec.unschedulable,
         })
         .collect();
     let index: HashMap<String, usize> = hvs
@@ -478,6 +480,7 @@ impl ClusterPrep<'_> {
                         load: h.load,
                         free_ports: h.ports.free_ports(),
                         room: Room::of(h.capacity.as_ref(), h.load, h.used),
+                        cordoned: h.cordoned,
                     })
                     .collect();
                 if candidates.is_empty() {
@@ -506,6 +509,9 @@ impl ClusterPrep<'_> {
                         .iter()
                         .map(|c| {
                             let mut why = Vec::new();
+                            if c.cordoned {
+                                why.push("cordoned".to_string());
+                            }
                             if c.free_ports < ports_needed {
                                 why.push(format!(
                                     "{} free ports, {ports_needed} needed",

@@ -13,7 +13,8 @@
 //! 4. then the least loaded hypervisor (fewest components of any cluster);
 //! 5. then name order.
 //!
-//! The choice is a pure function of its inputs. Components already placed never move.
+//! A cordoned hypervisor (`spec.unschedulable`) is no candidate. The choice is a pure function
+//! of its inputs. Components already placed never move.
 
 use std::collections::BTreeMap;
 
@@ -51,6 +52,8 @@ pub struct Candidate<'a> {
     pub free_ports: usize,
     /// What its declared capacity has left (unlimited where it declares nothing).
     pub room: Room,
+    /// Cordoned (`spec.unschedulable`): nothing new goes there.
+    pub cordoned: bool,
 }
 
 /// What a hypervisor's capacity has left: `None` where it declares no limit.
@@ -183,7 +186,7 @@ fn best(
     candidates
         .iter()
         .enumerate()
-        .filter(|(_, c)| c.free_ports >= ports_needed && c.room.fits(need))
+        .filter(|(_, c)| !c.cordoned && c.free_ports >= ports_needed && c.room.fits(need))
         .min_by_key(|(_, c)| {
             (
                 spread.on_hypervisor(c.name),
@@ -291,6 +294,7 @@ mod tests {
             load,
             free_ports: 100,
             room: Room::default(),
+            cordoned: false,
         }
     }
 
@@ -355,6 +359,16 @@ mod tests {
             pick(&cs, &Spread::default(), 1, NEED).map(|c| c.name),
             Some("a")
         );
+    }
+
+    #[test]
+    fn cordoned_hypervisors_get_nothing_new() {
+        let mut cs = vec![cand("a", None, 0), cand("b", None, 5)];
+        cs[0].cordoned = true;
+        let mut spread = Spread::default();
+        assert_eq!(place(&mut cs, &mut spread, 2, 1, NEED), vec!["b", "b"]);
+        cs[1].cordoned = true;
+        assert_eq!(pick(&cs, &Spread::default(), 1, NEED), None);
     }
 
     #[test]
@@ -460,6 +474,7 @@ mod tests {
                         load: *load,
                         free_ports: *free_ports,
                         room: Room::of(Some(&cap), 0, Requests::default()),
+                        cordoned: false,
                     }
                 }).collect()
             };
@@ -479,7 +494,7 @@ mod tests {
             }
             // Fewer placed than asked only when nothing fits any more.
             if placed.len() < count {
-                prop_assert!(cs.iter().all(|c| c.free_ports < ports || !c.room.fits(NEED)));
+                prop_assert!(cs.iter().all(|c| c.cordoned || c.free_ports < ports || !c.room.fits(NEED)));
             }
             // Spread: a hypervisor got a second replica only when every other one that still
             // fits had at least one when it was chosen (checked at the end: none that fits

@@ -101,6 +101,7 @@ pub fn hypervisor(
                 high: range.1,
             },
             capacity: None,
+            unschedulable: false,
         },
     )
 }

@@ -36,6 +36,7 @@ fn prepared() -> anyhow::Result<World> {
                 ip_address: "127.0.0.1".into(),
                 port_range: PortRange { low, high: low + 9 },
                 capacity: None,
+                unschedulable: false,
             },
         );
         w.hypervisors.insert(h.key(), h);

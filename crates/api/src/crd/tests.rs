@@ -366,6 +366,7 @@ mod full {
                 ip_address: "192.0.2.1".into(),
                 port_range: PortRange { low: 1, high: 2 },
                 capacity: None,
+                unschedulable: false,
             },
         );
         h.status = HypervisorStatus {

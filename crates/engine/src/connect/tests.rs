@@ -88,6 +88,7 @@ fn hypervisor(socket: &std::path::Path) -> Hypervisor {
                 high: 30099,
             },
             capacity: None,
+            unschedulable: false,
         },
     )
 }

@@ -272,6 +272,7 @@ fn hypervisor(name: &str) -> Hypervisor {
                 high: 30010,
             },
             capacity: None,
+            unschedulable: false,
         },
     )
 }

@@ -52,6 +52,7 @@ pub fn hypervisor(name: &str) -> Hypervisor {
                 high: 30100,
             },
             capacity: None,
+            unschedulable: false,
         },
     )
 }

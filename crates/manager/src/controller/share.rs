@@ -330,6 +330,7 @@ mod tests {
                     high: 30099,
                 },
                 capacity: None,
+                unschedulable: false,
             },
         )
     }

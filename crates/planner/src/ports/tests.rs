@@ -17,6 +17,7 @@ fn hypervisor(low: u32, high: u32) -> Hypervisor {
             ip_address: "10.0.0.1".into(),
             port_range: PortRange { low, high },
             capacity: None,
+            unschedulable: false,
         },
     )
 }

@@ -35,6 +35,7 @@ fn hypervisor(name: &str, public: bool, ip: &str) -> Hypervisor {
                 high: 30099,
             },
             capacity: None,
+            unschedulable: false,
         },
     )
 }

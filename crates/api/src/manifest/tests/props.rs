@@ -228,6 +228,7 @@ fn hypervisor() -> impl Strategy<Value = Hypervisor> {
                             cpu: (low % 2 == 0).then(|| "3500m".to_string()),
                             memory: Some("8Gi".to_string()),
                         }),
+                        unschedulable: low % 5 == 0,
                     },
                 );
                 h.status = HypervisorStatus {

@@ -73,6 +73,7 @@ fn hypervisor(args: &HypervisorInjectArgs) -> anyhow::Result<Hypervisor> {
                 cpu: args.capacity_cpu.clone(),
                 memory: args.capacity_memory.clone(),
             }),
+            unschedulable: false,
         },
     ))
 }

@@ -377,43 +377,6 @@ impl Secret {
         }
     }
 
-    /// A new Secret with `data` (base64-encoded here).
-    pub fn new(metadata: ObjectMeta, data: &BTreeMap<String, Vec<u8>>) -> Self {
-        let encoded: BTreeMap<String, String> = data
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    base64::engine::general_purpose::STANDARD.encode(v),
-                )
-            })
-            .collect();
-        let mut raw = Mapping::new();
-        raw.insert("apiVersion".into(), "v1".into());
-        raw.insert("kind".into(), "Secret".into());
-        raw.insert(
-            "metadata".into(),
-            serde_yaml_ng::to_value(&metadata).unwrap_or(Value::Null),
-        );
-        raw.insert("type".into(), "Opaque".into());
-        raw.insert(
-            "data".into(),
-            Value::Mapping(
-                encoded
-                    .iter()
-                    .map(|(k, v)| (Value::from(k.as_str()), Value::from(v.as_str())))
-                    .collect(),
-            ),
-        );
-        Self {
-            metadata,
-            type_: "Opaque".to_string(),
-            data: encoded,
-            string_data: BTreeMap::new(),
-            raw,
-        }
-    }
-
     /// The value of a key: `stringData` first, then `data` decoded. `None` when absent;
     /// `Some(Err)` when `data` holds something that is not base64 (validation refuses that).
     pub fn value(&self, key: &str) -> Option<Result<Vec<u8>, base64::DecodeError>> {

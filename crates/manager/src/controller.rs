@@ -543,12 +543,6 @@ pub async fn reconcile_sip_cluster<S: Store, C: Connector, N: Network>(
     finish(ControllerKind::SipCluster, key, ctx, result).await
 }
 
-/// The SIPClusters a BareMetalHost change concerns: every one known (a failed or freed host
-/// matters to the one holding it, and may let an unschedulable one through).
-pub fn sip_clusters_for_host(known: &[ObjectKey]) -> Vec<ObjectKey> {
-    known.to_vec()
-}
-
 /// The cluster a component belongs to (`spec.cluster` in the component's namespace).
 pub fn cluster_of_component(component: &Component) -> ObjectKey {
     ObjectKey::new(

@@ -4,10 +4,9 @@
 
 use std::io::{Read, Write};
 
-use oi_api::{DEFAULT_NAMESPACE, ObjectKey};
-
 use crate::args::ClusterDeleteArgs;
 use crate::commands::Context;
+use crate::commands::cluster::delete::mark_deleted;
 use crate::manifests;
 
 /// # Errors
@@ -19,15 +18,6 @@ pub fn delete(
     output: &mut impl Write,
 ) -> anyhow::Result<()> {
     let mut world = manifests::load_unverified(&args.input, input)?;
-    let key = ObjectKey::new(
-        args.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE),
-        args.name.as_str(),
-    );
-    let sip = world
-        .sip_clusters
-        .get_mut(&key)
-        .ok_or_else(|| anyhow::anyhow!("sipcluster {key} not found"))?;
-    // Marking twice keeps the first time.
-    sip.metadata.deletion_timestamp.get_or_insert(ctx.now);
+    mark_deleted(&mut world.sip_clusters, args, "sipcluster", ctx.now)?;
     manifests::finish(&world, output)
 }

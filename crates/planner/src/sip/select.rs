@@ -121,14 +121,6 @@ impl Selection {
             .map(|(k, _)| k)
             .collect()
     }
-
-    /// Whether applying it changes any label.
-    pub fn changes(&self, candidates: &[Candidate], sip: &ObjectKey) -> bool {
-        candidates.iter().any(|c| {
-            let wanted = self.hosts.get(&c.key);
-            labels_for(&c.labels, sip, wanted) != c.labels
-        })
-    }
 }
 
 /// Whether a host carries labels of the SIPCluster `sip`.

@@ -2,9 +2,11 @@
 //! (`metadata.deletionTimestamp`). Pure: the next `oi reconcile` removes its pods, files and
 //! ports, then the cluster itself.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 
-use oi_api::{DEFAULT_NAMESPACE, ObjectKey};
+use oi_api::{DEFAULT_NAMESPACE, ObjectKey, Resource};
+use time::OffsetDateTime;
 
 use crate::args::ClusterDeleteArgs;
 use crate::commands::Context;
@@ -19,17 +21,31 @@ pub fn run(
     output: &mut impl Write,
 ) -> anyhow::Result<()> {
     let mut world = manifests::load_unverified(&args.input, input)?;
+    mark_deleted(&mut world.clusters, args, "cluster", ctx.now)?;
+    manifests::finish(&world, output)
+}
+
+/// Marks the object `args` names (`--name`, `--namespace`, `default` when absent) among
+/// `objects` for deletion (`metadata.deletionTimestamp`); `what` names the kind in the error.
+/// Marking twice keeps the first time.
+///
+/// # Errors
+/// When there is no such object.
+pub fn mark_deleted<T: Resource>(
+    objects: &mut BTreeMap<ObjectKey, T>,
+    args: &ClusterDeleteArgs,
+    what: &str,
+    now: OffsetDateTime,
+) -> anyhow::Result<()> {
     let key = ObjectKey::new(
         args.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE),
         args.name.as_str(),
     );
-    let cluster = world
-        .clusters
+    let object = objects
         .get_mut(&key)
-        .ok_or_else(|| anyhow::anyhow!("cluster {key} not found"))?;
-    // Marking twice keeps the first time.
-    cluster.metadata.deletion_timestamp.get_or_insert(ctx.now);
-    manifests::finish(&world, output)
+        .ok_or_else(|| anyhow::anyhow!("{what} {key} not found"))?;
+    object.metadata_mut().deletion_timestamp.get_or_insert(now);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -73,6 +73,23 @@ impl FakeRuntime {
         }
     }
 
+    /// The id of the first pod (by namespace, name and id, as `list_pods` orders them) named
+    /// `name` whose every container runs, without copying the pods: the simulated network
+    /// asks this on every request.
+    pub fn running_pod_id(&self, name: &str) -> Option<String> {
+        self.state()
+            .pods
+            .values()
+            .filter(|p| {
+                p.name == name
+                    && p.containers
+                        .iter()
+                        .all(|c| c.state == ContainerState::Running)
+            })
+            .min_by(|a, b| (&a.namespace, &a.id).cmp(&(&b.namespace, &b.id)))
+            .map(|p| p.id.clone())
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // A test that panicked while holding the lock already failed; keep reading its state.
         self.state.lock().unwrap_or_else(|e| e.into_inner())

@@ -86,6 +86,13 @@ pub trait Network: Send + Sync {
         &self,
         request: HttpsRequest<'_>,
     ) -> impl Future<Output = Result<HttpsResponse, HttpsError>> + Send;
+
+    /// Whether the addresses this network reaches are real, so that other clients (the
+    /// manager's join watches, kube-rs over its own sockets) may dial them too. A simulation
+    /// answers in memory at made-up addresses that nothing else may connect to.
+    fn dialable(&self) -> bool {
+        true
+    }
 }
 
 /// HTTPS over TCP with rustls (ring), each request bounded by `timeout`. Connections are

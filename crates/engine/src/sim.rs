@@ -33,18 +33,20 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use oi_api::{Component, EtcdInitialClusterState, EtcdMemberBootstrap, Hypervisor};
-use oi_cri::ContainerState;
-use oi_cri::HypervisorRuntime as _;
 use oi_cri::fake::FakeRuntime;
 use oi_planner::ports::names;
 
 use crate::etcd::Member;
 use crate::https::{HttpsError, HttpsRequest, HttpsResponse, Network};
 
-/// Where the simulation reads the components and hypervisors as they stand.
+/// Where the simulation reads the components and hypervisors as they stand. Both are
+/// visitors over borrowed objects: the simulation looks an endpoint up on every request, and
+/// copying every component each time made it quadratic in the number of clusters.
 pub trait Source: Send + Sync {
-    fn components(&self) -> Vec<Component>;
-    fn hypervisors(&self) -> Vec<Hypervisor>;
+    /// The first `Some` that `f` answers for a component.
+    fn find_component<T>(&self, f: impl FnMut(&Component) -> Option<T>) -> Option<T>;
+    /// The first `Some` that `f` answers for a hypervisor.
+    fn find_hypervisor<T>(&self, f: impl FnMut(&Hypervisor) -> Option<T>) -> Option<T>;
 }
 
 /// What answers at a URL.
@@ -328,34 +330,36 @@ impl<S: Source> SimNetwork<S> {
     }
 
     fn endpoint(&self, url: &str) -> Option<Endpoint> {
-        let ips: BTreeMap<String, String> = self
-            .source
-            .hypervisors()
-            .into_iter()
-            .map(|h| (h.metadata.name, h.spec.ip_address))
-            .collect();
-        self.source.components().into_iter().find_map(|c| {
-            let hypervisor = c.spec.hypervisor.clone()?;
-            let ip = ips.get(&hypervisor)?;
-            let name = c.metadata.name.clone();
-            let pod = [
-                (names::ETCD_CLIENT, format!("{name}-etcd")),
-                (names::ETCD_PEER, format!("{name}-etcd")),
-                (names::APISERVER, name.clone()),
-            ]
-            .into_iter()
-            .find(|(port, _)| {
-                c.status
-                    .host_port(port)
-                    .is_some_and(|p| format!("https://{ip}:{p}") == url)
-            })
-            .map(|(_, pod)| pod)?;
-            Some(Endpoint {
-                hypervisor,
-                pod,
-                member: name,
-                start: c.status.etcd_member,
-            })
+        let (ip, port) = url.strip_prefix("https://")?.rsplit_once(':')?;
+        let ip = ip.trim_start_matches('[').trim_end_matches(']');
+        let port: u16 = port.parse().ok()?;
+        // The components serving this port on any hypervisor, then the one on `ip` (two
+        // passes: a source may hold one lock for both kinds).
+        let mut candidates = Vec::new();
+        self.source.find_component(|c| {
+            let hypervisor = c.spec.hypervisor.as_deref()?;
+            let serves = [names::ETCD_CLIENT, names::ETCD_PEER, names::APISERVER]
+                .into_iter()
+                .find(|p| c.status.host_port(p) == Some(port))?;
+            let name = &c.metadata.name;
+            candidates.push(Endpoint {
+                hypervisor: hypervisor.to_string(),
+                pod: if serves == names::APISERVER {
+                    name.clone()
+                } else {
+                    format!("{name}-etcd")
+                },
+                member: name.clone(),
+                start: c.status.etcd_member.clone(),
+            });
+            None::<()>
+        });
+        candidates.into_iter().find(|e| {
+            self.source
+                .find_hypervisor(|h| {
+                    (h.metadata.name == e.hypervisor).then_some(h.spec.ip_address == ip)
+                })
+                .unwrap_or(false)
         })
     }
 
@@ -368,15 +372,8 @@ impl<S: Source> SimNetwork<S> {
     fn running_pod(&self, url: &str) -> Option<String> {
         let e = self.endpoint(url)?;
         let rt = self.runtimes.get(&e.hypervisor)?;
-        let pods = futures::executor::block_on(rt.list_pods(&BTreeMap::new())).unwrap_or_default();
-        pods.into_iter()
-            .find(|p| {
-                p.name == e.pod
-                    && p.containers
-                        .iter()
-                        .all(|c| c.state == ContainerState::Running)
-            })
-            .map(|p| format!("{}/{}", e.hypervisor, p.id))
+        rt.running_pod_id(&e.pod)
+            .map(|id| format!("{}/{id}", e.hypervisor))
     }
 
     /// `GET /health` of the etcd member at `r.base` (its pod runs).
@@ -586,6 +583,11 @@ impl<S: Source> Network for SimNetwork<S> {
             status: 200,
             body: b"ok".to_vec(),
         })
+    }
+
+    /// Made-up addresses, answered in memory: nothing may dial them.
+    fn dialable(&self) -> bool {
+        false
     }
 }
 

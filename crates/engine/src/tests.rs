@@ -123,23 +123,11 @@ impl Connector for FakeConnector {
 struct Learned(Mutex<World>);
 
 impl sim::Source for Learned {
-    fn components(&self) -> Vec<Component> {
-        self.0
-            .lock()
-            .unwrap()
-            .components
-            .values()
-            .cloned()
-            .collect()
+    fn find_component<T>(&self, f: impl FnMut(&Component) -> Option<T>) -> Option<T> {
+        self.0.lock().unwrap().components.values().find_map(f)
     }
-    fn hypervisors(&self) -> Vec<Hypervisor> {
-        self.0
-            .lock()
-            .unwrap()
-            .hypervisors
-            .values()
-            .cloned()
-            .collect()
+    fn find_hypervisor<T>(&self, f: impl FnMut(&Hypervisor) -> Option<T>) -> Option<T> {
+        self.0.lock().unwrap().hypervisors.values().find_map(f)
     }
 }
 

@@ -44,11 +44,11 @@ impl Connector for FakeConnector {
 struct StoreSource(Arc<MemoryStore>);
 
 impl sim::Source for StoreSource {
-    fn components(&self) -> Vec<Component> {
-        self.0.objects::<Component>()
+    fn find_component<T>(&self, f: impl FnMut(&Component) -> Option<T>) -> Option<T> {
+        self.0.find_map(f)
     }
-    fn hypervisors(&self) -> Vec<Hypervisor> {
-        self.0.objects::<Hypervisor>()
+    fn find_hypervisor<T>(&self, f: impl FnMut(&Hypervisor) -> Option<T>) -> Option<T> {
+        self.0.find_map(f)
     }
 }
 

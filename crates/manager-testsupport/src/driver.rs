@@ -261,10 +261,12 @@ pub(crate) struct End {
 }
 
 /// The queue plus what maps changes to jobs: the last known copy of every Component (a
-/// removed one still names its cluster).
+/// removed one still names its cluster) and the fingerprint of every Hypervisor (a change
+/// of its status only wakes no cluster, as the kube-runtime wiring has it).
 struct State {
     queue: WorkQueue<Job, ObjectKey>,
     components: BTreeMap<ObjectKey, Component>,
+    hypervisors: BTreeMap<ObjectKey, u64>,
 }
 
 impl State {
@@ -290,8 +292,11 @@ impl State {
             self.queue
                 .add((ControllerKind::Component, key), cluster, now);
         }
+        self.hypervisors.clear();
         for hypervisor in store.objects::<Hypervisor>() {
             let key = oi_api::Resource::key(&hypervisor);
+            self.hypervisors
+                .insert(key.clone(), controller::hypervisor_fingerprint(&hypervisor));
             self.queue
                 .add((ControllerKind::Hypervisor, key.clone()), key, now);
         }
@@ -338,10 +343,20 @@ impl State {
                 }
             }
             Kind::Hypervisor => {
-                let components: Vec<Component> = self.components.values().cloned().collect();
-                for cluster in controller::clusters_using_hypervisor(&components, &change.key.name)
-                {
-                    self.cluster(cluster, now);
+                let now_print = store
+                    .object::<Hypervisor>(&change.key)
+                    .map(|h| controller::hypervisor_fingerprint(&h));
+                let before = match now_print {
+                    Some(print) => self.hypervisors.insert(change.key.clone(), print),
+                    None => self.hypervisors.remove(&change.key),
+                };
+                if now_print.is_none() || before != now_print {
+                    for cluster in controller::clusters_using_hypervisor(
+                        self.components.values(),
+                        &change.key.name,
+                    ) {
+                        self.cluster(cluster, now);
+                    }
                 }
                 self.queue.add(
                     (ControllerKind::Hypervisor, change.key.clone()),
@@ -379,6 +394,7 @@ pub(crate) async fn drive<R: Reconcilers>(
     let mut state = State {
         queue: WorkQueue::new(),
         components: BTreeMap::new(),
+        hypervisors: BTreeMap::new(),
     };
     state.resync(store, Instant::now());
     let mut tasks: JoinSet<Finished> = JoinSet::new();

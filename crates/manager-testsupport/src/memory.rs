@@ -302,6 +302,16 @@ impl MemoryStore {
         list_of(&self.lock(), None)
     }
 
+    /// The first `Some` that `f` answers for a stored object of kind `K`, in key order,
+    /// without copying the others (under the store's lock: `f` must not call the store).
+    pub fn find_map<K: Stored, T>(&self, mut f: impl FnMut(&K) -> Option<T>) -> Option<T> {
+        self.lock()
+            .objects
+            .get(&K::KIND)?
+            .values()
+            .find_map(|o| K::from_object_ref(o).and_then(&mut f))
+    }
+
     /// The last resourceVersion handed out (0 before any write).
     pub fn resource_version(&self) -> u64 {
         self.lock().resource_version
@@ -411,6 +421,26 @@ impl Store for MemoryStore {
         let mut inner = self.lock();
         inner.fail(Op::List)?;
         Ok(list_of(&inner, namespace))
+    }
+
+    async fn list_map<K: Stored, T: Send>(
+        &self,
+        namespace: Option<&str>,
+        f: impl Fn(&K) -> T + Send,
+    ) -> Result<Vec<T>> {
+        let mut inner = self.lock();
+        inner.fail(Op::List)?;
+        let Some(objects) = inner.objects.get(&K::KIND) else {
+            return Ok(Vec::new());
+        };
+        Ok(objects
+            .iter()
+            .filter(|(key, _)| match namespace {
+                Some(ns) if K::KIND.namespaced() => key.namespace == ns,
+                _ => true,
+            })
+            .filter_map(|(_, object)| K::from_object_ref(object).map(&f))
+            .collect())
     }
 
     async fn create<K: Stored>(&self, object: &K) -> Result<K> {

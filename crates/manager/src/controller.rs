@@ -553,13 +553,28 @@ pub fn cluster_of_component(component: &Component) -> ObjectKey {
 
 /// The clusters with a component on hypervisor `hypervisor`: what to reconcile when it
 /// changes (comes back, changes its port range).
-pub fn clusters_using_hypervisor(
-    components: &[Component],
+pub fn clusters_using_hypervisor<'a>(
+    components: impl IntoIterator<Item = &'a Component>,
     hypervisor: &str,
 ) -> std::collections::BTreeSet<ObjectKey> {
     components
-        .iter()
+        .into_iter()
         .filter(|c| c.spec.hypervisor.as_deref() == Some(hypervisor))
         .map(cluster_of_component)
         .collect()
+}
+
+/// What of a Hypervisor its clusters care about: its spec, labels (the zone) and whether it
+/// is being deleted, hashed. A change of status only (ports and files, which every
+/// cluster's reconcile writes) leaves it as it was and wakes no cluster: waking every
+/// cluster on a hypervisor at each of their writes made the manager quadratic.
+pub fn hypervisor_fingerprint(h: &oi_api::Hypervisor) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(&h.spec)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    h.metadata.labels.hash(&mut hasher);
+    h.metadata.deletion_timestamp.is_some().hash(&mut hasher);
+    hasher.finish()
 }

@@ -70,6 +70,7 @@ pub trait Stored:
 {
     fn into_object(self) -> Object;
     fn from_object(object: Object) -> Option<Self>;
+    fn from_object_ref(object: &Object) -> Option<&Self>;
 }
 
 macro_rules! stored {
@@ -80,6 +81,13 @@ macro_rules! stored {
             }
 
             fn from_object(object: Object) -> Option<Self> {
+                match object {
+                    Object::$ty(o) => Some(o),
+                    _ => None,
+                }
+            }
+
+            fn from_object_ref(object: &Object) -> Option<&Self> {
                 match object {
                     Object::$ty(o) => Some(o),
                     _ => None,
@@ -138,6 +146,15 @@ pub trait Store: Send + Sync + 'static {
         &self,
         namespace: Option<&str>,
     ) -> impl Future<Output = Result<Vec<K>>> + Send;
+    /// Every object of kind `K` (in `namespace`, or all) mapped through `f`: a store that
+    /// holds its objects in memory maps them in place, without copying what `f` leaves out.
+    fn list_map<K: Stored, T: Send>(
+        &self,
+        namespace: Option<&str>,
+        f: impl Fn(&K) -> T + Send,
+    ) -> impl Future<Output = Result<Vec<T>>> + Send {
+        async move { Ok(self.list::<K>(namespace).await?.iter().map(f).collect()) }
+    }
     fn create<K: Stored>(&self, object: &K) -> impl Future<Output = Result<K>> + Send;
     fn update<K: Stored>(&self, object: &K) -> impl Future<Output = Result<K>> + Send;
     fn update_status<K: Stored>(&self, object: &K) -> impl Future<Output = Result<K>> + Send;

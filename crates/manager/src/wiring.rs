@@ -100,6 +100,53 @@ fn components(objects: &[Arc<DynamicObject>]) -> Vec<Component> {
         .collect()
 }
 
+/// The Hypervisors whose change concerns the clusters placed on them: a new one, one gone,
+/// or one whose [`controller::hypervisor_fingerprint`] changed. Status writes (every
+/// cluster's reconcile writes its ports and files there) pass by.
+fn hypervisor_changes(
+    api: kube::Api<DynamicObject>,
+) -> impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send {
+    let mut filter = HypervisorChanges::default();
+    watcher::watcher(api, watcher::Config::default())
+        .filter_map(move |event| std::future::ready(filter.pass(event)))
+}
+
+/// The fingerprint of every Hypervisor seen; see [`hypervisor_changes`].
+#[derive(Debug, Default)]
+pub struct HypervisorChanges {
+    seen: HashMap<String, u64>,
+}
+
+impl HypervisorChanges {
+    /// The hypervisor to map to clusters, if `event` is one that concerns them.
+    pub fn pass(
+        &mut self,
+        event: Result<watcher::Event<DynamicObject>, watcher::Error>,
+    ) -> Option<Result<DynamicObject, watcher::Error>> {
+        match event {
+            Ok(watcher::Event::Apply(h) | watcher::Event::InitApply(h)) => {
+                let name = h.metadata.name.clone().unwrap_or_default();
+                let print = serde_json::to_value(&h)
+                    .ok()
+                    .and_then(|v| serde_json::from_value::<oi_api::Hypervisor>(v).ok())
+                    .map(|typed| controller::hypervisor_fingerprint(&typed));
+                match print {
+                    Some(print) if self.seen.insert(name, print) == Some(print) => None,
+                    // One that does not convert passes: the mapper decides.
+                    _ => Some(Ok(h)),
+                }
+            }
+            Ok(watcher::Event::Delete(h)) => {
+                self.seen
+                    .remove(&h.metadata.name.clone().unwrap_or_default());
+                Some(Ok(h))
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+}
+
 /// The Clusters to reconcile when Hypervisor `hypervisor` changes.
 pub fn clusters_on_hypervisor(
     components_on_record: &[Arc<DynamicObject>],
@@ -224,14 +271,13 @@ impl Controllers {
             component_resource,
             watcher::Config::default(),
         )
-        .watches_with(
-            dynamic_api(client, Kind::Hypervisor, namespace),
-            hypervisor_resource,
-            watcher::Config::default(),
+        .watches_stream_with(
+            hypervisor_changes(dynamic_api(client, Kind::Hypervisor, namespace)),
             move |h: DynamicObject| {
                 let name = h.metadata.name.clone().unwrap_or_default();
                 clusters_on_hypervisor(&known_components.state(), &name, &mapper_resource)
             },
+            hypervisor_resource,
         )
         .reconcile_on(woken)
         .with_config(config.clone());

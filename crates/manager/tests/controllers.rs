@@ -92,11 +92,11 @@ impl Connector for FakeConnector {
 struct StoreSource(Arc<MemoryStore>);
 
 impl sim::Source for StoreSource {
-    fn components(&self) -> Vec<Component> {
-        self.0.objects::<Component>()
+    fn find_component<T>(&self, f: impl FnMut(&Component) -> Option<T>) -> Option<T> {
+        self.0.find_map(f)
     }
-    fn hypervisors(&self) -> Vec<Hypervisor> {
-        self.0.objects::<Hypervisor>()
+    fn find_hypervisor<T>(&self, f: impl FnMut(&Hypervisor) -> Option<T>) -> Option<T> {
+        self.0.find_map(f)
     }
 }
 
@@ -248,6 +248,9 @@ async fn a_new_cluster_is_prepared_written_back_and_comes_up() {
         succeeded(&c),
         Some((ConditionStatus::True, "ReconcileSucceeded".into()))
     );
+    // Ready, but its join requests are not watched: the simulated network's addresses
+    // (10.0.1.1 here) are made up, and nothing may dial them.
+    assert_eq!(h.ctx.joins.clusters(), []);
     assert!(
         c.status
             .api_server_endpoint

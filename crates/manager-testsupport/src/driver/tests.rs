@@ -372,19 +372,26 @@ async fn changes_are_mapped_to_the_controllers_that_care() {
         eventually("k2", || fake.calls().len() == 9).await;
         assert_eq!(next(2), vec![job(C, "c2"), job(K, "k2")]);
 
-        // A Hypervisor: it and the clusters with a component on it.
+        // A Hypervisor's spec: it and the clusters with a component on it.
+        let mut h2: Hypervisor = store.object(&ObjectKey::cluster_scoped("h2")).unwrap();
+        h2.spec.port_range.high -= 1;
+        store.update(&h2).await.unwrap();
+        eventually("h2", || fake.calls().len() == 11).await;
+        assert_eq!(next(2), vec![job(C, "c2"), job(H, "h2")]);
+
+        // Its status only (ports and files, which clusters' reconciles write): itself only.
         let mut h2: Hypervisor = store.object(&ObjectKey::cluster_scoped("h2")).unwrap();
         h2.status.freed_ports = vec![30001];
         store.update_status(&h2).await.unwrap();
-        eventually("h2", || fake.calls().len() == 11).await;
-        assert_eq!(next(2), vec![job(C, "c2"), job(H, "h2")]);
+        eventually("h2 status", || fake.calls().len() == 12).await;
+        assert_eq!(next(1), vec![job(H, "h2")]);
 
         // A removed Component still names its cluster.
         store
             .delete::<Component>(&ObjectKey::new("ns", "k1"))
             .await
             .unwrap();
-        eventually("k1", || fake.calls().len() == 13).await;
+        eventually("k1", || fake.calls().len() == 14).await;
         assert_eq!(next(2), vec![job(C, "c1"), job(K, "k1")]);
 
         // h1 now has no component: only itself.
@@ -392,7 +399,7 @@ async fn changes_are_mapped_to_the_controllers_that_care() {
             .delete::<Hypervisor>(&ObjectKey::cluster_scoped("h1"))
             .await
             .unwrap();
-        eventually("h1", || fake.calls().len() == 14).await;
+        eventually("h1", || fake.calls().len() == 15).await;
         assert_eq!(next(1), vec![job(H, "h1")]);
 
         // Nothing else comes.
@@ -752,6 +759,10 @@ mod real {
                 status: 200,
                 body: body.to_string().into_bytes(),
             })
+        }
+
+        fn dialable(&self) -> bool {
+            false
         }
     }
 

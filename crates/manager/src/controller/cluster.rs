@@ -49,26 +49,44 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
     // Phase 1: plan, and write back what preparing derived, under the write lock.
     let (plan, mut stored) = {
         let _lock = ctx.write_lock.lock().await;
-        let hypervisors = store.list::<Hypervisor>(None).await?;
-        let all_components = store.list::<Component>(None).await?;
+        // Of each hypervisor, its spec, every port allocation and only this cluster's files.
+        let hypervisors = store
+            .list_map::<Hypervisor, _>(None, |h| share_view(h, key))
+            .await?;
+        // Every component counts for placement (the least loaded hypervisor wins, names are
+        // taken); only this cluster's are planned, the others are left alone, so of those
+        // only what placement reads is copied (see `placement_view`): a copy of every
+        // component per reconcile made the manager quadratic in the number of clusters.
+        let all_components = store
+            .list_map::<Component, _>(None, |c| {
+                if c.cluster_key() == *key {
+                    (true, c.clone())
+                } else {
+                    (false, placement_view(c))
+                }
+            })
+            .await?;
         let mut world = World::default();
         for h in hypervisors {
             world.hypervisors.insert(h.key(), h);
         }
-        // Every component counts for placement (the least loaded hypervisor wins); only
-        // this cluster's are planned, the others are left alone.
         let mut stored = Stored {
             cluster: cluster.clone(),
             components: BTreeMap::new(),
         };
-        for c in all_components {
-            if c.cluster_key() == *key {
+        for (own, c) in all_components {
+            if own {
                 stored.components.insert(c.key(), c.clone());
             }
             world.components.insert(c.key(), c);
         }
         world.clusters.insert(key.clone(), cluster);
-        let mut plan = oi_planner::plan(world.clone(), now, &ctx.options.plan);
+        // What phase 1 writes back is compared with the hypervisors as read.
+        let before = World {
+            hypervisors: world.hypervisors.clone(),
+            ..World::default()
+        };
+        let mut plan = oi_planner::plan(world, now, &ctx.options.plan);
         if let Some(ClusterPlan::Unplannable(error)) = plan.clusters.get(key)
             && error.reason() == Reason::PrepareFailed
         {
@@ -77,16 +95,17 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
             return Ok(Next::Backoff);
         }
         plan.world.components.retain(|_, c| c.cluster_key() == *key);
-        write_prepared(ctx, key, &world, &plan.world, &mut stored).await?;
+        write_prepared(ctx, key, &before, &plan.world, &mut stored).await?;
         (plan, stored)
     };
 
     // Phase 2: the engine executes the plan; no lock.
     let executed = Box::pin(execute_plan(ctx, &plan)).await;
-    // A ready cluster's join requests are watched, so that they are answered as they come.
+    // A ready cluster's join requests are watched, so that they are answered as they come
+    // (over a network whose addresses can be dialled: not a simulation's).
     match executed.clusters.get(key).map(|r| &r.outcome) {
         Some(o) if o.deleted => ctx.joins.stop(key),
-        Some(o) if o.ready => {
+        Some(o) if o.ready && ctx.network.dialable() => {
             if let Some(credentials) = join_credentials(&plan, key) {
                 ctx.joins.ensure(key, credentials, ctx.waker());
             }
@@ -268,6 +287,54 @@ async fn write_prepared<S: Store, C: Connector, N: Network>(
         }
     }
     Ok(())
+}
+
+/// A hypervisor as one cluster's reconcile needs it: spec, metadata, every port allocation
+/// (placement allocates among them) and this cluster's files only. The files of every
+/// cluster on it are the bulk of its status, and the write-back merges this cluster's share
+/// only ([`super::share::merge_share`]).
+fn share_view(h: &Hypervisor, cluster: &ObjectKey) -> Hypervisor {
+    let mut files = oi_api::hypervisor::NamespacedClusterFileMap::new();
+    if let Some(mine) = h
+        .status
+        .files
+        .get(&cluster.namespace)
+        .and_then(|clusters| clusters.get(&cluster.name))
+    {
+        files
+            .entry(cluster.namespace.clone())
+            .or_default()
+            .insert(cluster.name.clone(), mine.clone());
+    }
+    Hypervisor {
+        api_version: h.api_version.clone(),
+        kind: h.kind.clone(),
+        metadata: h.metadata.clone(),
+        spec: h.spec.clone(),
+        status: oi_api::HypervisorStatus {
+            allocated_ports: h.status.allocated_ports.clone(),
+            freed_ports: h.status.freed_ports.clone(),
+            files,
+        },
+    }
+}
+
+/// What placement reads of another cluster's component: its name, namespace and whether it
+/// is being deleted, its spec (cluster, role, hypervisor). Not its status (certificates,
+/// ports: a hypervisor's status holds its allocations), labels or annotations.
+fn placement_view(c: &Component) -> Component {
+    Component {
+        api_version: c.api_version.clone(),
+        kind: c.kind.clone(),
+        metadata: oi_api::ObjectMeta {
+            name: c.metadata.name.clone(),
+            namespace: c.metadata.namespace.clone(),
+            deletion_timestamp: c.metadata.deletion_timestamp,
+            ..oi_api::ObjectMeta::default()
+        },
+        spec: c.spec.clone(),
+        status: oi_api::ComponentStatus::default(),
+    }
 }
 
 /// The owner reference of a cluster's components.

@@ -126,3 +126,59 @@ async fn one_reconcile_per_cluster_at_a_time() {
     // Nobody holds or waits: nothing is kept.
     assert!(groups.0.lock().unwrap().is_empty());
 }
+
+#[test]
+fn only_hypervisor_changes_that_concern_clusters_pass() {
+    let spec = |high: u16| {
+        json!({"spec": {"localCRIEndpoint": {"criEndpointPath": "/run/h1.sock"},
+            "public": false, "ipAddress": "10.0.0.1",
+            "portRange": {"low": 30000, "high": high}}})
+    };
+    let h = |data: serde_json::Value| dynamic(Kind::Hypervisor, None, "h1", data);
+    let with_status = |mut data: serde_json::Value, port: u16| {
+        data["status"] = json!({"allocatedPorts": [
+            {"cluster": "c1", "component": "c1-ingress-apiserver", "port": port}]});
+        data
+    };
+    let mut filter = HypervisorChanges::default();
+    let mut pass = |event| {
+        filter
+            .pass(Ok(event))
+            .and_then(|r| r.unwrap().metadata.name)
+    };
+    let h1 = || Some("h1".to_string());
+    assert_eq!(pass(watcher::Event::Init), None);
+    assert_eq!(
+        pass(watcher::Event::InitApply(h(spec(30010)))),
+        h1(),
+        "first seen"
+    );
+    assert_eq!(pass(watcher::Event::InitDone), None);
+    // Status only (a cluster's reconcile wrote its ports): nobody woken.
+    assert_eq!(
+        pass(watcher::Event::Apply(h(with_status(spec(30010), 30001)))),
+        None
+    );
+    // A relist that finds it as it was: nobody woken.
+    assert_eq!(pass(watcher::Event::InitApply(h(spec(30010)))), None);
+    // Its spec or labels changed: its clusters are.
+    assert_eq!(
+        pass(watcher::Event::Apply(h(spec(30020)))),
+        h1(),
+        "port range"
+    );
+    let mut labelled = h(spec(30020));
+    labelled
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("topology.kubernetes.io/zone".into(), "z1".into());
+    assert_eq!(pass(watcher::Event::Apply(labelled)), h1(), "zone");
+    // Gone: its clusters are, and it is forgotten.
+    assert_eq!(
+        pass(watcher::Event::Delete(h(spec(30020)))),
+        h1(),
+        "deleted"
+    );
+    assert_eq!(pass(watcher::Event::Apply(h(spec(30020)))), h1(), "back");
+}

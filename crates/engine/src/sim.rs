@@ -32,7 +32,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use oi_api::{Component, EtcdInitialClusterState, EtcdMemberBootstrap, Hypervisor};
+use oi_api::{
+    Component, EtcdInitialClusterState, EtcdMemberBootstrap, Hypervisor, ObjectKey, Resource as _,
+};
 use oi_cri::fake::FakeRuntime;
 use oi_planner::ports::names;
 
@@ -47,6 +49,22 @@ pub trait Source: Send + Sync {
     fn find_component<T>(&self, f: impl FnMut(&Component) -> Option<T>) -> Option<T>;
     /// The first `Some` that `f` answers for a hypervisor.
     fn find_hypervisor<T>(&self, f: impl FnMut(&Hypervisor) -> Option<T>) -> Option<T>;
+    /// What `f` answers for the component `key`, if there is one. A source that indexes
+    /// its components by key answers without visiting the others.
+    fn with_component<T>(
+        &self,
+        key: &ObjectKey,
+        f: impl FnOnce(&Component) -> Option<T>,
+    ) -> Option<T> {
+        let mut f = Some(f);
+        self.find_component(|c| {
+            if c.key() == *key {
+                f.take().and_then(|f| f(c))
+            } else {
+                None
+            }
+        })
+    }
 }
 
 /// What answers at a URL.
@@ -105,6 +123,9 @@ pub struct SimNetwork<S> {
     swaps: Mutex<u64>,
     /// Snapshots taken so far.
     snapshots: Mutex<u64>,
+    /// The component last found serving each URL, checked again at every use: a lookup
+    /// visits every component only when the one cached no longer serves it.
+    endpoints: Mutex<std::collections::HashMap<String, ObjectKey>>,
 }
 
 /// The `n`-th snapshot the simulation streams: a database page with bbolt's magic and `n`
@@ -133,6 +154,7 @@ impl<S: Source> SimNetwork<S> {
             api_script: Mutex::new(Vec::new()),
             swaps: Mutex::new(0),
             snapshots: Mutex::new(0),
+            endpoints: Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -333,33 +355,61 @@ impl<S: Source> SimNetwork<S> {
         let (ip, port) = url.strip_prefix("https://")?.rsplit_once(':')?;
         let ip = ip.trim_start_matches('[').trim_end_matches(']');
         let port: u16 = port.parse().ok()?;
-        // The components serving this port on any hypervisor, then the one on `ip` (two
-        // passes: a source may hold one lock for both kinds).
-        let mut candidates = Vec::new();
-        self.source.find_component(|c| {
-            let hypervisor = c.spec.hypervisor.as_deref()?;
-            let serves = [names::ETCD_CLIENT, names::ETCD_PEER, names::APISERVER]
-                .into_iter()
-                .find(|p| c.status.host_port(p) == Some(port))?;
-            let name = &c.metadata.name;
-            candidates.push(Endpoint {
-                hypervisor: hypervisor.to_string(),
-                pod: if serves == names::APISERVER {
-                    name.clone()
-                } else {
-                    format!("{name}-etcd")
-                },
-                member: name.clone(),
-                start: c.status.etcd_member.clone(),
-            });
-            None::<()>
-        });
-        candidates.into_iter().find(|e| {
+        let on_ip = |e: &Endpoint| {
             self.source
                 .find_hypervisor(|h| {
                     (h.metadata.name == e.hypervisor).then_some(h.spec.ip_address == ip)
                 })
                 .unwrap_or(false)
+        };
+        let cached = self
+            .endpoints
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(url)
+            .cloned();
+        if let Some(key) = cached
+            && let Some(e) = self
+                .source
+                .with_component(&key, |c| Self::serving(c, port))
+                .filter(|e| on_ip(e))
+        {
+            return Some(e);
+        }
+        // The components serving this port on any hypervisor, then the one on `ip` (two
+        // passes: a source may hold one lock for both kinds).
+        let mut candidates = Vec::new();
+        self.source.find_component(|c| {
+            if let Some(e) = Self::serving(c, port) {
+                candidates.push((c.key(), e));
+            }
+            None::<()>
+        });
+        let (key, found) = candidates.into_iter().find(|(_, e)| on_ip(e))?;
+        self.endpoints
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(url.to_string(), key);
+        Some(found)
+    }
+
+    /// What `c` serves at `port` of its hypervisor: its etcd member (client and peer ports)
+    /// or its API server.
+    fn serving(c: &Component, port: u16) -> Option<Endpoint> {
+        let hypervisor = c.spec.hypervisor.as_deref()?;
+        let serves = [names::ETCD_CLIENT, names::ETCD_PEER, names::APISERVER]
+            .into_iter()
+            .find(|p| c.status.host_port(p) == Some(port))?;
+        let name = &c.metadata.name;
+        Some(Endpoint {
+            hypervisor: hypervisor.to_string(),
+            pod: if serves == names::APISERVER {
+                name.clone()
+            } else {
+                format!("{name}-etcd")
+            },
+            member: name.clone(),
+            start: c.status.etcd_member.clone(),
         })
     }
 

@@ -129,6 +129,13 @@ impl sim::Source for Learned {
     fn find_hypervisor<T>(&self, f: impl FnMut(&Hypervisor) -> Option<T>) -> Option<T> {
         self.0.lock().unwrap().hypervisors.values().find_map(f)
     }
+    fn with_component<T>(
+        &self,
+        key: &ObjectKey,
+        f: impl FnOnce(&Component) -> Option<T>,
+    ) -> Option<T> {
+        self.0.lock().unwrap().components.get(key).and_then(f)
+    }
 }
 
 type SimNetwork = sim::SimNetwork<Learned>;

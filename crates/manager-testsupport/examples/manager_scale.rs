@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use oi_api::common::{ConditionStatus, condition_types, find_condition};
 use oi_api::{
-    Cluster, ClusterSpec, Component, Hypervisor, HypervisorSpec, LocalCriEndpoint, ObjectMeta,
-    PortRange, Resource as _,
+    Cluster, ClusterSpec, Component, Hypervisor, HypervisorSpec, LocalCriEndpoint, ObjectKey,
+    ObjectMeta, PortRange, Resource as _,
 };
 use oi_cri::fake::FakeRuntime;
 use oi_engine::{ConnectError, Connector, ExecuteOptions, sim};
@@ -49,6 +49,13 @@ impl sim::Source for StoreSource {
     }
     fn find_hypervisor<T>(&self, f: impl FnMut(&Hypervisor) -> Option<T>) -> Option<T> {
         self.0.find_map(f)
+    }
+    fn with_component<T>(
+        &self,
+        key: &ObjectKey,
+        f: impl FnOnce(&Component) -> Option<T>,
+    ) -> Option<T> {
+        self.0.with_object(key, f)
     }
 }
 
@@ -147,8 +154,14 @@ async fn run(n: usize, private: usize, public: usize) -> anyhow::Result<()> {
     Driver::new(Arc::clone(&ctx))
         .run_until(
             |s| {
-                let clusters = s.objects::<Cluster>();
-                clusters.len() == n && clusters.iter().all(ready)
+                // Without copying every cluster at each change.
+                let mut seen = 0;
+                s.find_map::<Cluster, ()>(|c| {
+                    seen += 1;
+                    (!ready(c)).then_some(())
+                })
+                .is_none()
+                    && seen == n
             },
             Duration::from_secs(3600),
         )

@@ -312,6 +312,21 @@ impl MemoryStore {
             .find_map(|o| K::from_object_ref(o).and_then(&mut f))
     }
 
+    /// What `f` answers for the stored object `key` of kind `K`, without copying it (under
+    /// the store's lock: `f` must not call the store).
+    pub fn with_object<K: Stored, T>(
+        &self,
+        key: &ObjectKey,
+        f: impl FnOnce(&K) -> Option<T>,
+    ) -> Option<T> {
+        self.lock()
+            .objects
+            .get(&K::KIND)?
+            .get(key)
+            .and_then(K::from_object_ref)
+            .and_then(f)
+    }
+
     /// The last resourceVersion handed out (0 before any write).
     pub fn resource_version(&self) -> u64 {
         self.lock().resource_version

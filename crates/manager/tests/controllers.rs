@@ -98,6 +98,13 @@ impl sim::Source for StoreSource {
     fn find_hypervisor<T>(&self, f: impl FnMut(&Hypervisor) -> Option<T>) -> Option<T> {
         self.0.find_map(f)
     }
+    fn with_component<T>(
+        &self,
+        key: &ObjectKey,
+        f: impl FnOnce(&Component) -> Option<T>,
+    ) -> Option<T> {
+        self.0.with_object(key, f)
+    }
 }
 
 type SimNetwork = sim::SimNetwork<StoreSource>;

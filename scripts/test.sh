@@ -12,4 +12,20 @@ cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --locked --workspace --all-targets -- -D warnings
 echo "== cargo nextest"
-cargo nextest run --locked --workspace --no-fail-fast "$@"
+# Local hypervisor sets the tests leave behind (each test destroys its own; a drop that
+# fails says so only in the captured output of a passing test) are named and destroyed here.
+sets() {
+  local bin=target/debug/oi-local-hypervisor-set
+  [[ -x $bin ]] && "$bin" list 2>/dev/null | awk 'NR>1 {print $1}' | sort -u || true
+}
+before=$(sets)
+status=0
+cargo nextest run --locked --workspace --no-fail-fast "$@" || status=$?
+leftover=$(comm -13 <(printf '%s\n' "$before") <(sets) | grep -v '^$' || true)
+if [[ -n $leftover ]]; then
+  echo "== WARNING: local hypervisor sets left behind by the tests (a test's cleanup failed):" $leftover
+  for s in $leftover; do
+    target/debug/oi-local-hypervisor-set destroy --name "$s" || echo "cannot destroy set $s"
+  done
+fi
+exit "$status"

@@ -67,6 +67,17 @@ else
   /usr/bin/python3 -m venv "$VENV"
   "$VENV/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
 fi
+# A Redfish BMC emulator for the SIP jump host's `host` tool tests: sushy-tools (fake driver),
+# from the Python package registry, in the same virtual environment.
+SUSHY_VERSION=2.2.0
+if [ -x "$VENV/bin/sushy-emulator" ] &&
+  [ "$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("sushy-tools"))' 2>/dev/null)" = "$SUSHY_VERSION" ]; then
+  echo "setup: sushy-tools $SUSHY_VERSION present in $VENV"
+else
+  echo "setup: installing sushy-tools==$SUSHY_VERSION into $VENV"
+  [ -x "$VENV/bin/pip" ] || /usr/bin/python3 -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check "sushy-tools==$SUSHY_VERSION"
+fi
 
 echo "setup: building the offline image set (cargo xtask images)"
 cargo xtask images

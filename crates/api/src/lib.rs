@@ -63,7 +63,10 @@ pub use metal3::{BareMetalHost, BmcAddress, Secret, parse_bmc_address};
 pub use node_join_request::{
     NodeJoinRequest, NodeJoinRequestSpec, NodeJoinRequestStatus, NodeJoinRequestVpn,
 };
-pub use sip::{LabelSelector, NodeSet, SipCluster, SipClusterServices, SipClusterSpec};
+pub use sip::{
+    InventoryBmc, InventoryHost, JumpHostInventory, LabelSelector, NodeSet, SipCluster,
+    SipClusterServices, SipClusterSpec,
+};
 pub use validation::{
     FieldError, NameRule, Reason, ValidationError, validate_documents, validate_object,
 };

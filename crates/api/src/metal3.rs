@@ -465,6 +465,19 @@ impl BmcAddress {
         self.driver.contains("redfish")
     }
 
+    /// The address as metal3 writes it, the transport explicit:
+    /// `redfish+https://host:port/redfish/v1/Systems/1`, `ipmi://host:623`.
+    pub fn to_address(&self) -> String {
+        if self.scheme.is_empty() {
+            format!("{}://{}{}", self.driver, self.authority, self.path)
+        } else {
+            format!(
+                "{}+{}://{}{}",
+                self.driver, self.scheme, self.authority, self.path
+            )
+        }
+    }
+
     /// The base URL of the Redfish service (`https://host:port`).
     pub fn base_url(&self) -> String {
         format!("{}://{}", self.scheme, self.authority)

@@ -604,3 +604,68 @@ impl<'a> SshReader<'a> {
 
 #[cfg(test)]
 mod tests;
+
+/// The jump host's inventory of a SIPCluster's hosts (ours): what its `host` tool reads to
+/// reach each host's BMC, and its ssh configuration each host's address. It holds BMC
+/// passwords: the file is 0600 and `Debug` never shows them.
+#[derive(Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JumpHostInventory {
+    #[serde(default)]
+    pub hosts: Vec<InventoryHost>,
+}
+
+/// One host of a [`JumpHostInventory`].
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InventoryHost {
+    /// The BareMetalHost's name: what `host reboot <name>` and `ssh <name>` take.
+    pub name: String,
+    /// Its address on the jump host's `nodeInterfaceId` network, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+    pub bmc: InventoryBmc,
+}
+
+/// A host's BMC: metal3's address (`redfish+http://host:port/redfish/v1/Systems/<id>`) and
+/// the credentials from its Secret.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InventoryBmc {
+    pub address: String,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub disable_certificate_verification: bool,
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for JumpHostInventory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JumpHostInventory")
+            .field("hosts", &self.hosts)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for InventoryHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InventoryHost")
+            .field("name", &self.name)
+            .field("ip", &self.ip)
+            .field("bmc", &self.bmc)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for InventoryBmc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InventoryBmc")
+            .field("address", &self.address)
+            .field(
+                "disable_certificate_verification",
+                &self.disable_certificate_verification,
+            )
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}

@@ -285,3 +285,25 @@ pub fn orphaned_hosts(world: &World) -> Vec<(ObjectKey, String)> {
 
 #[cfg(test)]
 mod tests;
+
+/// The jump host's inventory of what `report`'s SIPCluster holds: every held host (active
+/// and standby) by name, its address on the `node_interface` network, its BMC address (the
+/// system's path kept) and credentials.
+pub fn jump_host_inventory(report: &SipReport, node_interface: &str) -> oi_api::JumpHostInventory {
+    oi_api::JumpHostInventory {
+        hosts: report
+            .hosts
+            .values()
+            .map(|h| oi_api::InventoryHost {
+                name: h.key.name.clone(),
+                ip: h.addresses.get(node_interface).map(ToString::to_string),
+                bmc: oi_api::InventoryBmc {
+                    address: h.bmc.to_address(),
+                    disable_certificate_verification: h.bmc_insecure,
+                    username: h.bmc_username.clone(),
+                    password: h.bmc_password.clone(),
+                },
+            })
+            .collect(),
+    }
+}

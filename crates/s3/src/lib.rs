@@ -18,7 +18,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod sigv4;
-mod transport;
+pub mod transport;
 mod xml;
 
 use std::path::{Path, PathBuf};

@@ -371,6 +371,22 @@ fn bmc_addresses_keep_the_system_path() {
     assert_eq!(a.base_url(), "https://[fd00::1]:443");
     let a = parse_bmc_address("ipmi://10.0.0.1:623").unwrap();
     assert!(!a.is_redfish());
+    // Written back with the transport explicit, and read again the same.
+    for (given, written) in [
+        (
+            "redfish+http://127.0.0.1:8000/redfish/v1/Systems/abc",
+            "redfish+http://127.0.0.1:8000/redfish/v1/Systems/abc",
+        ),
+        (
+            "redfish://[fd00::1]:443/redfish/v1/Systems/1",
+            "redfish+https://[fd00::1]:443/redfish/v1/Systems/1",
+        ),
+        ("ipmi://10.0.0.1:623", "ipmi://10.0.0.1:623"),
+    ] {
+        let a = parse_bmc_address(given).unwrap();
+        assert_eq!(a.to_address(), written);
+        assert_eq!(parse_bmc_address(written).unwrap(), a);
+    }
     for bad in [
         "10.0.0.1",
         "redfish://10.0.0.1",

@@ -255,6 +255,30 @@ fn addresses_come_from_json_and_yaml_network_data_and_the_bmc_keeps_its_path() {
         !format!("{data:?} {r:?}").contains("s3cret"),
         "the BMC password shows in Debug"
     );
+    // The jump host's inventory: every held host by name, its address, its BMC.
+    let jump = super::jump_host_inventory(&r, "oam-ipv4");
+    let names: Vec<&str> = jump.hosts.iter().map(|h| h.name.as_str()).collect();
+    assert_eq!(names, ["cp-r006-1", "cp-r007-1", "w-r007-1"]);
+    let cp = &jump.hosts[1];
+    assert_eq!(cp.ip.as_deref(), Some("10.0.0.3"));
+    assert_eq!(
+        cp.bmc.address,
+        "redfish+http://127.0.0.1:8000/redfish/v1/Systems/cp-r007-1"
+    );
+    assert_eq!(
+        (cp.bmc.username.as_str(), cp.bmc.password.as_str()),
+        ("admin", "s3cret-bmc-password")
+    );
+    assert!(!format!("{jump:?}").contains("s3cret"));
+    let text = serde_json::to_string(&jump).unwrap();
+    assert_eq!(
+        serde_json::from_str::<oi_api::JumpHostInventory>(&text).unwrap(),
+        jump
+    );
+    assert_eq!(
+        super::jump_host_inventory(&r, "no-such-network").hosts[0].ip,
+        None
+    );
     // The services are not run yet: the condition says so.
     assert!(!r.ready);
     assert_eq!(r.reason, "InfraServiceFailure");

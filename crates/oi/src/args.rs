@@ -162,6 +162,7 @@ impl Command {
             Command::Sipcluster(SipClusterCommand::Delete(a)) => Some(&a.input),
             Command::Reconcile(a) => Some(&a.input),
             Command::JoinToken(JoinTokenCommand::Generate)
+            | Command::Hypervisor(HypervisorCommand::Join(_))
             | Command::Node(_)
             | Command::Version(_)
             | Command::Completion(_) => None,
@@ -178,7 +179,11 @@ impl Command {
                 | ClusterCommand::Restore(_)
                 | ClusterCommand::RotateCa(_),
             )
-            | Command::Hypervisor(_)
+            | Command::Hypervisor(
+                HypervisorCommand::Inject(_)
+                | HypervisorCommand::Cordon(_)
+                | HypervisorCommand::Uncordon(_),
+            )
             | Command::Sipcluster(_)
             | Command::JoinToken(JoinTokenCommand::Inject(_)) => true,
             Command::Reconcile(a) => !a.dry_run,
@@ -189,6 +194,7 @@ impl Command {
                 | ClusterCommand::Snapshot(_),
             )
             | Command::JoinToken(JoinTokenCommand::Generate)
+            | Command::Hypervisor(HypervisorCommand::Join(_))
             | Command::Node(_)
             | Command::Version(_)
             | Command::Completion(_) => false,
@@ -431,6 +437,11 @@ pub enum HypervisorCommand {
     /// -o).
     Inject(HypervisorInjectArgs),
 
+    /// Make this machine a hypervisor (run on it, as root): start a mutual-TLS front of its CRI
+    /// runtime through that runtime, and print its Hypervisor manifest (the client key
+    /// included: use -o). Idempotent; a rerun renews certificates close to expiry.
+    Join(HypervisorJoinArgs),
+
     /// Mark a hypervisor unschedulable (ours): nothing new is placed on it, what runs there
     /// stays. Prints all manifests.
     Cordon(HypervisorNameArgs),
@@ -447,6 +458,56 @@ pub struct HypervisorNameArgs {
     /// Name of the hypervisor.
     #[arg(long)]
     pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct HypervisorJoinArgs {
+    /// Name of the hypervisor.
+    #[arg(long)]
+    pub name: String,
+
+    /// Address components on this hypervisor are reached at; the front listens there.
+    #[arg(long, value_name = "IP")]
+    pub ip_address: IpAddr,
+
+    /// A public hypervisor runs cluster ingresses; a private one runs control planes.
+    #[arg(long)]
+    pub public: bool,
+
+    /// Ports allocated to components on this hypervisor.
+    #[arg(long, value_name = "LOW-HIGH", default_value = "30000-65000", value_parser = parse_port_range)]
+    pub port_range: (u32, u32),
+
+    /// A label of the hypervisor (KEY=VALUE; repeatable), e.g. topology.kubernetes.io/zone=z1.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+
+    /// The local CRI runtime's socket.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/run/containerd/containerd.sock"
+    )]
+    pub cri_socket: PathBuf,
+
+    /// The port the front listens on (outside the port range).
+    #[arg(long, value_name = "PORT", default_value_t = 27000)]
+    pub listen_port: u16,
+
+    /// Where the front's CAs, certificates, keys and configuration are kept (0700).
+    #[arg(long, value_name = "DIR", default_value = "/etc/oneinfra/hypervisor")]
+    pub state_dir: PathBuf,
+
+    /// Image repository override for the front's haproxy image (air-gapped mirrors, tests).
+    #[arg(long, value_name = "REPO", env = "OI_IMAGE_REPOSITORY")]
+    pub image_repository: Option<String>,
+}
+
+fn parse_label(value: &str) -> Result<(String, String), String> {
+    match value.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{value:?} is not KEY=VALUE")),
+    }
 }
 
 #[derive(Debug, Args)]

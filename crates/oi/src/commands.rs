@@ -125,6 +125,9 @@ pub fn dispatch(
         Command::Hypervisor(HypervisorCommand::Inject(args)) => {
             no_note(hypervisor::inject::run(args, ctx, input, output))
         }
+        Command::Hypervisor(HypervisorCommand::Join(args)) => {
+            hypervisor::join::run(args, ctx, output).map(Some)
+        }
         Command::Hypervisor(HypervisorCommand::Cordon(args)) => {
             no_note(hypervisor::cordon::run(args, true, input, output))
         }

@@ -1,5 +1,7 @@
-//! `oi hypervisor inject`: register a machine exposing a CRI endpoint; `cordon` and
+//! `oi hypervisor inject`: register a machine exposing a CRI endpoint; `join`: make this
+//! machine one (a mutual-TLS front of its runtime) and print its manifest; `cordon` and
 //! `uncordon`: take it out of placement and back.
 
 pub mod cordon;
 pub mod inject;
+pub mod join;

@@ -6,7 +6,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use http::Method;
+use oi_api::Hypervisor;
 use oi_e2e::{IMAGE_REPOSITORY, LocalSet, World, binary, inject_cluster, prerequisites, reconcile};
+use oi_manager_testsupport::apiserver_standin::{ApiServer, StandinOptions};
 
 #[test]
 fn a_joined_hypervisor_runs_a_cluster_through_its_mutual_tls_front() {
@@ -151,5 +154,150 @@ fn a_joined_hypervisor_runs_a_cluster_through_its_mutual_tls_front() {
         },
     ));
     assert!(refused.is_err(), "a stranger's certificate was accepted");
+
+    // Registration on a management cluster (the API stand-in) with a hypervisor join token:
+    // our joiner role (config/rbac) lets it create Hypervisors and nothing else. Run from
+    // the host this time (the runtime's socket and the front's address are reachable from
+    // here), with the same state directory: the front stays as it is.
+    let api = ApiServer::start(StandinOptions::default()).unwrap();
+    let config = oi_testsupport::workspace_root().join("config/rbac");
+    for (file, path) in [
+        (
+            "hypervisor_joiner_role.yaml",
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        ),
+        (
+            "hypervisor_joiner_role_binding.yaml",
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        ),
+    ] {
+        let text = std::fs::read_to_string(config.join(file)).unwrap();
+        let doc: serde_json::Value = serde_yaml_ng::from_str(&text).unwrap();
+        api.call(Method::POST, path, Some(&doc)).unwrap();
+    }
+    let token = "hvjoin.0123456789abcdef";
+    let b64 = |s: &str| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, s);
+    api.call(
+        Method::POST,
+        "/api/v1/namespaces/kube-system/secrets",
+        Some(&serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "bootstrap-token-hvjoin", "namespace": "kube-system"},
+            "type": "bootstrap.kubernetes.io/token",
+            "data": {
+                "token-id": b64("hvjoin"),
+                "token-secret": b64("0123456789abcdef"),
+                "usage-bootstrap-authentication": b64("true"),
+                "auth-extra-groups": b64("system:bootstrappers:oneinfra:hypervisors"),
+            }
+        })),
+    )
+    .unwrap();
+    let ca_file = dir.path().join("management-ca.crt");
+    std::fs::write(&ca_file, &api.local().serving_ca).unwrap();
+    let endpoint = api.local().url();
+    let ca_text = ca_file.display().to_string();
+    let register = |token: &str| {
+        oi_e2e::oi(
+            &[
+                "hypervisor",
+                "join",
+                "--name",
+                "joined-1",
+                "--ip-address",
+                &ip,
+                "--port-range",
+                "31000-32000",
+                "--cri-socket",
+                &socket,
+                "--state-dir",
+                &state_text,
+                "--label",
+                "topology.kubernetes.io/zone=z1",
+                "--management-endpoint",
+                &endpoint,
+                "--management-ca-cert-file",
+                &ca_text,
+                "--join-token",
+                token,
+            ],
+            "",
+        )
+        .unwrap()
+    };
+    let registered = register(token);
+    assert!(registered.success, "{registered:?}");
+    assert_eq!(registered.stdout, "", "nothing printed when registering");
+    assert!(
+        registered
+            .stderr
+            .contains(&format!("hypervisor joined-1 registered at {endpoint}")),
+        "{}",
+        registered.stderr
+    );
+    assert!(
+        registered
+            .stderr
+            .contains("the front runs already, unchanged")
+    );
+    let stored: Hypervisor = api
+        .object(&oi_api::ObjectKey::cluster_scoped("joined-1"))
+        .unwrap();
+    let printed: Hypervisor = serde_yaml_ng::from_str(&first.stdout).unwrap();
+    assert_eq!(stored.spec, printed.spec);
+    assert_eq!(stored.metadata.labels, printed.metadata.labels);
+    // Again: it is there already, left as it is.
+    let again = register(token);
+    assert!(again.success, "{again:?}");
+    assert!(
+        again.stderr.contains("is registered at"),
+        "{}",
+        again.stderr
+    );
+    // A wrong token: refused, said so.
+    let wrong = register("hvjoin.ffffffffffffffff");
+    assert_eq!(wrong.code, Some(1), "{wrong:?}");
+    assert!(wrong.stderr.contains("401"), "{}", wrong.stderr);
+    // The token can do nothing else: not read Hypervisors (their specs hold client keys),
+    // not list Clusters, not delete what it created.
+    let network = oi_engine::RealNetwork::new(std::time::Duration::from_secs(10));
+    let tls = oi_engine::Tls {
+        ca_pem: api.local().serving_ca.clone(),
+        identity: None,
+    };
+    for (method, path) in [
+        (
+            Method::GET,
+            "/apis/infra.oneinfra.ereslibre.es/v1alpha1/hypervisors/joined-1",
+        ),
+        (
+            Method::GET,
+            "/apis/infra.oneinfra.ereslibre.es/v1alpha1/hypervisors",
+        ),
+        (
+            Method::GET,
+            "/apis/cluster.oneinfra.ereslibre.es/v1alpha1/clusters",
+        ),
+        (
+            Method::DELETE,
+            "/apis/infra.oneinfra.ereslibre.es/v1alpha1/hypervisors/joined-1",
+        ),
+        (Method::GET, "/api/v1/namespaces/kube-system/secrets"),
+    ] {
+        let answer = runtime
+            .block_on(oi_engine::Network::request(
+                &network,
+                oi_engine::HttpsRequest {
+                    base: &endpoint,
+                    method: &method,
+                    path,
+                    body: None,
+                    tls: &tls,
+                    bearer: Some(token),
+                },
+            ))
+            .unwrap();
+        assert_eq!(answer.status, 403, "{method} {path}");
+    }
     drop(set);
 }

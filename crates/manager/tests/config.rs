@@ -212,6 +212,8 @@ fn the_base_holds_exactly_the_expected_objects() {
         ("ClusterRoleBinding", "oi-manager"),
         ("Role", "oi-manager-leader-election"),
         ("RoleBinding", "oi-manager-leader-election"),
+        ("ClusterRole", "oneinfra-hypervisor-joiner"),
+        ("ClusterRoleBinding", "oneinfra-hypervisor-joiner"),
         ("Deployment", "oi-manager"),
         ("Service", "oi-manager-metrics"),
     ] {
@@ -301,6 +303,26 @@ fn rbac_is_exactly_the_permissions_the_store_needs() {
         needed(false),
         "config/rbac/cluster_role.yaml must grant exactly kube_store::PERMISSIONS (Leases \
          aside)"
+    );
+
+    // A hypervisor join token creates Hypervisors and nothing else (not even reads them:
+    // their specs hold CRI client keys).
+    assert_eq!(
+        rules(object(&base, "ClusterRole", "oneinfra-hypervisor-joiner")),
+        BTreeMap::from([(
+            (
+                "infra.oneinfra.ereslibre.es".to_string(),
+                "hypervisors".to_string()
+            ),
+            BTreeSet::from(["create".to_string()])
+        )])
+    );
+    let joiners = object(&base, "ClusterRoleBinding", "oneinfra-hypervisor-joiner");
+    assert_eq!(joiners["roleRef"]["name"], "oneinfra-hypervisor-joiner");
+    assert_eq!(
+        joiners["subjects"],
+        json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+            "name": "system:bootstrappers:oneinfra:hypervisors"}])
     );
 
     let subject =

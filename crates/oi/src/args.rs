@@ -501,6 +501,29 @@ pub struct HypervisorJoinArgs {
     /// Image repository override for the front's haproxy image (air-gapped mirrors, tests).
     #[arg(long, value_name = "REPO", env = "OI_IMAGE_REPOSITORY")]
     pub image_repository: Option<String>,
+
+    /// Register the hypervisor on the management cluster at this API server
+    /// (https://host:port) instead of printing its manifest.
+    #[arg(
+        long,
+        value_name = "URL",
+        requires_all = ["management_ca_cert_file", "join_token"]
+    )]
+    pub management_endpoint: Option<String>,
+
+    /// PEM CA the management API server's certificate is checked against.
+    #[arg(long, value_name = "FILE", requires = "management_endpoint")]
+    pub management_ca_cert_file: Option<PathBuf>,
+
+    /// A hypervisor join token (a bootstrap token whose group may create Hypervisors only).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "OI_HYPERVISOR_JOIN_TOKEN",
+        hide_env_values = true,
+        requires = "management_endpoint"
+    )]
+    pub join_token: Option<String>,
 }
 
 fn parse_label(value: &str) -> Result<(String, String), String> {

@@ -67,15 +67,15 @@ pub fn run(args: &NodeJoinArgs, output: &mut impl Write) -> anyhow::Result<Strin
     runtime.block_on(join(args))
 }
 
-struct Client<'a> {
-    network: RealNetwork,
-    endpoint: &'a str,
-    tls: Tls,
-    token: &'a str,
+pub(crate) struct Client<'a> {
+    pub(crate) network: RealNetwork,
+    pub(crate) endpoint: &'a str,
+    pub(crate) tls: Tls,
+    pub(crate) token: &'a str,
 }
 
 impl Client<'_> {
-    async fn call(
+    pub(crate) async fn call(
         &self,
         method: &Method,
         path: &str,
@@ -106,7 +106,7 @@ impl Client<'_> {
 }
 
 /// The API server's message of a refusal.
-fn refusal(what: &str, r: &HttpsResponse) -> anyhow::Error {
+pub(crate) fn refusal(what: &str, r: &HttpsResponse) -> anyhow::Error {
     let status: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
     let message = status["message"].as_str().map_or_else(
         || String::from_utf8_lossy(&r.body).trim().to_string(),

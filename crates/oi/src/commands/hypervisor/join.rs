@@ -14,7 +14,11 @@
 //!    left running; another: replaced)
 //! 5. the front answers CRI Version over mutual TLS with the client certificate
 //! 6. the Hypervisor manifest printed: remoteCRIEndpoint tcp://IP:PORT, the server CA, the
-//!    client certificate and key (a secret: use -o FILE, created 0600)
+//!    client certificate and key (a secret: use -o FILE, created 0600); or, with
+//!    --management-endpoint, --management-ca-cert-file and --join-token (a hypervisor join
+//!    token: a bootstrap token in the group config/rbac's joiner role binds, which may
+//!    create Hypervisors and nothing else, not even read them), created there; one of that
+//!    name already there is left as it is (the token cannot read it to compare)
 //! ```
 //!
 //! Idempotent: a second run with the same flags changes nothing and prints the same manifest.
@@ -355,12 +359,68 @@ async fn join(
             unschedulable: false,
         },
     );
-    let hypervisor = oi_api::Object::Hypervisor(hypervisor);
-    crate::manifests::validate_new(&hypervisor)?;
-    let mut world = World::default();
-    world.insert(hypervisor);
-    output.write_all(world.to_yaml()?.as_bytes())?;
+    let object = oi_api::Object::Hypervisor(hypervisor.clone());
+    crate::manifests::validate_new(&object)?;
+    match (
+        &args.management_endpoint,
+        &args.management_ca_cert_file,
+        &args.join_token,
+    ) {
+        (Some(endpoint), Some(ca), Some(token)) => {
+            notes.push(register(&hypervisor, endpoint, ca, token).await?);
+        }
+        _ => {
+            let mut world = World::default();
+            world.insert(object);
+            output.write_all(world.to_yaml()?.as_bytes())?;
+        }
+    }
     Ok(notes.join("\n"))
+}
+
+/// The management cluster's Hypervisors.
+const HYPERVISORS: &str = "/apis/infra.oneinfra.ereslibre.es/v1alpha1/hypervisors";
+
+/// Creates the Hypervisor on the management cluster with a hypervisor join token, which may
+/// create Hypervisors and do nothing else: one of that name already there is left as it is
+/// (the token cannot read it to compare; an administrator updates it).
+async fn register(
+    hypervisor: &Hypervisor,
+    endpoint: &str,
+    ca: &std::path::Path,
+    token: &str,
+) -> anyhow::Result<String> {
+    if !oi_api::validation::is_bootstrap_token(token) {
+        bail!("--join-token is not a bootstrap token ([a-z0-9]{{6}}.[a-z0-9]{{16}})");
+    }
+    let ca_pem = std::fs::read_to_string(ca)
+        .with_context(|| format!("--management-ca-cert-file {}", ca.display()))?;
+    let client = super::super::node::Client {
+        network: oi_engine::RealNetwork::new(Duration::from_secs(20)),
+        endpoint,
+        tls: oi_engine::Tls {
+            ca_pem,
+            identity: None,
+        },
+        token,
+    };
+    let body = serde_json::to_string(hypervisor)?;
+    let name = &hypervisor.metadata.name;
+    let answer = client
+        .call(&http::Method::POST, HYPERVISORS, Some(&body))
+        .await?;
+    match answer.status {
+        200 | 201 => Ok(format!("hypervisor {name} registered at {endpoint}")),
+        409 => Ok(format!(
+            "hypervisor {name} is registered at {endpoint} already: left as it is (a join \
+             token cannot change it; an administrator can, with the manifest this command \
+             prints without --management-endpoint)"
+        )),
+        _ => Err(super::super::node::refusal(
+            &format!("registering hypervisor {name}"),
+            &answer,
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -553,10 +553,45 @@ impl LocalSet {
                 "",
             )?
             .ok(&format!("ctr containers ls on {}", h.name))?;
-            all.push((h.name.clone(), run.stdout));
+            // Without the mutual-TLS front's pod (`--tcp`): it is the hypervisor's, not a
+            // cluster's.
+            let front = front_ids(&h.name, &h.socket)?;
+            let kept: Vec<&str> = run
+                .stdout
+                .lines()
+                .filter(|l| {
+                    l.split_whitespace()
+                        .next()
+                        .is_none_or(|id| !front.contains(id))
+                })
+                .collect();
+            all.push((h.name.clone(), format!("{}\n", kept.join("\n"))));
         }
         Ok(all)
     }
+}
+
+/// The sandbox and container ids of a hypervisor's mutual-TLS front pod (none without one).
+fn front_ids(hypervisor: &str, socket: &Path) -> Result<std::collections::BTreeSet<String>> {
+    use oi_cri::HypervisorRuntime as _;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let client = oi_cri::CriClient::connect(
+            hypervisor,
+            oi_cri::CriEndpoint::Unix(socket.to_path_buf()),
+            oi_cri::ClientOptions::default(),
+        )
+        .await?;
+        let selector = [("oneinfra/role".to_string(), "cri-front".to_string())].into();
+        let mut ids = std::collections::BTreeSet::new();
+        for pod in client.list_pods(&selector).await? {
+            ids.insert(pod.id.clone());
+            ids.extend(pod.containers.iter().map(|c| c.id.clone()));
+        }
+        Ok(ids)
+    })
 }
 
 /// Where a worker finds the cluster it joins.

@@ -66,12 +66,8 @@ pub enum Error {
     },
     #[error("no image tarballs (*.tar) in {dir}")]
     NoImages { dir: PathBuf },
-    #[error("cannot mint the front certificates of hypervisor {hypervisor}")]
-    Pki {
-        hypervisor: String,
-        #[source]
-        source: oi_pki::Error,
-    },
+    #[error("the mutual-TLS front of hypervisor {hypervisor}: {message}")]
+    Front { hypervisor: String, message: String },
     #[error("cri on hypervisor {hypervisor} failed")]
     Cri {
         hypervisor: String,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use ipnet::Ipv4Net;
 
 use crate::error::Result;
-use crate::front::FrontPki;
+use crate::front::FrontCredentials;
 use crate::state::{HypervisorPaths, NatState, WorkerState};
 use crate::{containerd, cri, front, host, procs};
 
@@ -45,15 +45,15 @@ pub trait System: Sync {
     /// Waits until a started containerd's socket accepts connections.
     fn wait_containerd(&self, hypervisor: &str, pid: u32, paths: &HypervisorPaths) -> Result<()>;
     fn import_images(&self, socket: &Path, tarballs: &[PathBuf]) -> Result<()>;
-    /// Starts a hypervisor's mutual-TLS front and waits until it listens; its PID.
+    /// Ensures a hypervisor's mutual-TLS front (a pod through its containerd) and waits
+    /// until it answers; what a client needs to reach it.
     fn start_front(
         &self,
         hypervisor: &str,
         paths: &HypervisorPaths,
         ip: Ipv4Addr,
         port: u16,
-        pki: &FrontPki,
-    ) -> Result<u32>;
+    ) -> Result<FrontCredentials>;
     /// Stops and removes every pod through CRI; how many there were.
     fn remove_all_pods(&self, hypervisor: &str, socket: &Path) -> Result<usize>;
     /// Whether `pid` is alive and its command line contains `marker`.
@@ -159,16 +159,8 @@ impl System for RealSystem {
         paths: &HypervisorPaths,
         ip: Ipv4Addr,
         port: u16,
-        pki: &FrontPki,
-    ) -> Result<u32> {
-        front::start(
-            hypervisor,
-            &host::netns_path(hypervisor),
-            paths,
-            ip,
-            port,
-            pki,
-        )
+    ) -> Result<FrontCredentials> {
+        front::start(hypervisor, paths, ip, port)
     }
 
     fn remove_all_pods(&self, hypervisor: &str, socket: &Path) -> Result<usize> {

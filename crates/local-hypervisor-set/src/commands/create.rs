@@ -15,14 +15,13 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use oi_api::Hypervisor;
-use time::OffsetDateTime;
 
 use crate::error::{Error, Result, io};
 use crate::manifest::{self, Endpoint};
 use crate::plan::{self, CRI_TLS_PORT};
 use crate::state::{HypervisorState, Paths, Phase, SetState, write_atomically};
 use crate::system::{RealSystem, System};
-use crate::{containerd, front, host};
+use crate::{containerd, host};
 
 /// What to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -274,20 +273,38 @@ fn build(
             .collect::<Result<Vec<()>>>()
     })?;
 
+    // With --tcp, every hypervisor's front as `oi hypervisor join` makes it (a pod through
+    // the hypervisor's containerd), all at once.
+    let fronts: Vec<Option<crate::front::FrontCredentials>> = if state.tcp {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = state
+                .hypervisors
+                .iter()
+                .map(|hv| {
+                    let hp = paths.hypervisor(&set, &hv.name);
+                    scope.spawn(move || sys.start_front(&hv.name, &hp, hv.ip, CRI_TLS_PORT))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .map(|r| r.map(Some))
+                .collect::<Result<Vec<_>>>()
+        })?
+    } else {
+        state.hypervisors.iter().map(|_| None).collect()
+    };
     let mut hypervisors = Vec::with_capacity(state.hypervisors.len());
-    for i in 0..state.hypervisors.len() {
+    for (i, front) in fronts.into_iter().enumerate() {
         let hv = state.hypervisors[i].clone();
-        if !state.tcp {
+        let Some(front) = front else {
             hypervisors.push(manifest::hypervisor(&hv, Endpoint::Local));
             continue;
-        }
-        let hp = paths.hypervisor(&set, &hv.name);
-        let pki = front::mint(&hv.name, hv.ip, OffsetDateTime::now_utc())?;
-        let pid = sys.start_front(&hv.name, &hp, hv.ip, CRI_TLS_PORT, &pki)?;
-        let uri = format!("tcp://{}:{CRI_TLS_PORT}", hv.ip);
-        let _ = writeln!(progress, "{}: mutual-TLS front {pid} on {uri}", hv.name);
+        };
+        let uri = front.uri.clone();
+        let _ = writeln!(progress, "{}: mutual-TLS front (pod) on {uri}", hv.name);
         state.hypervisors[i] = HypervisorState {
-            haproxy_pid: Some(pid),
+            haproxy_pid: None,
             cri_endpoint_uri: Some(uri.clone()),
             ..hv
         };
@@ -296,9 +313,9 @@ fn build(
             &state.hypervisors[i],
             Endpoint::Remote {
                 uri: &uri,
-                ca_pem: &pki.server_ca_pem,
-                client_cert_pem: &pki.client.certificate_pem,
-                client_key_pem: &pki.client.private_key_pem,
+                ca_pem: &front.server_ca_pem,
+                client_cert_pem: &front.client_cert_pem,
+                client_key_pem: &front.client_key_pem,
             },
         ));
     }

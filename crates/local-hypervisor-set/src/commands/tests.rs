@@ -12,7 +12,7 @@ use ipnet::Ipv4Net;
 use super::create::{CreateArgs, create_with};
 use super::destroy::{DestroyOutcome, destroy_with};
 use crate::error::{Error, Result};
-use crate::front::FrontPki;
+use crate::front::FrontCredentials;
 use crate::plan;
 use crate::state::{HypervisorPaths, NatState, Paths, Phase, SetState, WorkerState};
 use crate::system::System;
@@ -154,10 +154,14 @@ impl System for Fake {
         _paths: &HypervisorPaths,
         ip: Ipv4Addr,
         port: u16,
-        _pki: &FrontPki,
-    ) -> Result<u32> {
+    ) -> Result<FrontCredentials> {
         self.record(format!("front {hypervisor} {ip}:{port}"))?;
-        Ok(self.spawn())
+        Ok(FrontCredentials {
+            uri: format!("tcp://{ip}:{port}"),
+            server_ca_pem: format!("server ca of {hypervisor}"),
+            client_cert_pem: format!("client certificate of {hypervisor}"),
+            client_key_pem: format!("client key of {hypervisor}"),
+        })
     }
 
     fn remove_all_pods(&self, hypervisor: &str, _socket: &Path) -> Result<usize> {
@@ -292,7 +296,7 @@ fn create_then_destroy_in_order() {
 }
 
 #[test]
-fn tcp_sets_get_a_front_per_hypervisor_and_destroy_stops_it() {
+fn tcp_sets_get_a_front_per_hypervisor_and_destroy_removes_it() {
     let fx = Fixture::new();
     let sys = Fake::default();
     let (result, _) = fx.create(&sys, true);
@@ -313,10 +317,12 @@ fn tcp_sets_get_a_front_per_hypervisor_and_destroy_stops_it() {
             remote.cri_endpoint_uri,
             format!("tcp://{}:27000", h.spec.ip_address)
         );
+        // The manifest carries what the front gave (its PKI: oi_hypervisor's tests).
+        let name = &h.metadata.name;
         let client = remote.client_certificate.as_ref().unwrap();
-        // caCertificate verifies the server; the client certificate comes from another CA.
-        assert!(!oi_pki::is_signed_by(&client.certificate, &remote.ca_certificate).unwrap());
-        assert!(client.private_key.contains("PRIVATE KEY"));
+        assert_eq!(remote.ca_certificate, format!("server ca of {name}"));
+        assert_eq!(client.certificate, format!("client certificate of {name}"));
+        assert_eq!(client.private_key, format!("client key of {name}"));
     }
     // The manifests kept beside the state hold client keys: owner only.
     let kept = fx.paths.set_lib("demo").join("hypervisors.yaml");
@@ -325,10 +331,16 @@ fn tcp_sets_get_a_front_per_hypervisor_and_destroy_stops_it() {
 
     sys.calls.lock().unwrap().clear();
     destroy_with(&sys, &fx.paths, "demo", &mut Vec::new()).unwrap();
-    // haproxy then containerd, per hypervisor, in one terminate.
+    // The fronts are pods (removed through CRI with the others): only the containerds are
+    // terminated.
     assert!(
         sys.calls()
-            .contains(&"terminate [1003, 1001, 1004, 1002]".to_string()),
+            .contains(&"remove pods demo-private-1".to_string()),
+        "{:?}",
+        sys.calls()
+    );
+    assert!(
+        sys.calls().contains(&"terminate [1001, 1002]".to_string()),
         "{:?}",
         sys.calls()
     );

@@ -608,7 +608,7 @@ fn under(root: &Path, path: &str) -> PathBuf {
 
 /// Writes a file atomically (a temporary file beside it, then renamed), with `mode` from its
 /// creation; its directory is made when missing.
-pub(crate) fn write_file(path: &Path, contents: &[u8], mode: u32) -> anyhow::Result<()> {
+fn write_file(path: &Path, contents: &[u8], mode: u32) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
     let dir = path.parent().context("a file without a directory")?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -160,6 +160,7 @@ impl Command {
             }
             Command::JoinToken(JoinTokenCommand::Inject(a)) => Some(&a.input),
             Command::Sipcluster(SipClusterCommand::Delete(a)) => Some(&a.input),
+            Command::Sipcluster(SipClusterCommand::Inventory(a)) => Some(&a.input),
             Command::Reconcile(a) => Some(&a.input),
             Command::JoinToken(JoinTokenCommand::Generate)
             | Command::Hypervisor(HypervisorCommand::Join(_))
@@ -184,7 +185,7 @@ impl Command {
                 | HypervisorCommand::Cordon(_)
                 | HypervisorCommand::Uncordon(_),
             )
-            | Command::Sipcluster(_)
+            | Command::Sipcluster(SipClusterCommand::Delete(_))
             | Command::JoinToken(JoinTokenCommand::Inject(_)) => true,
             Command::Reconcile(a) => !a.dry_run,
             Command::Cluster(
@@ -195,6 +196,7 @@ impl Command {
             )
             | Command::JoinToken(JoinTokenCommand::Generate)
             | Command::Hypervisor(HypervisorCommand::Join(_))
+            | Command::Sipcluster(SipClusterCommand::Inventory(_))
             | Command::Node(_)
             | Command::Version(_)
             | Command::Completion(_) => false,
@@ -365,6 +367,30 @@ pub enum SipClusterCommand {
     /// Mark a SIPCluster for deletion and print all manifests: the next `oi reconcile` takes
     /// our labels off its hosts (nothing else of theirs) and removes it.
     Delete(ClusterDeleteArgs),
+
+    /// Print the jump host's inventory of a SIPCluster's hosts (JSON: names, addresses, BMC
+    /// addresses and credentials; what `oi-host` reads): BMC passwords included, use -o
+    /// (created 0600).
+    Inventory(SipInventoryArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SipInventoryArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+
+    /// Name of the SIPCluster.
+    #[arg(long)]
+    pub name: String,
+
+    /// Namespace of the SIPCluster.
+    #[arg(long, default_value = oi_api::DEFAULT_NAMESPACE)]
+    pub namespace: String,
+
+    /// The network whose address each host is listed with (a `networks[].id` of its network
+    /// data); the first jump host's `nodeInterfaceId` when not given.
+    #[arg(long, value_name = "ID")]
+    pub node_interface: Option<String>,
 }
 
 #[derive(Debug, Args)]

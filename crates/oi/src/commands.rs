@@ -144,6 +144,9 @@ pub fn dispatch(
         Command::Sipcluster(SipClusterCommand::Delete(args)) => {
             no_note(sipcluster::delete(args, ctx, input, output))
         }
+        Command::Sipcluster(SipClusterCommand::Inventory(args)) => {
+            sipcluster::inventory(args, ctx, input, output).map(Some)
+        }
         Command::Version(args) => no_note(version::run(args, output)),
         Command::Completion(args) => no_note(completion::run(args, output)),
         Command::Reconcile(args) => reconcile::run(args, ctx, input, output),

@@ -255,3 +255,75 @@ fn an_invalid_ssh_key_is_refused_naming_the_document_and_field() {
     );
     assert!(stdout(&out).is_empty());
 }
+
+#[test]
+fn the_jump_host_inventory_lists_the_held_hosts_with_their_bmcs() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = write_samples(dir.path());
+    let world = dir.path().join("world.yaml");
+    let mut args = reconcile_args(&files);
+    args.extend(["-o".to_string(), world.to_str().unwrap().to_string()]);
+    let out = run(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let inventory = dir.path().join("hosts.json");
+    let out = run(&[
+        "sipcluster".into(),
+        "inventory".into(),
+        "--name".into(),
+        "sipcluster-system".into(),
+        "--namespace".into(),
+        "sipcluster-system".into(),
+        "-f".into(),
+        world.to_str().unwrap().into(),
+        "-o".into(),
+        inventory.to_str().unwrap().into(),
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("sipcluster sipcluster-system/sipcluster-system: 4 host(s), addresses on network oam-ipv4"),
+        "{err}"
+    );
+    // BMC passwords inside: owner only, from its creation.
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&inventory).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let parsed: oi_api::JumpHostInventory =
+        serde_json::from_str(&std::fs::read_to_string(&inventory).unwrap()).unwrap();
+    // The hosts the world holds for it, each with its oam-ipv4 address and its BMC.
+    let world = World::load(&std::fs::read_to_string(&world).unwrap(), "world").unwrap();
+    let mut held: Vec<String> = world
+        .bare_metal_hosts
+        .values()
+        .filter(|h| h.metadata.labels.contains_key(CLUSTER_NAME_LABEL))
+        .map(|h| h.metadata.name.clone())
+        .collect();
+    held.sort();
+    let names: Vec<String> = parsed.hosts.iter().map(|h| h.name.clone()).collect();
+    assert_eq!(names, held);
+    for h in &parsed.hosts {
+        let ip: std::net::IpAddr = h.ip.as_deref().unwrap().parse().unwrap();
+        assert!(ip.is_ipv4(), "{h:?}");
+        assert!(
+            h.bmc.address.contains("/redfish/v1/Systems/"),
+            "{}",
+            h.bmc.address
+        );
+        assert!(!h.bmc.username.is_empty() && !h.bmc.password.is_empty());
+    }
+    // An unknown SIPCluster: said, exit 1.
+    let out = run(&[
+        "sipcluster".into(),
+        "inventory".into(),
+        "--name".into(),
+        "nope".into(),
+        "-f".into(),
+        files[0].clone(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("no sipcluster default/nope in the manifests"),
+        "{}",
+        stderr(&out)
+    );
+}

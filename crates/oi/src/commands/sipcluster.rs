@@ -1,10 +1,18 @@
 //! `oi sipcluster delete --name N [--namespace NS]`: marks a SIPCluster for deletion
 //! (`metadata.deletionTimestamp`). Pure: the next `oi reconcile` takes our labels off its
 //! hosts and removes it.
+//!
+//! `oi sipcluster inventory --name N [--namespace NS] [--node-interface ID]`: the jump host's
+//! inventory of its hosts (`oi_api::JumpHostInventory`, JSON), what `oi-host` reads. The
+//! hosts are those the selection holds, as `oi reconcile` selects them (on a reconciled
+//! world: the ones labelled for it).
 
 use std::io::{Read, Write};
 
-use crate::args::ClusterDeleteArgs;
+use anyhow::Context as _;
+use oi_api::ObjectKey;
+
+use crate::args::{ClusterDeleteArgs, SipInventoryArgs};
 use crate::commands::Context;
 use crate::commands::cluster::delete::mark_deleted;
 use crate::manifests;
@@ -20,4 +28,66 @@ pub fn delete(
     let mut world = manifests::load_unverified(&args.input, input)?;
     mark_deleted(&mut world.sip_clusters, args, "sipcluster", ctx.now)?;
     manifests::finish(&world, output)
+}
+
+/// Returns the note for stderr (how many hosts).
+///
+/// # Errors
+/// When the manifests do not load, the SIPCluster does not exist or cannot get its hosts, or
+/// no network is named for the addresses.
+pub fn inventory(
+    args: &SipInventoryArgs,
+    ctx: &Context,
+    input: impl Read,
+    output: &mut impl Write,
+) -> anyhow::Result<String> {
+    let mut world = manifests::load_unverified(&args.input, input)?;
+    let key = ObjectKey::new(args.namespace.clone(), args.name.clone());
+    let sip = world
+        .sip_clusters
+        .get(&key)
+        .with_context(|| format!("no sipcluster {key} in the manifests"))?;
+    let interface = match &args.node_interface {
+        Some(i) => i.clone(),
+        None => sip
+            .spec
+            .services
+            .jump_host
+            .first()
+            .map(|j| j.node_interface_id.clone())
+            .with_context(|| {
+                format!("sipcluster {key} has no jump host: name the network with --node-interface")
+            })?,
+    };
+    // The selection as `oi reconcile` makes it, on a copy: the manifests are not changed.
+    let report = oi_planner::sip::reconcile_sip(&mut world, ctx.now)
+        .into_iter()
+        .find(|r| r.key == key)
+        .with_context(|| format!("sipcluster {key} was not processed"))?;
+    anyhow::ensure!(
+        report.selection.shortfalls.is_empty(),
+        "sipcluster {key} cannot get its hosts: {}",
+        report.message
+    );
+    let inventory = oi_planner::sip::jump_host_inventory(&report, &interface);
+    let mut json = serde_json::to_string_pretty(&inventory)?;
+    json.push('\n');
+    output.write_all(json.as_bytes())?;
+    let without_ip: Vec<&str> = inventory
+        .hosts
+        .iter()
+        .filter(|h| h.ip.is_none())
+        .map(|h| h.name.as_str())
+        .collect();
+    let mut note = format!(
+        "sipcluster {key}: {} host(s), addresses on network {interface}",
+        inventory.hosts.len()
+    );
+    if !without_ip.is_empty() {
+        note.push_str(&format!(
+            "\nwarning: no address on network {interface} for: {}",
+            without_ip.join(", ")
+        ));
+    }
+    Ok(note)
 }

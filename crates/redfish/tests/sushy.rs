@@ -6,148 +6,28 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use oi_api::{InventoryBmc, InventoryHost, JumpHostInventory};
 use oi_redfish::Bmc;
+use oi_testsupport::redfish::RedfishEmulator;
 
 const NODE1: &str = "11111111-1111-1111-1111-111111111111";
 const NODE2: &str = "22222222-2222-2222-2222-222222222222";
 const PASSWORD: &str = "bmc-pw-4711";
 
-fn emulator_path() -> PathBuf {
-    oi_testsupport::workspace_root().join(".tools/venv/bin/sushy-emulator")
-}
-
-/// The emulator, killed when dropped (a failing test leaves no server behind).
-struct Emulator {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Emulator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Emulator {
-    fn start() -> Emulator {
-        let dir = tempfile::tempdir().unwrap();
-        let python = oi_testsupport::workspace_root().join(".tools/venv/bin/python");
-        // bcrypt is the only digest the emulator takes; 4 rounds keep each request cheap.
-        let hash = Command::new(&python)
-            .args([
-                "-c",
-                &format!(
-                    "import bcrypt; print(bcrypt.hashpw(b'{PASSWORD}', bcrypt.gensalt(4)).decode())"
-                ),
-            ])
-            .output()
-            .unwrap();
-        assert!(hash.status.success(), "{hash:?}");
-        let htpasswd = dir.path().join("htpasswd");
-        std::fs::write(
-            &htpasswd,
-            format!("admin:{}", String::from_utf8(hash.stdout).unwrap()),
-        )
-        .unwrap();
-        let port = oi_testsupport::free_loopback_port();
-        let config = dir.path().join("emulator.py");
-        let system = |uuid: &str, name: &str, n: u8| {
-            format!(
-                "{{'uuid': '{uuid}', 'name': '{name}', 'power_state': 'On', \
-                 'nics': [{{'mac': '00:5c:52:31:3a:0{n}', 'ip': '10.9.0.{n}'}}]}}"
-            )
-        };
-        std::fs::write(
-            &config,
-            format!(
-                "SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\n\
-                 SUSHY_EMULATOR_LISTEN_PORT = {port}\n\
-                 SUSHY_EMULATOR_FAKE_DRIVER = True\n\
-                 SUSHY_EMULATOR_STATE_DIR = '{state}'\n\
-                 SUSHY_EMULATOR_AUTH_FILE = '{auth}'\n\
-                 SUSHY_EMULATOR_FAKE_SYSTEMS = [{one}, {two}]\n",
-                state = dir.path().join("state").display(),
-                auth = htpasswd.display(),
-                one = system(NODE1, "node-1", 1),
-                two = system(NODE2, "node-2", 2),
-            ),
-        )
-        .unwrap();
-        let log = std::fs::File::create(dir.path().join("log")).unwrap();
-        let child = Command::new(emulator_path())
-            .arg("--config")
-            .arg(&config)
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let emulator = Emulator {
-            child,
-            port,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "sushy-emulator did not answer on port {port} within 60 s: {}",
-                std::fs::read_to_string(emulator._dir.path().join("log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        emulator
-    }
-
-    /// The Reset actions the emulator answered, as its request log has them:
-    /// `(system id, status)`.
-    fn resets(&self) -> Vec<(String, String)> {
-        let raw = std::fs::read_to_string(self._dir.path().join("log")).unwrap_or_default();
-        // Without the terminal colours werkzeug puts around requests.
-        let mut log = String::with_capacity(raw.len());
-        let mut chars = raw.chars();
-        while let Some(c) = chars.next() {
-            if c == '\u{1b}' {
-                for c in chars.by_ref() {
-                    if c.is_ascii_alphabetic() {
-                        break;
-                    }
-                }
-            } else {
-                log.push(c);
-            }
-        }
-        log.lines()
-            .filter_map(|l| {
-                let request = l.split('"').nth(1)?;
-                let status = l.split('"').nth(2)?.split_whitespace().next()?;
-                let path = request.strip_prefix("POST /redfish/v1/Systems/")?;
-                let system = path.strip_suffix("/Actions/ComputerSystem.Reset HTTP/1.1")?;
-                Some((system.to_string(), status.to_string()))
-            })
-            .collect()
-    }
-
-    fn host(&self, name: &str, uuid: &str, password: &str) -> InventoryHost {
-        InventoryHost {
-            name: name.into(),
-            ip: Some(format!("10.9.0.{}", &name[5..])),
-            bmc: InventoryBmc {
-                address: format!(
-                    "redfish+http://127.0.0.1:{}/redfish/v1/Systems/{uuid}",
-                    self.port
-                ),
-                disable_certificate_verification: false,
-                username: "admin".into(),
-                password: password.into(),
-            },
-        }
+fn host(emulator: &RedfishEmulator, name: &str, uuid: &str, password: &str) -> InventoryHost {
+    InventoryHost {
+        name: name.into(),
+        ip: Some(format!("10.9.0.{}", &name[5..])),
+        bmc: InventoryBmc {
+            address: emulator.address(uuid),
+            disable_certificate_verification: false,
+            username: "admin".into(),
+            password: password.into(),
+        },
     }
 }
 
@@ -180,23 +60,18 @@ fn oi_host(inventory: &Path, args: &[&str]) -> std::process::Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reboot_power_cycles_that_system_on_a_real_redfish_emulator_and_no_other() {
-    let test = "reboot_power_cycles_that_system_on_a_real_redfish_emulator_and_no_other";
-    if !oi_testsupport::require(
-        test,
-        &format!(
-            "a Redfish emulator: {} (scripts/setup.sh installs sushy-tools there)",
-            emulator_path().display()
-        ),
-        emulator_path().is_file(),
-    ) {
+    let Some(emulator) = RedfishEmulator::start(
+        "reboot_power_cycles_that_system_on_a_real_redfish_emulator_and_no_other",
+        &[(NODE1, "node-1"), (NODE2, "node-2")],
+        PASSWORD,
+    ) else {
         return;
-    }
-    let emulator = Emulator::start();
+    };
     let dir = tempfile::tempdir().unwrap();
     let inventory = JumpHostInventory {
         hosts: vec![
-            emulator.host("node-1", NODE1, PASSWORD),
-            emulator.host("node-2", NODE2, PASSWORD),
+            host(&emulator, "node-1", NODE1, PASSWORD),
+            host(&emulator, "node-2", NODE2, PASSWORD),
         ],
     };
     let path = write_inventory(dir.path(), &inventory);
@@ -260,12 +135,10 @@ async fn reboot_power_cycles_that_system_on_a_real_redfish_emulator_and_no_other
     };
     // One reset, of node-1's system, accepted (the fake driver turns it off at once and on
     // 1-11 s later: too short a window to be sure a poll sees it off).
-    // (The request log is written after the answer: polled, for at most 10 s.)
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while emulator.resets().is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(emulator.resets(), [(NODE1.to_string(), "204".to_string())]);
+    assert_eq!(
+        emulator.wait_resets(1),
+        [(NODE1.to_string(), "204".to_string())]
+    );
     let node2 = states("node-2");
     assert!(
         !node2.is_empty() && node2.iter().all(|s| s == "On"),
@@ -287,7 +160,7 @@ async fn reboot_power_cycles_that_system_on_a_real_redfish_emulator_and_no_other
         "{stderr}"
     );
     let wrong = JumpHostInventory {
-        hosts: vec![emulator.host("node-2", NODE2, "not-the-password")],
+        hosts: vec![host(&emulator, "node-2", NODE2, "not-the-password")],
     };
     let path = write_inventory(dir.path(), &wrong);
     let refused = oi_host(&path, &["reboot", "node-2"]);

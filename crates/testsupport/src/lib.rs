@@ -9,6 +9,8 @@
 
 use std::path::Path;
 
+pub mod redfish;
+
 /// The environment variable that turns a missing prerequisite into a test failure.
 pub const REQUIRE_ENV: &str = "OI_REQUIRE_REAL";
 

@@ -31,30 +31,37 @@ fn a_joined_hypervisor_runs_a_cluster_through_its_mutual_tls_front() {
     let ip = private.ip.to_string();
     let socket = private.socket.display().to_string();
     let state_text = state_dir.display().to_string();
+    // `oi hypervisor join` with the flags every run here gives, then `extra`.
+    let join_args = |extra: &[&str]| -> Vec<String> {
+        [
+            "hypervisor",
+            "join",
+            "--name",
+            "joined-1",
+            "--ip-address",
+            &ip,
+            "--port-range",
+            "31000-32000",
+            "--cri-socket",
+            &socket,
+            "--state-dir",
+            &state_text,
+            "--image-repository",
+            IMAGE_REPOSITORY,
+            "--label",
+            "topology.kubernetes.io/zone=z1",
+        ]
+        .iter()
+        .chain(extra)
+        .map(|s| (*s).to_string())
+        .collect()
+    };
+    // Inside the hypervisor's network namespace, as on the machine itself.
     let join = || {
-        set.run_on(
-            &private.name,
-            &[
-                &oi,
-                "hypervisor",
-                "join",
-                "--name",
-                "joined-1",
-                "--ip-address",
-                &ip,
-                "--port-range",
-                "31000-32000",
-                "--cri-socket",
-                &socket,
-                "--state-dir",
-                &state_text,
-                "--image-repository",
-                IMAGE_REPOSITORY,
-                "--label",
-                "topology.kubernetes.io/zone=z1",
-            ],
-        )
-        .unwrap()
+        let mut args = vec![oi.clone()];
+        args.extend(join_args(&[]));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        set.run_on(&private.name, &args).unwrap()
     };
     let first = join();
     assert!(first.success, "{first:?}");
@@ -198,32 +205,16 @@ fn a_joined_hypervisor_runs_a_cluster_through_its_mutual_tls_front() {
     let endpoint = api.local().url();
     let ca_text = ca_file.display().to_string();
     let register = |token: &str| {
-        oi_e2e::oi(
-            &[
-                "hypervisor",
-                "join",
-                "--name",
-                "joined-1",
-                "--ip-address",
-                &ip,
-                "--port-range",
-                "31000-32000",
-                "--cri-socket",
-                &socket,
-                "--state-dir",
-                &state_text,
-                "--label",
-                "topology.kubernetes.io/zone=z1",
-                "--management-endpoint",
-                &endpoint,
-                "--management-ca-cert-file",
-                &ca_text,
-                "--join-token",
-                token,
-            ],
-            "",
-        )
-        .unwrap()
+        let args = join_args(&[
+            "--management-endpoint",
+            &endpoint,
+            "--management-ca-cert-file",
+            &ca_text,
+            "--join-token",
+            token,
+        ]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        oi_e2e::oi(&args, "").unwrap()
     };
     let registered = register(token);
     assert!(registered.success, "{registered:?}");

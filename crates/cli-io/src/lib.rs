@@ -37,7 +37,7 @@ pub use input::{
     read_sources, stdin_id,
 };
 pub use lock::Lock;
-pub use output::{Guard, Target};
+pub use output::{Guard, Target, write_file};
 
 /// Why an `-o` target is refused before any work starts.
 #[derive(Debug, Clone, PartialEq, Eq)]

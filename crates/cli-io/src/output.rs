@@ -276,17 +276,33 @@ impl Guard {
     }
 }
 
-/// Replaces `path` with `contents` so that readers see either the old file or the whole new
-/// one, never a part: a temporary file in the same directory (same file system, so the rename
-/// is atomic; a unique random name, so concurrent writers never share one; mode 0600 from its
-/// creation, since manifests hold private keys), fsync, rename over `path`, fsync the
-/// directory.
+/// Replaces `path` with `contents` (mode 0600: manifests hold private keys); see
+/// [`write_file`].
 fn write_atomically(path: &Path, contents: &[u8]) -> io::Result<()> {
+    replace(path, contents, 0o600)
+}
+
+/// Replaces `path` with `contents` so that readers see either the old file or the whole new
+/// one, never a part, with `mode` from the file's creation (a key is never readable by others,
+/// not even for a moment), its directory made when missing. For files of the machine a
+/// command sets up (keys, certificates, configuration), not for `-o` (see [`Target`]).
+///
+/// # Errors
+/// The I/O error of the first step that failed.
+pub fn write_file(path: &Path, contents: &[u8], mode: u32) -> io::Result<()> {
+    fs::create_dir_all(directory_of(path))?;
+    replace(path, contents, mode)
+}
+
+/// A temporary file in the same directory (same file system, so the rename is atomic; a
+/// unique random name, so concurrent writers never share one; `mode` from its creation),
+/// fsync, rename over `path`, fsync the directory.
+fn replace(path: &Path, contents: &[u8], mode: u32) -> io::Result<()> {
     let dir = directory_of(path);
-    // tempfile creates its files with mode 0600 on unix.
     let mut tmp = tempfile::Builder::new()
         .prefix(".oi-")
         .suffix(".tmp")
+        .permissions(fs::Permissions::from_mode(mode))
         .tempfile_in(dir)?;
     tmp.write_all(contents)?;
     tmp.as_file().sync_all()?;

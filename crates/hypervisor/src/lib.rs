@@ -21,7 +21,6 @@
 //! CRI client ──TLS (client cert, ALPN h2)──► haproxy IP:PORT ──h2c──► unix socket ──► runtime
 //! ```
 
-use std::io::Write as _;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -94,21 +93,11 @@ impl Files<'_> {
         }
     }
 
-    /// Writes atomically (a temporary file beside it, renamed), with `mode` from creation.
+    /// Writes atomically, with `mode` from creation ([`oi_cli_io::write_file`]).
     fn write(&self, name: &str, contents: &str, mode: u32) -> anyhow::Result<()> {
-        use std::os::unix::fs::PermissionsExt as _;
         let path = self.path(name);
-        let mut temp = tempfile::Builder::new()
-            .prefix(".oi-")
-            .permissions(std::fs::Permissions::from_mode(mode))
-            .tempfile_in(self.dir)
-            .with_context(|| format!("writing in {}", self.dir.display()))?;
-        temp.write_all(contents.as_bytes())
-            .and_then(|()| temp.as_file().sync_all())
-            .with_context(|| format!("writing {}", path.display()))?;
-        temp.persist(&path)
-            .with_context(|| format!("writing {}", path.display()))?;
-        Ok(())
+        oi_cli_io::write_file(&path, contents.as_bytes(), mode)
+            .with_context(|| format!("writing {}", path.display()))
     }
 }
 

@@ -12,7 +12,6 @@
 //! The state file is written before anything is created on the host and updated after each
 //! step, so `destroy` always knows what a half-created set may have left behind.
 
-use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
@@ -277,31 +276,13 @@ impl SetState {
     }
 }
 
-/// Writes `bytes` to `path` atomically with the given mode, creating parent directories.
+/// Writes `bytes` to `path` atomically with the given mode from creation, creating parent
+/// directories ([`oi_cli_io::write_file`]).
 ///
 /// # Errors
 /// [`Error::Io`].
 pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
-    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(".tmp");
-    let tmp = dir.join(tmp_name);
-    let _ = std::fs::remove_file(&tmp);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(&tmp)
-        .map_err(io(&tmp))?;
-    file.write_all(bytes).map_err(io(&tmp))?;
-    file.sync_all().map_err(io(&tmp))?;
-    drop(file);
-    std::fs::rename(&tmp, path).map_err(io(path))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io(dir))
+    oi_cli_io::write_file(path, bytes, mode).map_err(io(path))
 }
 
 #[cfg(test)]

@@ -606,23 +606,11 @@ fn under(root: &Path, path: &str) -> PathBuf {
     root.join(path.trim_start_matches('/'))
 }
 
-/// Writes a file atomically (a temporary file beside it, then renamed), with `mode` from its
-/// creation; its directory is made when missing.
+/// Writes a file atomically with `mode` from its creation, its directory made when missing
+/// ([`oi_cli_io::write_file`]).
 fn write_file(path: &Path, contents: &[u8], mode: u32) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let dir = path.parent().context("a file without a directory")?;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut temp = tempfile::Builder::new()
-        .prefix(".oi-")
-        .permissions(std::fs::Permissions::from_mode(mode))
-        .tempfile_in(dir)
-        .with_context(|| format!("writing in {}", dir.display()))?;
-    temp.write_all(contents)
-        .and_then(|()| temp.as_file().sync_all())
-        .with_context(|| format!("writing {}", path.display()))?;
-    temp.persist(path)
-        .with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
+    oi_cli_io::write_file(path, contents, mode)
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 #[cfg(test)]

@@ -304,12 +304,8 @@ impl MemoryStore {
 
     /// The first `Some` that `f` answers for a stored object of kind `K`, in key order,
     /// without copying the others (under the store's lock: `f` must not call the store).
-    pub fn find_map<K: Stored, T>(&self, mut f: impl FnMut(&K) -> Option<T>) -> Option<T> {
-        self.lock()
-            .objects
-            .get(&K::KIND)?
-            .values()
-            .find_map(|o| K::from_object_ref(o).and_then(&mut f))
+    pub fn find_map<K: Stored, T>(&self, f: impl FnMut(&K) -> Option<T>) -> Option<T> {
+        objects_of(&self.lock(), None).find_map(f)
     }
 
     /// What `f` answers for the stored object `key` of kind `K`, without copying it (under
@@ -411,18 +407,25 @@ impl MemoryStore {
     }
 }
 
-fn list_of<K: Stored>(inner: &Inner, namespace: Option<&str>) -> Vec<K> {
-    let Some(objects) = inner.objects.get(&K::KIND) else {
-        return Vec::new();
-    };
-    objects
-        .iter()
-        .filter(|(key, _)| match namespace {
+/// The stored objects of kind `K` (in `namespace`, or all), borrowed, in key order.
+fn objects_of<'a, K: Stored>(
+    inner: &'a Inner,
+    namespace: Option<&'a str>,
+) -> impl Iterator<Item = &'a K> {
+    inner
+        .objects
+        .get(&K::KIND)
+        .into_iter()
+        .flatten()
+        .filter(move |(key, _)| match namespace {
             Some(ns) if K::KIND.namespaced() => key.namespace == ns,
             _ => true,
         })
-        .filter_map(|(_, object)| K::from_object(object.clone()))
-        .collect()
+        .filter_map(|(_, object)| K::from_object_ref(object))
+}
+
+fn list_of<K: Stored>(inner: &Inner, namespace: Option<&str>) -> Vec<K> {
+    objects_of(inner, namespace).cloned().collect()
 }
 
 impl Store for MemoryStore {
@@ -445,17 +448,7 @@ impl Store for MemoryStore {
     ) -> Result<Vec<T>> {
         let mut inner = self.lock();
         inner.fail(Op::List)?;
-        let Some(objects) = inner.objects.get(&K::KIND) else {
-            return Ok(Vec::new());
-        };
-        Ok(objects
-            .iter()
-            .filter(|(key, _)| match namespace {
-                Some(ns) if K::KIND.namespaced() => key.namespace == ns,
-                _ => true,
-            })
-            .filter_map(|(_, object)| K::from_object_ref(object).map(&f))
-            .collect())
+        Ok(objects_of(&inner, namespace).map(f).collect())
     }
 
     async fn create<K: Stored>(&self, object: &K) -> Result<K> {

@@ -486,13 +486,10 @@ pub struct HypervisorNameArgs {
     pub name: String,
 }
 
+/// What `hypervisor inject` and `hypervisor join` both say of the hypervisor.
 #[derive(Debug, Args)]
-pub struct HypervisorJoinArgs {
-    /// Name of the hypervisor.
-    #[arg(long)]
-    pub name: String,
-
-    /// Address components on this hypervisor are reached at; the front listens there.
+pub struct HypervisorSpecArgs {
+    /// Address components on this hypervisor are reached at (`join`: its front listens there).
     #[arg(long, value_name = "IP")]
     pub ip_address: IpAddr,
 
@@ -503,6 +500,16 @@ pub struct HypervisorJoinArgs {
     /// Ports allocated to components on this hypervisor.
     #[arg(long, value_name = "LOW-HIGH", default_value = "30000-65000", value_parser = parse_port_range)]
     pub port_range: (u32, u32),
+}
+
+#[derive(Debug, Args)]
+pub struct HypervisorJoinArgs {
+    /// Name of the hypervisor.
+    #[arg(long)]
+    pub name: String,
+
+    #[command(flatten)]
+    pub hypervisor: HypervisorSpecArgs,
 
     /// A label of the hypervisor (KEY=VALUE; repeatable), e.g. topology.kubernetes.io/zone=z1.
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
@@ -593,17 +600,8 @@ pub struct HypervisorInjectArgs {
     #[arg(long, value_name = "FILE", requires = "remote_cri_endpoint")]
     pub client_key: Option<PathBuf>,
 
-    /// Address components on this hypervisor are reached at.
-    #[arg(long, value_name = "IP")]
-    pub ip_address: IpAddr,
-
-    /// A public hypervisor runs cluster ingresses; a private one runs control planes.
-    #[arg(long)]
-    pub public: bool,
-
-    /// Ports allocated to components on this hypervisor.
-    #[arg(long, value_name = "LOW-HIGH", default_value = "30000-65000", value_parser = parse_port_range)]
-    pub port_range: (u32, u32),
+    #[command(flatten)]
+    pub hypervisor: HypervisorSpecArgs,
 
     /// Most components (control plane replicas and ingresses) it may hold (ours).
     #[arg(long, value_name = "N")]

@@ -56,14 +56,14 @@ fn hypervisor(args: &HypervisorInjectArgs) -> anyhow::Result<Hypervisor> {
             }),
         }),
     };
-    let (low, high) = args.port_range;
+    let (low, high) = args.hypervisor.port_range;
     Ok(Hypervisor::new(
         ObjectMeta::named(&args.name),
         HypervisorSpec {
             local_cri_endpoint,
             remote_cri_endpoint,
-            public: args.public,
-            ip_address: args.ip_address.to_string(),
+            public: args.hypervisor.public,
+            ip_address: args.hypervisor.ip_address.to_string(),
             port_range: PortRange { low, high },
             capacity: (args.capacity_components.is_some()
                 || args.capacity_cpu.is_some()

@@ -60,7 +60,7 @@ async fn join(
 ) -> anyhow::Result<String> {
     let front = ensure_front(&FrontOptions {
         name: &args.name,
-        ip: args.ip_address,
+        ip: args.hypervisor.ip_address,
         port: args.listen_port,
         socket: &args.cri_socket,
         state_dir: &args.state_dir,
@@ -71,7 +71,7 @@ async fn join(
     })
     .await?;
     let mut notes = front.notes;
-    let (low, high) = args.port_range;
+    let (low, high) = args.hypervisor.port_range;
     let mut meta = ObjectMeta::named(&args.name);
     for (k, v) in &args.labels {
         meta.labels.insert(k.clone(), v.clone());
@@ -88,8 +88,8 @@ async fn join(
                     private_key: front.client_key_pem,
                 }),
             }),
-            public: args.public,
-            ip_address: args.ip_address.to_string(),
+            public: args.hypervisor.public,
+            ip_address: args.hypervisor.ip_address.to_string(),
             port_range: PortRange { low, high },
             capacity: None,
             unschedulable: false,

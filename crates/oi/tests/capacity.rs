@@ -9,6 +9,25 @@ use oi_api::ComponentRole;
 mod support;
 use support::*;
 
+/// `oi cluster inject -f W -o W --name NAME --control-plane-replicas REPLICAS`.
+fn inject_cluster(w: &str, name: &str, replicas: &str) -> std::process::Output {
+    oi(
+        &[
+            "cluster",
+            "inject",
+            "-f",
+            w,
+            "-o",
+            w,
+            "--name",
+            name,
+            "--control-plane-replicas",
+            replicas,
+        ],
+        b"",
+    )
+}
+
 fn inject_hypervisors(dir: &std::path::Path) -> String {
     let world = dir.join("world.yaml");
     let w = world.to_str().unwrap();
@@ -76,38 +95,10 @@ fn placement_stays_within_capacity_and_refuses_with_numbers() {
     );
 
     // 1500m holds two replicas of 650m: three replicas go 2 + 1 (with a warning).
-    let out = oi(
-        &[
-            "cluster",
-            "inject",
-            "-f",
-            &w,
-            "-o",
-            &w,
-            "--name",
-            "c1",
-            "--control-plane-replicas",
-            "3",
-        ],
-        b"",
-    );
+    let out = inject_cluster(&w, "c1", "3");
     assert!(out.status.success(), "{}", stderr(&out));
     // One more replica fits (priv2), a second does not: the cluster is refused whole.
-    let out = oi(
-        &[
-            "cluster",
-            "inject",
-            "-f",
-            &w,
-            "-o",
-            &w,
-            "--name",
-            "c2",
-            "--control-plane-replicas",
-            "2",
-        ],
-        b"",
-    );
+    let out = inject_cluster(&w, "c2", "2");
     assert!(!out.status.success());
     assert_eq!(
         stderr(&out).lines().last().unwrap(),
@@ -130,21 +121,7 @@ fn placement_stays_within_capacity_and_refuses_with_numbers() {
         assert!(n <= 2, "{h} holds {n} replicas");
     }
     // A single replica still fits.
-    let out = oi(
-        &[
-            "cluster",
-            "inject",
-            "-f",
-            &w,
-            "-o",
-            &w,
-            "--name",
-            "c3",
-            "--control-plane-replicas",
-            "1",
-        ],
-        b"",
-    );
+    let out = inject_cluster(&w, "c3", "1");
     assert!(out.status.success(), "{}", stderr(&out));
 
     // A capacity that is not a quantity is refused by the flag, and in a manifest.
@@ -192,21 +169,7 @@ fn placement_stays_within_capacity_and_refuses_with_numbers() {
 fn a_cordoned_hypervisor_gets_nothing_new_and_keeps_what_runs() {
     let dir = tempfile::tempdir().unwrap();
     let w = inject_hypervisors(dir.path());
-    let out = oi(
-        &[
-            "cluster",
-            "inject",
-            "-f",
-            &w,
-            "-o",
-            &w,
-            "--name",
-            "c1",
-            "--control-plane-replicas",
-            "2",
-        ],
-        b"",
-    );
+    let out = inject_cluster(&w, "c1", "2");
     assert!(out.status.success(), "{}", stderr(&out));
     ok(
         &[

@@ -757,9 +757,9 @@ impl Drop for Kubelet {
 /// When a call was made and how it ended.
 type Calls = std::sync::Arc<std::sync::Mutex<Vec<(Instant, std::result::Result<(), String>)>>>;
 
-/// Calls a cluster's API (`GET /readyz`, as `kubectl get --raw`) with a kubeconfig every
-/// 100 ms, on a thread of its own, until finished or dropped; records when each call was
-/// made and how it ended.
+/// Calls a cluster's API (`GET /readyz`, as `kubectl get --raw`, or any kubectl command)
+/// with a kubeconfig every 100 ms, on a thread of its own, until finished or dropped; records
+/// when each call was made and how it ended, in the order made.
 pub struct ApiCaller {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     calls: Calls,
@@ -768,6 +768,17 @@ pub struct ApiCaller {
 
 impl ApiCaller {
     pub fn start(kubeconfig: &Path) -> ApiCaller {
+        Self::start_with(kubeconfig, |_| {
+            ["get", "--raw", "/readyz"].map(str::to_string).to_vec()
+        })
+    }
+
+    /// Calls `kubectl --request-timeout=5s ARGS`, the arguments of call `i` (from 0) being
+    /// `args(i)`.
+    pub fn start_with(
+        kubeconfig: &Path,
+        args: impl Fn(usize) -> Vec<String> + Send + 'static,
+    ) -> ApiCaller {
         use std::sync::atomic::Ordering;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let calls: Calls = std::sync::Arc::default();
@@ -777,10 +788,14 @@ impl ApiCaller {
             kubeconfig.to_path_buf(),
         );
         let thread = std::thread::spawn(move || {
+            let mut i = 0;
             while !s.load(Ordering::Relaxed) {
                 let at = Instant::now();
-                let result = match kubectl(&k, &["--request-timeout=5s", "get", "--raw", "/readyz"])
-                {
+                let mut call = vec!["--request-timeout=5s".to_string()];
+                call.extend(args(i));
+                i += 1;
+                let call: Vec<&str> = call.iter().map(String::as_str).collect();
+                let result = match kubectl(&k, &call) {
                     Ok(run) if run.success => Ok(()),
                     Ok(run) => Err(run.stderr.trim().to_string()),
                     Err(e) => Err(e.to_string()),
@@ -1279,6 +1294,33 @@ impl Etcdctl {
             .map(|i| start + i + end.len())
             .with_context(|| format!("{endpoint}: truncated certificate"))?;
         Ok(run.stdout[start..stop].to_owned())
+    }
+
+    /// The name of the member that leads, as the members say (`endpoint status -w json`).
+    ///
+    /// # Errors
+    /// As [`Etcdctl::run`], or when no member names a started member as leader.
+    pub fn leader(&self) -> Result<String> {
+        let status = self.run(&["endpoint", "status", "-w", "json"])?;
+        let status: serde_json::Value = serde_json::from_str(&status.stdout)
+            .with_context(|| format!("endpoint status printed no JSON:\n{}", status.stdout))?;
+        let leader = status
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find_map(|s| s.pointer("/Status/leader")?.as_u64())
+            .ok_or_else(|| anyhow!("no member names a leader: {status}"))?;
+        let list = self.run(&["member", "list", "-w", "json"])?;
+        let list: serde_json::Value = serde_json::from_str(&list.stdout)
+            .with_context(|| format!("member list printed no JSON:\n{}", list.stdout))?;
+        list.get("members")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|m| m.get("ID").and_then(serde_json::Value::as_u64) == Some(leader))
+            .and_then(|m| m.get("name")?.as_str())
+            .map(str::to_owned)
+            .ok_or_else(|| anyhow!("leader {leader} is not a started member: {list}"))
     }
 
     /// `member list -w json`: `(name, is_learner)` of each member that has started (has a name).

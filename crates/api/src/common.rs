@@ -60,6 +60,12 @@ pub mod condition_types {
     pub const RECONCILE_SUCCEEDED: &str = "ReconcileSucceeded";
     /// A NodeJoinRequest has every answer filled in its status.
     pub const ISSUED: &str = "Issued";
+    /// Ours: a Component took part in a run that ended with its cluster ready (its etcd
+    /// member voting, its API server or ingress answering).
+    pub const JOINED: &str = "Joined";
+    /// Ours: a Cluster has nothing left on a drained hypervisor (`True`), or not yet
+    /// (`False`: `Moving`, `Waiting` or `NoCapacity`). Only clusters a drain touched have it.
+    pub const DRAINED: &str = "Drained";
 }
 
 /// Status of a condition.

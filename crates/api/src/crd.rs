@@ -228,6 +228,7 @@ fn hypervisor_spec() -> Value {
                 object(&[("low", integer(1, 65535)), ("high", integer(1, 65535))]),
             ),
             ("unschedulable", boolean()),
+            ("drain", boolean()),
             (
                 "capacity",
                 object(&[

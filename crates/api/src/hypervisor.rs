@@ -58,6 +58,12 @@ pub struct HypervisorSpec {
     /// stays (as Kubernetes' `node.spec.unschedulable`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unschedulable: bool,
+    /// Ours, optional: drained. Placement puts nothing new on it (as when cordoned), and
+    /// what runs there moves elsewhere, one control plane replica of a cluster at a time: its
+    /// replacement joins (etcd learner, promoted, its API server ready) before it leaves. An
+    /// ingress moves too, and with it the cluster's address.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drain: bool,
     /// Ours, optional: what the hypervisor can hold. Placement never goes beyond it; without
     /// it, only the port range limits what is placed here.
     #[serde(default, skip_serializing_if = "Option::is_none")]

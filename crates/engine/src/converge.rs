@@ -52,7 +52,25 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             tls: &tls,
         };
         let members = &plan.etcd.members;
-        // 2. Retiring components: etcd member first, then pods, then directories.
+        // 2. Retiring components: etcd member first, then pods, then directories. A retiring
+        //    replica's API server is first taken out of the ingress: the configuration
+        //    written above no longer has it, the running haproxy reloads it.
+        if plan.retiring.iter().any(|r| r.member.is_some())
+            && let Some(ingress) = plan
+                .components
+                .iter()
+                .find(|c| c.role == oi_api::ComponentRole::ControlPlaneIngress)
+            && let Some(reload) = ingress.rendered.reloads.first()
+            && self.reload(key, ingress, reload).await?
+        {
+            self.emit(
+                Some(&ingress.hypervisor),
+                key,
+                Some(ingress.name()),
+                "retiring replicas taken out of the ingress".to_string(),
+            );
+            tokio::time::sleep(DRAIN_SETTLE).await;
+        }
         for r in &plan.retiring {
             self.retire(key, r, members, &etcd).await?;
             result.removed.push(r.key.clone());
@@ -310,13 +328,14 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         stepped.and(back)
     }
 
-    /// Tells a running pod of `c` to reload (see [`oi_planner::render::Reload`]).
+    /// Tells a running pod of `c` to reload (see [`oi_planner::render::Reload`]); whether it
+    /// runs.
     async fn reload(
         &self,
         key: &ObjectKey,
         c: &ComponentPlan,
         r: &oi_planner::render::Reload,
-    ) -> Step {
+    ) -> Step<bool> {
         let rt = self.runtime(&c.hypervisor)?;
         let pods = rt.list_pods(&selector(key, Some(c.name()))).await?;
         let Some(container) = pods
@@ -325,10 +344,10 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             .flat_map(|p| &p.containers)
             .find(|k| k.name == r.container)
         else {
-            return Ok(());
+            return Ok(false);
         };
         rt.exec("reload", &container.id, &r.command).await?;
-        Ok(())
+        Ok(true)
     }
 
     /// Whether component `c`'s pod of the name of `specs[0]` was created from one of `specs`.

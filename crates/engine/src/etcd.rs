@@ -293,6 +293,23 @@ impl<N: Network> EtcdClient<'_, N> {
         parse_snapshot_stream(endpoint, &body)
     }
 
+    /// Hands leadership to member `target` (`POST /v3/maintenance/transfer-leadership`);
+    /// `endpoint` must be the leader's.
+    ///
+    /// # Errors
+    /// Any [`EtcdError`].
+    pub async fn transfer_leadership(&self, endpoint: &str, target: u64) -> Result<(), EtcdError> {
+        let body = serde_json::json!({"targetID": target.to_string()}).to_string();
+        self.post(
+            endpoint,
+            "/v3/maintenance/transfer-leadership",
+            "transfer-leadership",
+            body,
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// Removes member `id`.
     ///
     /// # Errors

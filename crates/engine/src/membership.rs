@@ -205,6 +205,37 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         }
     }
 
+    /// A leader about to be removed hands leadership to a voting member that stays first,
+    /// so that no request meets an election. Best effort: etcd copes without it (the
+    /// removed leader steps down), so a failure is said and the removal goes on.
+    async fn hand_over_leadership(
+        &self,
+        key: &ObjectKey,
+        me: &EtcdMember,
+        my_id: u64,
+        hypervisor: &str,
+        list: &[crate::etcd::Member],
+        etcd: &EtcdClient<'_, N>,
+    ) {
+        let Ok(status) = etcd.status(&me.client_url).await else {
+            return;
+        };
+        if status.leader != my_id {
+            return;
+        }
+        let Some(target) = list
+            .iter()
+            .find(|m| m.id != my_id && m.started() && !m.is_learner)
+        else {
+            return;
+        };
+        let said = match etcd.transfer_leadership(&me.client_url, target.id).await {
+            Ok(()) => format!("handed etcd leadership to {}", target.name),
+            Err(e) => format!("could not hand etcd leadership over before leaving: {e}"),
+        };
+        self.emit(Some(hypervisor), key, Some(&me.name), said);
+    }
+
     /// Removes a retiring replica's member (`me`) from the membership. etcd refuses to remove
     /// a voting member for 5 s after any member (re)connected ("unhealthy cluster"): retry
     /// until the deadline, as when adding.
@@ -225,6 +256,8 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             else {
                 return Ok(());
             };
+            self.hand_over_leadership(key, me, member.id, hypervisor, &list, etcd)
+                .await;
             match etcd.remove(&endpoint, member.id).await {
                 Ok(()) => {
                     self.emit(

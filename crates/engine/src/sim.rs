@@ -528,6 +528,12 @@ impl<S: Source> SimNetwork<S> {
                     .into_bytes(),
                 });
             }
+            "/v3/maintenance/transfer-leadership" => {
+                return Ok(HttpsResponse {
+                    status: 200,
+                    body: b"{}".to_vec(),
+                });
+            }
             "/v3/maintenance/snapshot" => {
                 use base64::Engine as _;
                 let n = {

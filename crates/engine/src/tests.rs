@@ -35,6 +35,7 @@ fn hypervisor(name: &str, public: bool, ip: &str) -> Hypervisor {
             },
             capacity: None,
             unschedulable: false,
+            drain: false,
         },
     )
 }

@@ -61,6 +61,7 @@ pub fn hypervisor(state: &HypervisorState, endpoint: Endpoint<'_>) -> Hypervisor
             },
             capacity: None,
             unschedulable: false,
+            drain: false,
         },
     )
 }

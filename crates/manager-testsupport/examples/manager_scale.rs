@@ -116,6 +116,7 @@ async fn run(n: usize, private: usize, public: usize) -> anyhow::Result<()> {
                     high: 60000,
                 },
                 unschedulable: false,
+                drain: false,
                 capacity: None,
             },
         ));

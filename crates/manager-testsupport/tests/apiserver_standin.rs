@@ -37,6 +37,7 @@ fn hypervisor(name: &str) -> Hypervisor {
             },
             capacity: None,
             unschedulable: false,
+            drain: false,
         },
     )
 }

@@ -195,6 +195,11 @@ pub mod event_reasons {
     pub const CA_ROTATION: &str = "CARotation";
     /// The rotate-ca annotation names no known CA, or the rotation cannot go on (Warning).
     pub const CA_ROTATION_REFUSED: &str = "CARotationRefused";
+    /// A cluster's drain moved a replica or an ingress off a drained hypervisor, or has
+    /// nothing left there (Normal), as its `Drained` condition says.
+    pub const DRAIN: &str = "Drain";
+    /// A cluster's drain cannot go on: no room elsewhere; what runs there stays (Warning).
+    pub const DRAIN_BLOCKED: &str = "DrainBlocked";
     /// A hypervisor answered again (Normal).
     pub const HYPERVISOR_REACHABLE: &str = "HypervisorReachable";
     /// A hypervisor does not answer (Warning).

@@ -129,6 +129,7 @@ async fn get_of_a_cluster_scoped_kind_has_no_namespace_in_the_path() {
                 },
                 capacity: None,
                 unschedulable: false,
+                drain: false,
             },
         )
     };

@@ -47,6 +47,7 @@ fn hypervisor(name: &str, public: bool, ip: &str) -> Hypervisor {
             },
             capacity: None,
             unschedulable: false,
+            drain: false,
         },
     )
 }
@@ -426,6 +427,138 @@ async fn scale_down_deletes_the_surplus_after_its_teardown() {
     h.store.clear_writes();
     reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
     assert_eq!(h.store.writes(), []);
+}
+
+#[tokio::test]
+async fn a_drained_hypervisor_is_left_replica_by_replica_and_each_step_is_said() {
+    let h = Harness::new();
+    h.ready("c", 2).await;
+    let on = |hv: &str| -> Vec<String> {
+        h.components("c")
+            .into_iter()
+            .filter(|c| c.spec.hypervisor.as_deref() == Some(hv))
+            .map(|c| c.metadata.name)
+            .collect()
+    };
+    assert_eq!(on("private-1"), ["c-control-plane-0"]);
+    let mut hv = h.hypervisor("private-1");
+    hv.spec.drain = true;
+    h.store.update(&hv).await.unwrap();
+    let soon = Action::Requeue(Duration::from_secs(2));
+    let drained = |h: &Harness| {
+        find_condition(
+            &h.cluster("c").unwrap().status.conditions,
+            condition_types::DRAINED,
+        )
+        .map(|c| (c.status, c.reason.clone()))
+    };
+
+    // The replacement joins; the replica stays until the next reconcile, which comes soon.
+    assert_eq!(reconcile_cluster(&key("c"), &h.ctx).await.unwrap(), soon);
+    assert_eq!(on("private-3"), ["c-control-plane-2"]);
+    assert_eq!(on("private-1"), ["c-control-plane-0"]);
+    assert_eq!(
+        h.ctx.network.members(),
+        [[
+            "c-control-plane-0",
+            "c-control-plane-1",
+            "c-control-plane-2"
+        ]]
+    );
+    assert_eq!(drained(&h), Some((ConditionStatus::False, "Moving".into())));
+    // Then the replica leaves: its member, pods and ports.
+    assert_eq!(reconcile_cluster(&key("c"), &h.ctx).await.unwrap(), soon);
+    assert_eq!(on("private-1"), Vec::<String>::new());
+    assert_eq!(
+        h.ctx.network.members(),
+        [["c-control-plane-1", "c-control-plane-2"]]
+    );
+    assert!(
+        h.pods().iter().all(|p| !p.starts_with("private-1/")),
+        "{:?}",
+        h.pods()
+    );
+    assert!(h.allocations().iter().all(|a| a.0 != "private-1"));
+    // Nothing left there: said, and back to the usual pace.
+    assert_eq!(
+        reconcile_cluster(&key("c"), &h.ctx).await.unwrap(),
+        Action::Requeue(Duration::from_secs(300))
+    );
+    assert_eq!(drained(&h), Some((ConditionStatus::True, "Moved".into())));
+    let said: Vec<String> = h
+        .store
+        .events()
+        .into_iter()
+        .filter(|e| e.reason == event_reasons::DRAIN)
+        .map(|e| e.note)
+        .collect();
+    assert_eq!(
+        said,
+        [
+            "c-control-plane-0 leaves drained hypervisor private-1 once its replacement \
+             c-control-plane-2 on private-3 has joined",
+            "c-control-plane-0 leaves drained hypervisor private-1: its replacement joined",
+            "nothing of the cluster runs on a drained hypervisor",
+        ]
+    );
+    assert_eq!(
+        succeeded(&h.cluster("c").unwrap()),
+        Some((ConditionStatus::True, "ReconcileSucceeded".into()))
+    );
+}
+
+#[tokio::test]
+async fn a_drain_with_no_room_elsewhere_is_a_warning_and_moves_nothing() {
+    let h = Harness::new();
+    h.ready("c", 3).await;
+    let before = h.pods();
+    let mut hv = h.hypervisor("private-2");
+    hv.spec.capacity = None;
+    hv.spec.drain = true;
+    h.store.update(&hv).await.unwrap();
+    for name in ["private-1", "private-3"] {
+        let mut hv = h.hypervisor(name);
+        hv.spec.capacity = Some(oi_api::HypervisorCapacity {
+            components: Some(1),
+            ..Default::default()
+        });
+        h.store.update(&hv).await.unwrap();
+    }
+    reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    assert_eq!(h.pods(), before);
+    let c = h.cluster("c").unwrap();
+    let d = find_condition(&c.status.conditions, condition_types::DRAINED).unwrap();
+    assert_eq!(
+        (d.status, d.reason.as_str()),
+        (ConditionStatus::False, "NoCapacity")
+    );
+    assert_eq!(
+        succeeded(&c),
+        Some((ConditionStatus::True, "ReconcileSucceeded".into()))
+    );
+    let warned: Vec<String> = h
+        .store
+        .events()
+        .into_iter()
+        .filter(|e| e.reason == event_reasons::DRAIN_BLOCKED)
+        .map(|e| e.note)
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(
+        warned[0].starts_with(
+            "c-control-plane-1 cannot leave drained hypervisor private-2 and keeps running there"
+        ),
+        "{warned:?}"
+    );
+    // Said once.
+    reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    assert_eq!(
+        h.event_reasons()
+            .iter()
+            .filter(|r| *r == event_reasons::DRAIN_BLOCKED)
+            .count(),
+        1
+    );
 }
 
 #[tokio::test]

@@ -158,6 +158,7 @@ impl Command {
             Command::Hypervisor(HypervisorCommand::Cordon(a) | HypervisorCommand::Uncordon(a)) => {
                 Some(&a.input)
             }
+            Command::Hypervisor(HypervisorCommand::Drain(a)) => Some(&a.input),
             Command::JoinToken(JoinTokenCommand::Inject(a)) => Some(&a.input),
             Command::Sipcluster(SipClusterCommand::Delete(a)) => Some(&a.input),
             Command::Sipcluster(SipClusterCommand::Inventory(a)) => Some(&a.input),
@@ -183,7 +184,8 @@ impl Command {
             | Command::Hypervisor(
                 HypervisorCommand::Inject(_)
                 | HypervisorCommand::Cordon(_)
-                | HypervisorCommand::Uncordon(_),
+                | HypervisorCommand::Uncordon(_)
+                | HypervisorCommand::Drain(_),
             )
             | Command::Sipcluster(SipClusterCommand::Delete(_))
             | Command::JoinToken(JoinTokenCommand::Inject(_)) => true,
@@ -472,8 +474,36 @@ pub enum HypervisorCommand {
     /// stays. Prints all manifests.
     Cordon(HypervisorNameArgs),
 
-    /// Make a cordoned hypervisor schedulable again. Prints all manifests.
+    /// Make a cordoned (or drained) hypervisor schedulable again. Prints all manifests.
     Uncordon(HypervisorNameArgs),
+
+    /// Drain a hypervisor (ours): cordon it, then move what runs there elsewhere, one
+    /// control plane replica of a cluster at a time (its replacement joins before it leaves),
+    /// its ingresses too (their address changes); reconciles until nothing is left there.
+    /// Prints all manifests, as far as it got.
+    Drain(HypervisorDrainArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct HypervisorDrainArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+
+    /// Name of the hypervisor.
+    #[arg(long)]
+    pub name: String,
+
+    /// Print only errors on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+
+    /// How long each run may take to become ready (e.g. 60s, 2m; at most 24h).
+    #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = oi_cli_io::parse_duration)]
+    pub max_wait: std::time::Duration,
+
+    /// Image repository override for every component image (air-gapped mirrors, tests).
+    #[arg(long, value_name = "REPO", env = "OI_IMAGE_REPOSITORY")]
+    pub image_repository: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -134,6 +134,9 @@ pub fn dispatch(
         Command::Hypervisor(HypervisorCommand::Uncordon(args)) => {
             no_note(hypervisor::cordon::run(args, false, input, output))
         }
+        Command::Hypervisor(HypervisorCommand::Drain(args)) => {
+            hypervisor::drain::run(args, ctx, input, output)
+        }
         Command::JoinToken(JoinTokenCommand::Inject(args)) => {
             join_token::inject::run(args, ctx, input, output).map(Some)
         }

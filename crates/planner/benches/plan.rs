@@ -56,6 +56,7 @@ fn hypervisors() -> Vec<Hypervisor> {
                     },
                     capacity: None,
                     unschedulable: false,
+                    drain: false,
                 },
             )
         })

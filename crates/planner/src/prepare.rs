@@ -22,6 +22,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use oi_api::common::{
+    ConditionStatus, condition_is_true, condition_types, find_condition, set_condition,
+};
 use oi_api::validation::{validate_cluster, validate_component, validate_hypervisor};
 use oi_api::{
     Certificate, Cluster, Component, ComponentHostPortAllocation, ComponentRole, ComponentSpec,
@@ -146,6 +149,131 @@ struct HypervisorState {
     /// What the components placed on it ask, together.
     used: Requests,
     cordoned: bool,
+    /// Drained: cordoned, and what runs there moves elsewhere.
+    draining: bool,
+}
+
+/// The reason and message of a `Drained=True` condition.
+pub(crate) const DRAINED_REASON: &str = "Moved";
+pub(crate) const DRAINED_MESSAGE: &str = "nothing of the cluster runs on a drained hypervisor";
+
+/// Whether a live component of cluster `key` runs on a hypervisor being drained.
+pub(crate) fn on_drained_hypervisors(
+    components: &BTreeMap<ObjectKey, Component>,
+    hypervisors: &BTreeMap<ObjectKey, oi_api::Hypervisor>,
+    key: &ObjectKey,
+) -> bool {
+    components
+        .range(ObjectKey::new(key.namespace.clone(), String::new())..)
+        .take_while(|(k, _)| k.namespace == key.namespace)
+        .filter(|(_, c)| c.spec.cluster == key.name && !c.metadata.is_being_deleted())
+        .filter_map(|(_, c)| c.spec.hypervisor.as_deref())
+        .any(|h| {
+            hypervisors
+                .get(&ObjectKey::cluster_scoped(h))
+                .is_some_and(|h| h.spec.drain)
+        })
+}
+
+/// The step a cluster's drain takes in this pass (see [`ClusterPrep::derive`]).
+#[derive(Debug)]
+enum Drain {
+    /// Nothing of the cluster needs to move.
+    None,
+    /// `component` (on drained hypervisor `from`) waits for the cluster to be ready with
+    /// every replica joined.
+    Waiting { component: String, from: String },
+    /// `component` gets a replacement, at `replacement` among the components: a control
+    /// plane replica leaves once it has joined; an ingress leaves in the same run.
+    Replacing {
+        component: String,
+        from: String,
+        replacement: usize,
+    },
+    /// `component`'s replacement joined: it leaves now.
+    Retiring { component: String, from: String },
+    /// `component` cannot leave: its replacement found no room.
+    Blocked {
+        component: String,
+        from: String,
+        reason: String,
+    },
+}
+
+impl Drain {
+    /// Sets the cluster's `Drained` condition: `False` while something of it runs on a
+    /// drained hypervisor (reason `Moving`, `Waiting` or `NoCapacity`), `True` once nothing
+    /// does; a cluster never drained has none.
+    fn record(&self, cluster: &mut Cluster, components: &[Component], now: OffsetDateTime) {
+        let conditions = &mut cluster.status.conditions;
+        let (status, reason, message) = match self {
+            Drain::None => {
+                if find_condition(conditions, condition_types::DRAINED).is_none() {
+                    return;
+                }
+                (
+                    ConditionStatus::True,
+                    DRAINED_REASON,
+                    DRAINED_MESSAGE.to_string(),
+                )
+            }
+            Drain::Waiting { component, from } => (
+                ConditionStatus::False,
+                "Waiting",
+                format!(
+                    "{component} leaves drained hypervisor {from} once the cluster is ready \
+                     with every replica joined"
+                ),
+            ),
+            Drain::Replacing {
+                component,
+                from,
+                replacement,
+            } => {
+                let new = &components[*replacement];
+                let to = new.spec.hypervisor.as_deref().unwrap_or_default();
+                let message = if new.spec.role == ComponentRole::ControlPlane {
+                    format!(
+                        "{component} leaves drained hypervisor {from} once its replacement {} \
+                         on {to} has joined",
+                        new.metadata.name
+                    )
+                } else {
+                    format!(
+                        "{component} leaves drained hypervisor {from}; {} replaces it on {to}, \
+                         and the cluster's address becomes {}",
+                        new.metadata.name, cluster.status.api_server_endpoint
+                    )
+                };
+                (ConditionStatus::False, "Moving", message)
+            }
+            Drain::Retiring { component, from } => (
+                ConditionStatus::False,
+                "Moving",
+                format!("{component} leaves drained hypervisor {from}: its replacement joined"),
+            ),
+            Drain::Blocked {
+                component,
+                from,
+                reason,
+            } => (
+                ConditionStatus::False,
+                "NoCapacity",
+                format!(
+                    "{component} cannot leave drained hypervisor {from} and keeps running \
+                     there: {reason}"
+                ),
+            ),
+        };
+        set_condition(
+            conditions,
+            condition_types::DRAINED,
+            status,
+            reason,
+            &message,
+            now,
+        );
+    }
 }
 
 /// Defaults the world, then prepares every cluster not marked for deletion; see the module
@@ -165,7 +293,8 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &PrepareOpti
             load: 0,
             capacity: h.spec.capacity.clone(),
             used: Requests::default(),
-            cordoned: h.spec.unschedulable,
+            cordoned: h.spec.unschedulable || h.spec.drain,
+            draining: h.spec.drain,
         })
         .collect();
     let index: HashMap<String, usize> = hvs
@@ -352,11 +481,18 @@ impl ClusterPrep<'_> {
             .filter(|c| c.status.host_port(names::ETCD_PEER).is_some())
             .map(|c| c.metadata.name.clone())
             .collect();
-        self.derive(&cluster, &mut components);
-        self.schedule(&mut components, vpn)?;
+        let mut drain = self.derive(&cluster, &mut components);
+        match self.schedule(&mut components, vpn) {
+            Err(e @ Error::NoCapacity { .. }) if matches!(drain, Drain::Replacing { .. }) => {
+                drain = Self::unreplace(&mut components, drain, e.to_string());
+                self.schedule(&mut components, vpn)?;
+            }
+            r => r?,
+        }
         self.allocate(&mut components, vpn)?;
         self.bootstrap_etcd(&mut components, &planned_before);
         self.set_status(&mut cluster, &components);
+        drain.record(&mut cluster, &components, self.now);
         let hvs: &[HypervisorState] = self.hvs;
         let jobs = certificates::plan(self.key, &cluster, &components, |name| {
             self.index.get(name).map(|&i| hvs[i].ip.as_str())
@@ -364,8 +500,16 @@ impl ClusterPrep<'_> {
         Ok((cluster, components, jobs))
     }
 
-    /// Creates missing replicas and the ingress; marks surplus ones for deletion.
-    fn derive(&self, cluster: &Cluster, components: &mut Vec<Component>) {
+    /// Whether `c` is placed on a hypervisor being drained.
+    fn on_drained(&self, c: &Component) -> Option<String> {
+        let h = c.spec.hypervisor.as_ref()?;
+        let &i = self.index.get(h)?;
+        self.hvs[i].draining.then(|| h.clone())
+    }
+
+    /// Creates missing replicas and the ingress; marks surplus ones for deletion; takes the
+    /// next step of moving what runs on a drained hypervisor (see [`Drain`]).
+    fn derive(&self, cluster: &Cluster, components: &mut Vec<Component>) -> Drain {
         let name = &self.key.name;
         let ns = &self.key.namespace;
         let live = |c: &Component, role| c.spec.role == role && !c.metadata.is_being_deleted();
@@ -374,12 +518,58 @@ impl ClusterPrep<'_> {
                 .contains_key(&ObjectKey::new(ns.clone(), candidate.to_string()))
                 || components.iter().any(|c| c.metadata.name == candidate)
         };
+        let joined =
+            |c: &Component| condition_is_true(&c.status.conditions, condition_types::JOINED);
+        let cluster_ready = condition_is_true(
+            &cluster.status.conditions,
+            condition_types::RECONCILE_SUCCEEDED,
+        );
+        let mut drain = Drain::None;
 
-        // Control plane: in replica order.
+        // Control plane: in replica order. Surplus replicas go, those on a drained
+        // hypervisor first, then the highest. One on a drained hypervisor only goes once
+        // the cluster was ready with every replica that stays joined (its replacement
+        // among them): within a run the engine retires before it joins.
         let replicas = live_replicas(name, components);
         let desired = cluster.control_plane_replicas() as usize;
-        for &i in replicas.iter().skip(desired) {
+        let (leaving, staying): (Vec<usize>, Vec<usize>) = replicas
+            .iter()
+            .partition(|&&i| self.on_drained(&components[i]).is_some());
+        let excess = replicas.len().saturating_sub(desired);
+        let leaving_victims: Vec<usize> = leaving.iter().rev().take(excess).copied().collect();
+        let staying_victims: Vec<usize> = staying
+            .iter()
+            .rev()
+            .take(excess - leaving_victims.len())
+            .copied()
+            .collect();
+        for &i in &staying_victims {
             components[i].metadata.deletion_timestamp = Some(self.now);
+        }
+        let settled = |components: &[Component], but: &[usize]| {
+            cluster_ready
+                && replicas
+                    .iter()
+                    .filter(|i| !but.contains(i) && !staying_victims.contains(i))
+                    .all(|&i| joined(&components[i]))
+        };
+        if !leaving_victims.is_empty() {
+            let i = leaving_victims[0];
+            let from = self.on_drained(&components[i]).unwrap_or_default();
+            if settled(components, &leaving_victims) {
+                for &i in &leaving_victims {
+                    components[i].metadata.deletion_timestamp = Some(self.now);
+                }
+                drain = Drain::Retiring {
+                    component: components[i].metadata.name.clone(),
+                    from,
+                };
+            } else {
+                drain = Drain::Waiting {
+                    component: components[i].metadata.name.clone(),
+                    from,
+                };
+            }
         }
         let mut next = 0u32;
         for _ in replicas.len()..desired {
@@ -389,6 +579,37 @@ impl ClusterPrep<'_> {
             components.push(
                 self.new_component(control_plane_name(name, next), ComponentRole::ControlPlane),
             );
+        }
+        // Every replica in place and none going: the first one on a drained hypervisor gets
+        // a replacement, once the cluster is ready with all of them joined.
+        if excess == 0 && replicas.len() == desired && !leaving.is_empty() {
+            let i = leaving[0];
+            let component = components[i].metadata.name.clone();
+            let from = self.on_drained(&components[i]).unwrap_or_default();
+            drain = if settled(components, &[]) {
+                while taken(components, &control_plane_name(name, next)) {
+                    next += 1;
+                }
+                components.push(
+                    self.new_component(control_plane_name(name, next), ComponentRole::ControlPlane),
+                );
+                Drain::Replacing {
+                    component,
+                    from,
+                    replacement: components.len() - 1,
+                }
+            } else {
+                Drain::Waiting { component, from }
+            };
+        }
+
+        if matches!(drain, Drain::None)
+            && let Some(&i) = leaving.first()
+        {
+            drain = Drain::Waiting {
+                component: components[i].metadata.name.clone(),
+                from: self.on_drained(&components[i]).unwrap_or_default(),
+            };
         }
 
         // Ingress: exactly one live.
@@ -405,7 +626,7 @@ impl ClusterPrep<'_> {
         for &i in ingresses.iter().skip(1) {
             components[i].metadata.deletion_timestamp = Some(self.now);
         }
-        if ingresses.is_empty() {
+        let new_ingress = |components: &mut Vec<Component>| {
             let mut candidate = ingress_name(name);
             let mut n = 1;
             while taken(components, &candidate) {
@@ -413,6 +634,54 @@ impl ClusterPrep<'_> {
                 n += 1;
             }
             components.push(self.new_component(candidate, ComponentRole::ControlPlaneIngress));
+            components.len() - 1
+        };
+        match ingresses.first() {
+            None => {
+                new_ingress(components);
+            }
+            // An ingress on a drained hypervisor moves once the control plane has nothing
+            // left there: it goes and its replacement starts elsewhere in the same run (its
+            // address changes either way).
+            Some(&i) if matches!(drain, Drain::None) => {
+                if let Some(from) = self.on_drained(&components[i]) {
+                    let component = components[i].metadata.name.clone();
+                    drain = if cluster_ready {
+                        components[i].metadata.deletion_timestamp = Some(self.now);
+                        Drain::Replacing {
+                            component,
+                            from,
+                            replacement: new_ingress(components),
+                        }
+                    } else {
+                        Drain::Waiting { component, from }
+                    };
+                }
+            }
+            Some(_) => {}
+        }
+        drain
+    }
+
+    /// Takes back a replacement that found no room: the component it was to replace stays
+    /// (live again, if it was marked), and the drain is blocked for the reason given.
+    fn unreplace(components: &mut Vec<Component>, drain: Drain, reason: String) -> Drain {
+        let Drain::Replacing {
+            component,
+            from,
+            replacement,
+        } = drain
+        else {
+            return drain;
+        };
+        components.remove(replacement);
+        if let Some(c) = components.iter_mut().find(|c| c.metadata.name == component) {
+            c.metadata.deletion_timestamp = None;
+        }
+        Drain::Blocked {
+            component,
+            from,
+            reason,
         }
     }
 

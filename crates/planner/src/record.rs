@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use oi_api::common::{ConditionStatus, condition_types, set_condition};
+use oi_api::common::{ConditionStatus, condition_types, find_condition, set_condition};
 use oi_api::{ObjectKey, World};
 use time::OffsetDateTime;
 
@@ -232,6 +232,21 @@ fn record_cluster(world: &mut World, result: &ClusterResult, now: OffsetDateTime
             }
         }
     } else if let Some(cluster) = world.clusters.get_mut(key) {
+        // A drain's last step retired its replica: nothing is left on a drained hypervisor.
+        if !result.removed.is_empty()
+            && find_condition(&cluster.status.conditions, condition_types::DRAINED)
+                .is_some_and(|c| c.status == ConditionStatus::False && c.reason == "Moving")
+            && !crate::prepare::on_drained_hypervisors(&world.components, &world.hypervisors, key)
+        {
+            set_condition(
+                &mut cluster.status.conditions,
+                condition_types::DRAINED,
+                ConditionStatus::True,
+                crate::prepare::DRAINED_REASON,
+                crate::prepare::DRAINED_MESSAGE,
+                now,
+            );
+        }
         // A run starts on every live cluster it could prepare.
         let started = !cluster.is_being_deleted() && outcome.reason != Reason::PrepareFailed;
         if let Some(tokens) = &result.join_tokens {
@@ -248,6 +263,25 @@ fn record_cluster(world: &mut World, result: &ClusterResult, now: OffsetDateTime
                 .clone_from(&cluster.spec.kubernetes_version);
         }
         let conditions = &mut cluster.status.conditions;
+        // Ready: every live component of the plan took part.
+        if outcome.ready {
+            let namespace = world
+                .components
+                .range_mut(ObjectKey::new(key.namespace.clone(), String::new())..)
+                .take_while(|(k, _)| k.namespace == key.namespace);
+            for (_, c) in namespace
+                .filter(|(_, c)| c.spec.cluster == key.name && !c.metadata.is_being_deleted())
+            {
+                set_condition(
+                    &mut c.status.conditions,
+                    condition_types::JOINED,
+                    ConditionStatus::True,
+                    condition_types::JOINED,
+                    "",
+                    now,
+                );
+            }
+        }
         if started {
             set_condition(
                 conditions,

@@ -102,6 +102,7 @@ pub fn hypervisor(
             },
             capacity: None,
             unschedulable: false,
+            drain: false,
         },
     )
 }

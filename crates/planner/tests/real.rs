@@ -37,6 +37,7 @@ fn prepared() -> anyhow::Result<World> {
                 port_range: PortRange { low, high: low + 9 },
                 capacity: None,
                 unschedulable: false,
+                drain: false,
             },
         );
         w.hypervisors.insert(h.key(), h);

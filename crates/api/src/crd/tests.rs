@@ -367,6 +367,7 @@ mod full {
                 port_range: PortRange { low: 1, high: 2 },
                 capacity: None,
                 unschedulable: false,
+                drain: false,
             },
         );
         h.status = HypervisorStatus {

@@ -89,6 +89,7 @@ fn hypervisor(socket: &std::path::Path) -> Hypervisor {
             },
             capacity: None,
             unschedulable: false,
+            drain: false,
         },
     )
 }

@@ -273,6 +273,7 @@ fn hypervisor(name: &str) -> Hypervisor {
             },
             capacity: None,
             unschedulable: false,
+            drain: false,
         },
     )
 }

@@ -53,6 +53,7 @@ pub fn hypervisor(name: &str) -> Hypervisor {
             },
             capacity: None,
             unschedulable: false,
+            drain: false,
         },
     )
 }

@@ -451,8 +451,35 @@ async fn write_report<S: Store, C: Connector, N: Network>(
         condition_types::RECONCILE_SUCCEEDED,
     )
     .map(|c| c.status);
+    let drained_was = find_condition(&stored.cluster.status.conditions, condition_types::DRAINED)
+        .map(|c| (c.status, c.reason.clone(), c.message.clone()));
     sync_status(store, &mut stored.cluster, cluster).await?;
     let ready = outcome.is_some_and(|o| o.ready);
+    // A drain's step: said once, as its condition changes; one in progress goes on soon.
+    let drain = find_condition(&cluster.status.conditions, condition_types::DRAINED);
+    let draining = drain.is_some_and(|d| {
+        d.status == ConditionStatus::False && matches!(d.reason.as_str(), "Moving" | "Waiting")
+    });
+    if let Some(d) = drain
+        && drained_was.as_ref().is_none_or(|(s, r, m)| {
+            (*s, r.as_str(), m.as_str()) != (d.status, d.reason.as_str(), d.message.as_str())
+        })
+    {
+        let event = if d.reason == "NoCapacity" {
+            tracing::warn!(cluster = %key, "drain blocked: {}", d.message);
+            Event::warning(event_reasons::DRAIN_BLOCKED, d.message.clone())
+        } else {
+            tracing::info!(cluster = %key, "drain: {}", d.message);
+            Event::normal(event_reasons::DRAIN, d.message.clone())
+        };
+        ctx.publish(
+            Kind::Cluster,
+            key,
+            stored.cluster.metadata.uid.as_deref(),
+            event,
+        )
+        .await;
+    }
     let uid = stored.cluster.metadata.uid.clone();
     ctx.observe_certificates(key, uid.as_deref(), Some(after), now())
         .await;
@@ -484,7 +511,7 @@ async fn write_report<S: Store, C: Connector, N: Network>(
         )
         .await;
     }
-    Ok(Next::Done(Action::Requeue(if ready {
+    Ok(Next::Done(Action::Requeue(if ready && !draining {
         ctx.options.requeue_ready
     } else {
         ctx.options.requeue_not_ready

@@ -331,6 +331,7 @@ mod tests {
                 },
                 capacity: None,
                 unschedulable: false,
+                drain: false,
             },
         )
     }

@@ -1,7 +1,8 @@
 //! `oi hypervisor inject`: register a machine exposing a CRI endpoint; `join`: make this
 //! machine one (a mutual-TLS front of its runtime) and print its manifest; `cordon` and
-//! `uncordon`: take it out of placement and back.
+//! `uncordon`: take it out of placement and back; `drain`: move what runs there elsewhere.
 
 pub mod cordon;
+pub mod drain;
 pub mod inject;
 pub mod join;

@@ -18,6 +18,7 @@ fn hypervisor(low: u32, high: u32) -> Hypervisor {
             port_range: PortRange { low, high },
             capacity: None,
             unschedulable: false,
+            drain: false,
         },
     )
 }

@@ -1133,3 +1133,202 @@ fn declared_capacity_is_never_exceeded_and_a_cluster_that_does_not_fit_is_refuse
     assert_eq!(again.world, p.world);
     assert!(again.failures.contains_key(&key("c")));
 }
+
+/// What a run that ended with `cluster` ready records, with `removed` torn down.
+fn ran_ready(w: World, cluster: &str, removed: &[&str]) -> World {
+    let mut result = crate::ClusterResult::new(&key(cluster));
+    result.outcome.ready = true;
+    result.outcome.reason = crate::Reason::Succeeded;
+    result.removed = removed.iter().map(|c| key(c)).collect();
+    crate::record(w, &BTreeMap::from([(key(cluster), result)]), NOW)
+}
+
+fn drained_condition(w: &World, cluster: &str) -> Option<(ConditionStatus, String, String)> {
+    find_condition(
+        &w.clusters[&key(cluster)].status.conditions,
+        condition_types::DRAINED,
+    )
+    .map(|c| (c.status, c.reason.clone(), c.message.clone()))
+}
+
+fn drain(w: &mut World, hypervisor: &str) {
+    w.hypervisors
+        .get_mut(&ObjectKey::cluster_scoped(hypervisor))
+        .unwrap()
+        .spec
+        .drain = true;
+}
+
+#[test]
+fn a_drained_hypervisor_is_left_one_replica_at_a_time_each_after_its_replacement_joined() {
+    let mut hvs = basic();
+    hvs.push(hypervisor(
+        "private-4",
+        false,
+        "10.0.0.4",
+        None,
+        (30000, 30099),
+    ));
+    hvs.push(hypervisor(
+        "public-2",
+        true,
+        "192.0.2.2",
+        None,
+        (40000, 40099),
+    ));
+    let w = ran_ready(ok(world(hvs, vec![cluster("c1", 3, false)])), "c1", &[]);
+    assert_eq!(placement(&w)[1].1.as_deref(), Some("private-2"));
+    assert_eq!(drained_condition(&w, "c1"), None);
+    let mut w = w;
+    drain(&mut w, "private-2");
+
+    // The replacement first, beside the replica it replaces.
+    let moving = ok(w);
+    assert_eq!(
+        placement(&moving),
+        vec![
+            ("c1-control-plane-0".into(), Some("private-1".into()), false),
+            ("c1-control-plane-1".into(), Some("private-2".into()), false),
+            ("c1-control-plane-2".into(), Some("private-3".into()), false),
+            ("c1-control-plane-3".into(), Some("private-4".into()), false),
+            ("c1-ingress".into(), Some("public-1".into()), false),
+        ]
+    );
+    assert_eq!(
+        drained_condition(&moving, "c1"),
+        Some((
+            ConditionStatus::False,
+            "Moving".into(),
+            "c1-control-plane-1 leaves drained hypervisor private-2 once its replacement \
+             c1-control-plane-3 on private-4 has joined"
+                .into()
+        ))
+    );
+    // It joins as a learner of the four members.
+    assert_eq!(
+        etcd_start(&moving, "c1-control-plane-3").unwrap().0,
+        EtcdInitialClusterState::Existing
+    );
+    // Until a run was ready with it, nothing leaves.
+    let waiting = prepare(moving.clone(), LATER).world;
+    assert!(
+        placement(&waiting).iter().all(|(_, _, deleted)| !deleted),
+        "{:?}",
+        placement(&waiting)
+    );
+    assert_eq!(drained_condition(&waiting, "c1").unwrap().1, "Waiting");
+    // A run that ended not ready does not count either.
+    let mut failed = crate::ClusterResult::new(&key("c1"));
+    failed.outcome.reason = crate::Reason::EtcdNotReady;
+    let not_ready = crate::record(moving.clone(), &BTreeMap::from([(key("c1"), failed)]), NOW);
+    assert!(
+        placement(&prepare(not_ready, LATER).world)
+            .iter()
+            .all(|(_, _, deleted)| !deleted)
+    );
+
+    // Joined: the replica on the drained hypervisor leaves.
+    let leaving = prepare(ran_ready(moving, "c1", &[]), LATER).world;
+    assert_eq!(
+        placement(&leaving)[1],
+        ("c1-control-plane-1".into(), Some("private-2".into()), true)
+    );
+    assert!(placement(&leaving).iter().filter(|p| p.2).count() == 1);
+    assert_eq!(
+        drained_condition(&leaving, "c1").unwrap().2,
+        "c1-control-plane-1 leaves drained hypervisor private-2: its replacement joined"
+    );
+    // Gone: nothing of the cluster is left there, and that is said.
+    let recorded = ran_ready(leaving, "c1", &["c1-control-plane-1"]);
+    // Said as soon as the run that retired it is recorded.
+    assert_eq!(
+        drained_condition(&recorded, "c1"),
+        Some((
+            ConditionStatus::True,
+            "Moved".into(),
+            "nothing of the cluster runs on a drained hypervisor".into()
+        ))
+    );
+    let done = prepare(recorded, LATER).world;
+    assert!(
+        done.components
+            .values()
+            .all(|c| c.spec.hypervisor.as_deref() != Some("private-2"))
+    );
+    assert_eq!(
+        done.clusters[&key("c1")]
+            .status
+            .storage_peer_endpoints
+            .len(),
+        3
+    );
+    assert_eq!(
+        drained_condition(&done, "c1").unwrap().0,
+        ConditionStatus::True
+    );
+    assert_eq!(prepare(done.clone(), LATER).world, done);
+
+    // The ingress's public hypervisor drained: it moves in one run, and the address with it.
+    let mut w = done;
+    drain(&mut w, "public-1");
+    let moved = prepare(w, LATER).world;
+    assert_eq!(
+        placement(&moved)[3..],
+        [
+            ("c1-ingress".into(), Some("public-1".into()), true),
+            ("c1-ingress-1".into(), Some("public-2".into()), false),
+        ]
+    );
+    let status = &moved.clusters[&key("c1")].status;
+    assert!(
+        status.api_server_endpoint.starts_with("https://192.0.2.2:"),
+        "{}",
+        status.api_server_endpoint
+    );
+    assert!(drained_condition(&moved, "c1").unwrap().2.contains(
+        "c1-ingress-1 replaces it on public-2, and the cluster's address becomes https://192.0.2.2:"
+    ));
+}
+
+#[test]
+fn a_drain_without_room_elsewhere_says_so_and_leaves_everything_running() {
+    let mut hvs = basic();
+    for h in &mut hvs[..3] {
+        h.spec.capacity = Some(oi_api::HypervisorCapacity {
+            components: Some(1),
+            ..Default::default()
+        });
+    }
+    let mut w = ran_ready(ok(world(hvs, vec![cluster("c1", 3, false)])), "c1", &[]);
+    drain(&mut w, "private-3");
+    let p = prepare(w.clone(), LATER);
+    // The cluster is prepared (its certificates, its ports) all the same.
+    assert_eq!(p.failures, BTreeMap::new());
+    assert_eq!(placement(&p.world), placement(&w));
+    let (status, reason, message) = drained_condition(&p.world, "c1").unwrap();
+    assert_eq!(
+        (status, reason.as_str()),
+        (ConditionStatus::False, "NoCapacity")
+    );
+    assert_eq!(
+        message,
+        "c1-control-plane-2 cannot leave drained hypervisor private-3 and keeps running there: \
+         cluster default/c1 cannot be scheduled: 1 more control-plane component(s) fit on no \
+         private hypervisor (private-1: no room for another component; private-2: no room for \
+         another component; private-3: cordoned, no room for another component)"
+    );
+    // And nothing new lands on a drained hypervisor, even with room.
+    let mut w = p.world;
+    w.clusters.insert(key("c2"), cluster("c2", 1, false));
+    for h in w.hypervisors.values_mut() {
+        h.spec.capacity = None;
+    }
+    let p = prepare(w, LATER);
+    assert!(
+        p.world
+            .components
+            .values()
+            .filter(|c| c.spec.cluster == "c2")
+            .all(|c| c.spec.hypervisor.as_deref() != Some("private-3"))
+    );
+}

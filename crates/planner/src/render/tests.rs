@@ -36,6 +36,7 @@ fn hypervisor(name: &str, public: bool, ip: &str) -> Hypervisor {
             },
             capacity: None,
             unschedulable: false,
+            drain: false,
         },
     )
 }

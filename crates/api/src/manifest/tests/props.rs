@@ -229,6 +229,7 @@ fn hypervisor() -> impl Strategy<Value = Hypervisor> {
                             memory: Some("8Gi".to_string()),
                         }),
                         unschedulable: low % 5 == 0,
+                        drain: low % 7 == 0,
                     },
                 );
                 h.status = HypervisorStatus {

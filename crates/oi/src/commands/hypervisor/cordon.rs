@@ -1,6 +1,7 @@
-//! `oi hypervisor cordon|uncordon --name N`: sets or clears `spec.unschedulable` (ours).
-//! Pure: placement reads it at the next `oi cluster inject` or `oi reconcile`; nothing that
-//! runs on the hypervisor moves.
+//! `oi hypervisor cordon|uncordon --name N`: sets or clears `spec.unschedulable` (ours);
+//! `uncordon` clears `spec.drain` too (what moved stays where it went). Pure: placement reads
+//! them at the next `oi cluster inject` or `oi reconcile`; nothing that runs on the
+//! hypervisor moves.
 
 use std::io::{Read, Write};
 
@@ -24,5 +25,8 @@ pub fn run(
         .get_mut(&key)
         .ok_or_else(|| anyhow::anyhow!("hypervisor {key} not found"))?;
     hypervisor.spec.unschedulable = unschedulable;
+    if !unschedulable {
+        hypervisor.spec.drain = false;
+    }
     manifests::finish(&world, output)
 }

@@ -74,6 +74,7 @@ fn hypervisor(args: &HypervisorInjectArgs) -> anyhow::Result<Hypervisor> {
                 memory: args.capacity_memory.clone(),
             }),
             unschedulable: false,
+            drain: false,
         },
     ))
 }

@@ -93,6 +93,7 @@ async fn join(
             port_range: PortRange { low, high },
             capacity: None,
             unschedulable: false,
+            drain: false,
         },
     );
     let object = oi_api::Object::Hypervisor(hypervisor.clone());

@@ -1,0 +1,130 @@
+//! `oi hypervisor drain --name N` (ours): marks the hypervisor drained (`spec.drain`, and
+//! cordoned), then reconciles until nothing of any cluster runs there.
+//!
+//! ```text
+//! drain ─► reconcile ─ ready? ─► anything left on N? ─ yes ─► reconcile ...
+//!            │ no: stop, exit 1       │ no: done            │ no room elsewhere (a cluster's
+//!            ▼ world as far as it got ▼                     ▼ Drained=False NoCapacity): stop
+//! ```
+//!
+//! Each run takes one step per cluster (see `oi_planner::prepare`): a control plane replica
+//! on the hypervisor gets a replacement elsewhere, which joins (etcd learner, promoted, its
+//! API server ready); the next run retires the replica. An ingress moves in one run, and the
+//! cluster's address with it. What cannot move keeps running where it is, and is named.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+
+use oi_api::common::{ConditionStatus, condition_types, find_condition};
+use oi_api::{ObjectKey, World};
+
+use crate::args::HypervisorDrainArgs;
+use crate::commands::reconcile::{Runner, not_ready, summary};
+use crate::commands::{Context, OutputThenFail};
+use crate::manifests;
+
+/// The live components of every cluster on `hypervisor`, by cluster.
+pub fn left_on(world: &World, hypervisor: &str) -> BTreeMap<ObjectKey, Vec<String>> {
+    let mut out: BTreeMap<ObjectKey, Vec<String>> = BTreeMap::new();
+    for c in world.components.values() {
+        if c.spec.hypervisor.as_deref() == Some(hypervisor) {
+            out.entry(c.cluster_key())
+                .or_default()
+                .push(c.metadata.name.clone());
+        }
+    }
+    out
+}
+
+/// The clusters whose drain cannot go on, with why.
+fn blocked(world: &World, clusters: &BTreeMap<ObjectKey, Vec<String>>) -> Vec<String> {
+    clusters
+        .keys()
+        .filter_map(|k| {
+            let c = world.clusters.get(k)?;
+            let d = find_condition(&c.status.conditions, condition_types::DRAINED)?;
+            (d.status == ConditionStatus::False && d.reason == "NoCapacity")
+                .then(|| format!("cluster {k}: {}", d.message))
+        })
+        .collect()
+}
+
+/// # Errors
+/// When the manifests do not load or the hypervisor does not exist; [`OutputThenFail`] (the
+/// world written as far as it got) when a run is not ready, a component cannot move, or the
+/// drain does not finish within its runs.
+pub fn run(
+    args: &HypervisorDrainArgs,
+    ctx: &Context,
+    input: impl Read,
+    output: &mut impl Write,
+) -> anyhow::Result<Option<String>> {
+    let mut world = manifests::load(&args.input, input, ctx.now)?;
+    let name = args.name.as_str();
+    let hypervisor = world
+        .hypervisors
+        .get_mut(&ObjectKey::cluster_scoped(name))
+        .ok_or_else(|| anyhow::anyhow!("hypervisor {name} not found"))?;
+    hypervisor.spec.unschedulable = true;
+    hypervisor.spec.drain = true;
+    let runner = Runner::new(args.image_repository.clone(), args.max_wait, args.quiet)?;
+    // Two runs per component (replacement, then retirement), one more for components that
+    // never took part in a ready run (what lets them be moved), and one that finds nothing.
+    let left: usize = left_on(&world, name).values().map(Vec::len).sum();
+    let runs = 2 * left + 2;
+    for _ in 0..runs {
+        let (after, executed) = runner.run(world, ctx.now);
+        world = after;
+        if !args.quiet {
+            eprintln!("{}", summary(&executed));
+        }
+        let left = left_on(&world, name);
+        if let Some(why) = not_ready(&executed) {
+            manifests::finish(&world, output)?;
+            return Err(OutputThenFail(format!(
+                "{why}\nthe drain of hypervisor {name} stopped; what did not move runs where it \
+                 was (run it again to go on)"
+            ))
+            .into());
+        }
+        if left.is_empty() {
+            manifests::finish(&world, output)?;
+            return Ok(Some(format!(
+                "oi: hypervisor {name} is drained: nothing of any cluster runs there (it stays \
+                 cordoned; `oi hypervisor uncordon` makes it schedulable again)"
+            )));
+        }
+        let stuck = blocked(&world, &left);
+        if !stuck.is_empty() {
+            manifests::finish(&world, output)?;
+            return Err(OutputThenFail(format!(
+                "hypervisor {name} cannot be drained:\n{}",
+                stuck.join("\n")
+            ))
+            .into());
+        }
+        if !args.quiet {
+            let names: Vec<String> = left
+                .iter()
+                .flat_map(|(k, cs)| cs.iter().map(move |c| format!("{}/{c}", k.namespace)))
+                .collect();
+            eprintln!("oi: hypervisor {name}: still there: {}", names.join(", "));
+        }
+    }
+    manifests::finish(&world, output)?;
+    let left: Vec<String> = left_on(&world, name)
+        .keys()
+        .filter_map(|k| {
+            let d = find_condition(
+                &world.clusters.get(k)?.status.conditions,
+                condition_types::DRAINED,
+            )?;
+            Some(format!("cluster {k}: {}", d.message))
+        })
+        .collect();
+    Err(OutputThenFail(format!(
+        "hypervisor {name} is not drained after {runs} runs:\n{}",
+        left.join("\n")
+    ))
+    .into())
+}

@@ -250,3 +250,87 @@ fn a_cordoned_hypervisor_gets_nothing_new_and_keeps_what_runs() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("hypervisor nope not found"));
 }
+
+#[test]
+fn a_drain_that_cannot_run_stops_with_the_world_written_and_uncordon_ends_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = inject_hypervisors(dir.path());
+    let out = inject_cluster(&w, "c1", "2");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let before = std::fs::read_to_string(&w).unwrap();
+    let after = dir.path().join("after.yaml");
+    let after = after.to_str().unwrap();
+    // The hypervisors' runtimes do not answer here: the first run is not ready, and the drain
+    // stops there, saying so, the world written with the hypervisor marked.
+    let out = oi(
+        &[
+            "hypervisor",
+            "drain",
+            "--name",
+            "priv1",
+            "--max-wait",
+            "1s",
+            "--image-repository",
+            "localhost/oneinfra",
+            "-f",
+            &w,
+            "-o",
+            after,
+        ],
+        b"",
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains(
+            "the drain of hypervisor priv1 stopped; what did not move runs where it was (run it \
+             again to go on)"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("HypervisorUnreachable"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&w).unwrap(),
+        before,
+        "input untouched"
+    );
+    let world = load(&std::fs::read_to_string(after).unwrap());
+    let priv1 = |world: &oi_api::World| {
+        world
+            .hypervisors
+            .values()
+            .find(|h| h.metadata.name == "priv1")
+            .unwrap()
+            .spec
+            .clone()
+    };
+    assert!(priv1(&world).drain && priv1(&world).unschedulable);
+    // Uncordoned: neither drained nor cordoned any more.
+    ok(
+        &[
+            "hypervisor",
+            "uncordon",
+            "--name",
+            "priv1",
+            "-f",
+            after,
+            "-o",
+            after,
+        ],
+        b"",
+    );
+    let world = load(&std::fs::read_to_string(after).unwrap());
+    assert!(!priv1(&world).drain && !priv1(&world).unschedulable);
+    // An unknown name is an error, before anything runs.
+    let out = oi(&["hypervisor", "drain", "--name", "nope", "-f", &w], b"");
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("hypervisor nope not found"),
+        "{}",
+        stderr(&out)
+    );
+}

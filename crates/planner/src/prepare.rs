@@ -778,7 +778,10 @@ impl ClusterPrep<'_> {
                         .iter()
                         .map(|c| {
                             let mut why = Vec::new();
-                            if c.cordoned {
+                            let draining = self.index.get(c.name).is_some_and(|&i| hvs[i].draining);
+                            if draining {
+                                why.push("drained".to_string());
+                            } else if c.cordoned {
                                 why.push("cordoned".to_string());
                             }
                             if c.free_ports < ports_needed {

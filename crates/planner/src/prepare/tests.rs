@@ -1315,7 +1315,7 @@ fn a_drain_without_room_elsewhere_says_so_and_leaves_everything_running() {
         "c1-control-plane-2 cannot leave drained hypervisor private-3 and keeps running there: \
          cluster default/c1 cannot be scheduled: 1 more control-plane component(s) fit on no \
          private hypervisor (private-1: no room for another component; private-2: no room for \
-         another component; private-3: cordoned, no room for another component)"
+         another component; private-3: drained, no room for another component)"
     );
     // And nothing new lands on a drained hypervisor, even with room.
     let mut w = p.world;

@@ -46,6 +46,15 @@ impl Cluster {
             .unwrap_or(DEFAULT_CONTROL_PLANE_REPLICAS)
     }
 
+    /// API servers running alone, beside those of the control plane replicas
+    /// (`spec.apiServerReplicas` beyond `spec.controlPlaneReplicas`).
+    pub fn extra_api_servers(&self) -> u32 {
+        self.spec
+            .api_server_replicas
+            .unwrap_or(0)
+            .saturating_sub(self.control_plane_replicas())
+    }
+
     /// Whether the cluster is marked for deletion (`metadata.deletionTimestamp`).
     pub fn is_being_deleted(&self) -> bool {
         self.metadata.is_being_deleted()
@@ -63,6 +72,12 @@ pub struct ClusterSpec {
     /// One when absent; zero is invalid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane_replicas: Option<u32>,
+    /// Ours, optional: API servers in all, at least `controlPlaneReplicas` (each replica runs
+    /// one). Those beyond run alone on private hypervisors, behind the ingress, talking to the
+    /// cluster's etcd (`<cluster>-apiserver-<i>` components). As many as the replicas when
+    /// absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_server_replicas: Option<u32>,
     #[serde(
         default,
         deserialize_with = "null_as_default",

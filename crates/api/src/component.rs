@@ -61,13 +61,24 @@ pub enum ComponentRole {
     /// haproxy in front of the API servers (and the VPN endpoint); on a public hypervisor.
     #[serde(rename = "control-plane-ingress")]
     ControlPlaneIngress,
+    /// Ours: a kube-apiserver alone, beyond those of the control plane replicas
+    /// (`spec.apiServerReplicas`); on a private hypervisor, behind the ingress.
+    #[serde(rename = "control-plane-apiserver")]
+    ApiServer,
 }
 
 impl ComponentRole {
+    /// Whether it runs an API server behind the ingress (a control plane replica, or an API
+    /// server alone).
+    pub fn serves_api(self) -> bool {
+        matches!(self, ComponentRole::ControlPlane | ComponentRole::ApiServer)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             ComponentRole::ControlPlane => "control-plane",
             ComponentRole::ControlPlaneIngress => "control-plane-ingress",
+            ComponentRole::ApiServer => "control-plane-apiserver",
         }
     }
 }

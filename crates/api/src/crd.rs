@@ -265,6 +265,7 @@ fn cluster_spec() -> Value {
     object(&[
         ("kubernetesVersion", string()),
         ("controlPlaneReplicas", integer(1, 4_294_967_295)),
+        ("apiServerReplicas", integer(1, 4_294_967_295)),
         (
             "certificateAuthorities",
             object(&[
@@ -367,7 +368,11 @@ fn component_spec() -> Value {
             ("cluster", string()),
             (
                 "role",
-                string_enum(&["control-plane", "control-plane-ingress"]),
+                string_enum(&[
+                    "control-plane",
+                    "control-plane-ingress",
+                    "control-plane-apiserver",
+                ]),
             ),
             ("hypervisor", string()),
         ]),

@@ -27,6 +27,8 @@ pub const MAX_LABEL_LEN: usize = 63;
 pub const MAX_SUBDOMAIN_LEN: usize = 253;
 /// Most control plane replicas a cluster may have: etcd's largest recommended cluster.
 pub const MAX_CONTROL_PLANE_REPLICAS: u32 = 7;
+/// Most API servers of a cluster (`spec.apiServerReplicas`): its ingress balances them all.
+pub const MAX_API_SERVER_REPLICAS: u32 = 32;
 /// Longest cluster name: component and pod names are derived from it, and must still fit
 /// in a 63 character label (and label value) with a suffix of up to 31 characters.
 pub const MAX_CLUSTER_NAME_LEN: usize = 32;
@@ -113,6 +115,12 @@ pub enum Reason {
         "{replicas} replicas; at most {max} (each runs an etcd member, and etcd clusters of more than {max} members only get slower)"
     )]
     TooManyReplicas { replicas: u32, max: u32 },
+    #[error(
+        "{api_servers} API servers for {replicas} control plane replicas: each replica runs one, so at least {replicas}"
+    )]
+    FewerApiServersThanReplicas { api_servers: u32, replicas: u32 },
+    #[error("{api_servers} API servers; at most {max}")]
+    TooManyApiServers { api_servers: u32, max: u32 },
     #[error("{value} is not a unicast address")]
     NotUnicast { value: String },
     #[error(
@@ -399,6 +407,28 @@ pub fn validate_cluster(cluster: &Cluster) -> Vec<FieldError> {
             },
         )),
         _ => {}
+    }
+    if let Some(api_servers) = spec.api_server_replicas {
+        let replicas = spec
+            .control_plane_replicas
+            .unwrap_or(crate::cluster::DEFAULT_CONTROL_PLANE_REPLICAS);
+        if api_servers < replicas {
+            errors.push(FieldError::new(
+                "spec.apiServerReplicas",
+                Reason::FewerApiServersThanReplicas {
+                    api_servers,
+                    replicas,
+                },
+            ));
+        } else if api_servers > MAX_API_SERVER_REPLICAS {
+            errors.push(FieldError::new(
+                "spec.apiServerReplicas",
+                Reason::TooManyApiServers {
+                    api_servers,
+                    max: MAX_API_SERVER_REPLICAS,
+                },
+            ));
+        }
     }
     let cluster_cidr = check_cidr(
         &mut errors,

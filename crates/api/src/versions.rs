@@ -158,6 +158,12 @@ pub const VPN_ENDPOINT_REQUESTS: Requests = Requests {
     memory_bytes: 64 * MI,
 };
 
+/// An API server alone (`spec.apiServerReplicas`): kube-apiserver's share of a replica's.
+pub const API_SERVER_REQUESTS: Requests = Requests {
+    cpu_millis: 250,
+    memory_bytes: 512 * MI,
+};
+
 /// What a component of `role` asks, its cluster's VPN on or off.
 pub fn requests(role: crate::component::ComponentRole, vpn: bool) -> Requests {
     match role {
@@ -166,6 +172,7 @@ pub fn requests(role: crate::component::ComponentRole, vpn: bool) -> Requests {
             INGRESS_REQUESTS + VPN_ENDPOINT_REQUESTS
         }
         crate::component::ComponentRole::ControlPlaneIngress => INGRESS_REQUESTS,
+        crate::component::ComponentRole::ApiServer => API_SERVER_REQUESTS,
     }
 }
 

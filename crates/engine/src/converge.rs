@@ -125,10 +125,8 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         //    running cluster, control plane pods are created or replaced one replica at a
         //    time (replica order), a replaced one's API server ready before the next, so the
         //    ingress always has API servers to send requests to.
-        let (control_plane, ingress): (Vec<&ComponentPlan>, Vec<&ComponentPlan>) = plan
-            .components
-            .iter()
-            .partition(|c| c.role == oi_api::ComponentRole::ControlPlane);
+        let (control_plane, ingress): (Vec<&ComponentPlan>, Vec<&ComponentPlan>) =
+            plan.components.iter().partition(|c| c.role.serves_api());
         // The ingress's configuration while a replica is taken out of it, if one is.
         let left = std::sync::Mutex::new(None);
         let rolled = Box::pin(async {

@@ -173,7 +173,8 @@ pub fn parts(m: &RestoreMember, etcd: &[u8]) -> Vec<HostFile> {
 
 impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
     /// Restores the cluster's etcd from the plan's snapshot: every replica's data prepared
-    /// beside the running one, then every replica's pods stopped (the ingress's stay) and
+    /// beside the running one, then every replica's pods stopped (and every API server
+    /// alone's; the ingress's stay) and
     /// its data replaced. The etcd step that follows starts the members together.
     pub(crate) async fn restore(&self, key: &ObjectKey, restore: &Restore) -> Step {
         if restore.members.is_empty() {
@@ -183,18 +184,23 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             outcome?;
         }
         // Nothing was stopped until here: a failure above leaves the cluster running.
-        for m in &restore.members {
-            let rt = self.runtime(&m.hypervisor)?;
-            let pods = rt.list_pods(&selector(key, Some(&m.component))).await?;
+        let stopped = restore
+            .members
+            .iter()
+            .map(|m| (&m.hypervisor, &m.component))
+            .chain(restore.api_servers.iter().map(|(h, c)| (h, c)));
+        for (hypervisor, component) in stopped {
+            let rt = self.runtime(hypervisor)?;
+            let pods = rt.list_pods(&selector(key, Some(component))).await?;
             for pod in &pods {
                 rt.remove_pod(&pod.id).await?;
                 Counters::add(&self.counters.removed, 1);
             }
             if !pods.is_empty() {
                 self.emit(
-                    Some(&m.hypervisor),
+                    Some(hypervisor),
                     key,
-                    Some(&m.component),
+                    Some(component),
                     format!("stopped {} pods for the restore", pods.len()),
                 );
             }

@@ -430,6 +430,11 @@ pub struct ClusterInjectArgs {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub control_plane_replicas: u32,
 
+    /// API servers in all (ours), at least the replicas: those beyond run alone on private
+    /// hypervisors, behind the ingress, talking to the replicas' etcd.
+    #[arg(long, value_name = "N")]
+    pub api_server_replicas: Option<u32>,
+
     /// Enable the cluster's WireGuard VPN.
     #[arg(long)]
     pub vpn_enabled: bool,

@@ -92,10 +92,16 @@ pub(crate) fn plan<'a>(
         .find_map(|c| c.spec.hypervisor.as_deref().and_then(&ip_of));
     let spec = &cluster.spec;
     let mut jobs = Vec::new();
-    for c in live(ComponentRole::ControlPlane) {
+    // A replica's API server, etcd member, controller-manager and scheduler; an API server
+    // alone's only what it uses.
+    let api_servers = components
+        .iter()
+        .filter(|c| c.spec.role.serves_api() && !c.metadata.is_being_deleted());
+    for c in api_servers {
         let Some(ip) = c.spec.hypervisor.as_deref().and_then(&ip_of) else {
             continue;
         };
+        let whole = c.spec.role == ComponentRole::ControlPlane;
         let ck = c.metadata.name.as_str();
         let component_key = ObjectKey::new(key.namespace.clone(), ck.to_string());
         let mut addresses = vec![ip];
@@ -111,11 +117,12 @@ pub(crate) fn plan<'a>(
             .map_err(|e| pki_error(key, "status.serverCertificates.etcd-server", &e))?;
         let etcd_peer = LeafSpec::etcd_peer(ck, &[ip])
             .map_err(|e| pki_error(key, "status.serverCertificates.etcd-peer", &e))?;
-        for (name, leaf) in [
+        let servers = [
             (certs::APISERVER, apiserver),
             (certs::ETCD_SERVER, etcd_server),
             (certs::ETCD_PEER, etcd_peer),
-        ] {
+        ];
+        for (name, leaf) in servers.into_iter().take(if whole { 3 } else { 1 }) {
             jobs.push(Job {
                 target: Target::Server(component_key.clone()),
                 name,
@@ -133,7 +140,10 @@ pub(crate) fn plan<'a>(
             ),
             (certs::CONTROLLER_MANAGER, LeafSpec::controller_manager()),
             (certs::SCHEDULER, LeafSpec::scheduler()),
-        ] {
+        ]
+        .into_iter()
+        .take(if whole { 4 } else { 2 })
+        {
             jobs.push(Job {
                 target: Target::Client(component_key.clone()),
                 name,

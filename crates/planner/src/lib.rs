@@ -150,7 +150,7 @@ pub enum Error {
 
 fn hypervisor_kind(role: ComponentRole) -> &'static str {
     match role {
-        ComponentRole::ControlPlane => "private",
+        ComponentRole::ControlPlane | ComponentRole::ApiServer => "private",
         ComponentRole::ControlPlaneIngress => "public",
     }
 }

@@ -405,7 +405,7 @@ fn convergence(
         };
         let known_files = world_files(world, &hypervisor, key, &c.metadata.name);
         let staged = match (c.spec.role, &running) {
-            (ComponentRole::ControlPlane, Some(running)) => r
+            (ComponentRole::ControlPlane | ComponentRole::ApiServer, Some(running)) => r
                 .pods
                 .iter()
                 .find(|p| p.name == c.metadata.name)

@@ -88,11 +88,16 @@ pub fn ingress_name(cluster: &str) -> String {
     format!("{cluster}-ingress")
 }
 
-/// The replica index in a control plane component name, `None` for other names.
-fn replica_index(cluster: &str, component: &str) -> Option<u32> {
+/// The name of API server `index` of `cluster`, beyond its replicas' (`spec.apiServerReplicas`).
+pub fn api_server_name(cluster: &str, index: u32) -> String {
+    format!("{cluster}-apiserver-{index}")
+}
+
+/// The index in a component name `<cluster><infix><index>`, `None` for other names.
+fn name_index(cluster: &str, infix: &str, component: &str) -> Option<u32> {
     component
         .strip_prefix(cluster)?
-        .strip_prefix("-control-plane-")?
+        .strip_prefix(infix)?
         .parse()
         .ok()
 }
@@ -101,7 +106,15 @@ fn replica_index(cluster: &str, component: &str) -> Option<u32> {
 /// forms, by name.
 pub(crate) fn replica_order(cluster: &str, component: &str) -> ((u8, u32), String) {
     (
-        replica_index(cluster, component).map_or((1, 0), |x| (0, x)),
+        name_index(cluster, "-control-plane-", component).map_or((1, 0), |x| (0, x)),
+        component.to_string(),
+    )
+}
+
+/// The order of a cluster's API servers alone, as [`replica_order`].
+fn api_server_order(cluster: &str, component: &str) -> ((u8, u32), String) {
+    (
+        name_index(cluster, "-apiserver-", component).map_or((1, 0), |x| (0, x)),
         component.to_string(),
     )
 }
@@ -124,7 +137,9 @@ pub fn required_ports(role: ComponentRole, vpn_enabled: bool) -> &'static [&'sta
         (ComponentRole::ControlPlane, _) => {
             &[names::APISERVER, names::ETCD_CLIENT, names::ETCD_PEER]
         }
-        (ComponentRole::ControlPlaneIngress, false) => &[names::APISERVER],
+        (ComponentRole::ControlPlaneIngress, false) | (ComponentRole::ApiServer, _) => {
+            &[names::APISERVER]
+        }
         (ComponentRole::ControlPlaneIngress, true) => {
             &[names::APISERVER, names::VPN_PROXY, names::WIREGUARD]
         }
@@ -236,6 +251,11 @@ impl Drain {
                     format!(
                         "{component} leaves drained hypervisor {from} once its replacement {} \
                          on {to} has joined",
+                        new.metadata.name
+                    )
+                } else if new.spec.role == ComponentRole::ApiServer {
+                    format!(
+                        "{component} leaves drained hypervisor {from}; {} replaces it on {to}",
                         new.metadata.name
                     )
                 } else {
@@ -612,6 +632,45 @@ impl ClusterPrep<'_> {
             };
         }
 
+        // API servers alone (`spec.apiServerReplicas`): in their order, the highest go first.
+        // Stateless behind the ingress, one on a drained hypervisor goes in the run its
+        // replacement starts elsewhere, once the replicas have nothing left to move.
+        let mut api_servers: Vec<usize> = (0..components.len())
+            .filter(|&i| live(&components[i], ComponentRole::ApiServer))
+            .collect();
+        api_servers.sort_by_key(|&i| api_server_order(name, &components[i].metadata.name));
+        let wanted = cluster.extra_api_servers() as usize;
+        for &i in api_servers.iter().skip(wanted) {
+            components[i].metadata.deletion_timestamp = Some(self.now);
+        }
+        api_servers.truncate(wanted);
+        let mut next = 0u32;
+        let mut new_api_server = |components: &mut Vec<Component>| {
+            while taken(components, &api_server_name(name, next)) {
+                next += 1;
+            }
+            components
+                .push(self.new_component(api_server_name(name, next), ComponentRole::ApiServer));
+            components.len() - 1
+        };
+        for _ in api_servers.len()..wanted {
+            new_api_server(components);
+        }
+        if matches!(drain, Drain::None)
+            && let Some(&i) = api_servers
+                .iter()
+                .find(|&&i| self.on_drained(&components[i]).is_some())
+        {
+            let component = components[i].metadata.name.clone();
+            let from = self.on_drained(&components[i]).unwrap_or_default();
+            components[i].metadata.deletion_timestamp = Some(self.now);
+            drain = Drain::Replacing {
+                component,
+                from,
+                replacement: new_api_server(components),
+            };
+        }
+
         // Ingress: exactly one live.
         let mut ingresses: Vec<usize> = (0..components.len())
             .filter(|&i| live(&components[i], ComponentRole::ControlPlaneIngress))
@@ -715,6 +774,7 @@ impl ClusterPrep<'_> {
     fn schedule(&mut self, components: &mut [Component], vpn: bool) -> Result<()> {
         for role in [
             ComponentRole::ControlPlane,
+            ComponentRole::ApiServer,
             ComponentRole::ControlPlaneIngress,
         ] {
             let public = role == ComponentRole::ControlPlaneIngress;
@@ -732,8 +792,13 @@ impl ClusterPrep<'_> {
             let chosen: Vec<String> = {
                 let hvs: &[HypervisorState] = self.hvs;
                 let mut spread = Spread::default();
+                // API servers alone spread over the replicas' hypervisors too: all of them
+                // serve the cluster's API.
+                let spread_with = |other: ComponentRole| {
+                    other == role || (role == ComponentRole::ApiServer && other.serves_api())
+                };
                 for c in components.iter() {
-                    if c.spec.role != role || c.metadata.is_being_deleted() {
+                    if !spread_with(c.spec.role) || c.metadata.is_being_deleted() {
                         continue;
                     }
                     if let Some(&i) = c.spec.hypervisor.as_ref().and_then(|h| self.index.get(h)) {
@@ -969,6 +1034,7 @@ impl ClusterPrep<'_> {
                             .insert(c.metadata.name.clone(), format!("https://{ip}:{p}"));
                     }
                 }
+                ComponentRole::ApiServer => {}
                 ComponentRole::ControlPlaneIngress => {
                     if let Some(p) = port(names::APISERVER) {
                         status.api_server_endpoint = format!("https://{ip}:{p}");

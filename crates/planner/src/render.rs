@@ -135,7 +135,8 @@ pub fn render_component(
         options,
     };
     let mut rendered = match c.spec.role {
-        ComponentRole::ControlPlane => cx.control_plane()?,
+        ComponentRole::ControlPlane => cx.control_plane(true)?,
+        ComponentRole::ApiServer => cx.control_plane(false)?,
         ComponentRole::ControlPlaneIngress => cx.ingress()?,
     };
     rendered.pods.sort_by(|a, b| a.name.cmp(&b.name));
@@ -256,6 +257,20 @@ impl ComponentRenderer<'_> {
         replicas
     }
 
+    /// The live API servers alone of the cluster (`spec.apiServerReplicas`), by name.
+    fn api_servers_alone(&self) -> Vec<&Component> {
+        self.world
+            .components
+            .values()
+            .filter(|c| {
+                c.metadata.namespace_or_default() == self.key.namespace
+                    && c.spec.cluster == self.component.spec.cluster
+                    && c.spec.role == ComponentRole::ApiServer
+                    && !c.metadata.is_being_deleted()
+            })
+            .collect()
+    }
+
     fn ip_of(&self, c: &Component) -> Result<String> {
         self.world
             .hypervisor_of(c)
@@ -270,7 +285,7 @@ impl ComponentRenderer<'_> {
             "spec.apiServer.ca",
         )?;
         let mut backends = Vec::new();
-        for r in self.replicas() {
+        for r in self.replicas().into_iter().chain(self.api_servers_alone()) {
             if r.spec.hypervisor.is_none() {
                 continue;
             }
@@ -446,7 +461,10 @@ impl ComponentRenderer<'_> {
             .ok_or_else(|| self.missing(format!("certificate status.{status_field}.{name}")))
     }
 
-    fn control_plane(&self) -> Result<Rendered> {
+    /// A control plane replica (`whole`: etcd member, kube-apiserver, controller-manager,
+    /// scheduler), or an API server alone (`spec.apiServerReplicas`): the same API server,
+    /// with only the files it reads.
+    fn control_plane(&self, whole: bool) -> Result<Rendered> {
         let spec = &self.cluster.spec;
         let c = self.component;
         let release = versions::find_release(&spec.kubernetes_version).ok_or_else(|| {
@@ -457,8 +475,6 @@ impl ComponentRenderer<'_> {
         })?;
         let ip = url_host(self.ip);
         let apiserver_port = self.port(c, names::APISERVER)?;
-        let client_port = self.port(c, names::ETCD_CLIENT)?;
-        let peer_port = self.port(c, names::ETCD_PEER)?;
         let cas = &spec.certificate_authorities;
 
         let mut files = Vec::new();
@@ -493,28 +509,32 @@ impl ComponentRenderer<'_> {
             ),
         ];
         for (file, ca, field) in ca_files {
-            add(file, &self.ca_cert(ca, field)?, 0o644);
+            if whole || !file.starts_with("etcd-") || file == "etcd-server-ca.crt" {
+                add(file, &self.ca_cert(ca, field)?, 0o644);
+            }
         }
-        // etcd's own gRPC gateway dials the member with its serving certificate, so client
-        // verification must trust the etcd server CA as well as the etcd client CA.
-        let etcd_trusted = format!(
-            "{}{}",
-            self.ca_cert(
-                cas.etcd_client.as_ref(),
-                "spec.certificateAuthorities.etcdClient"
-            )?,
-            self.ca_cert(spec.etcd_server.ca.as_ref(), "spec.etcdServer.ca")?
-        );
-        add("etcd-trusted-ca.crt", &etcd_trusted, 0o644);
-        let signer = cas
-            .certificate_signer
-            .as_ref()
-            .filter(|s| !s.certificate.is_empty() && !s.private_key.is_empty())
-            .ok_or_else(|| {
-                self.missing("cluster CA spec.certificateAuthorities.certificateSigner")
-            })?;
-        add("cluster-signing-ca.crt", &signer.certificate, 0o644);
-        add("cluster-signing-ca.key", &signer.private_key, 0o600);
+        if whole {
+            // etcd's own gRPC gateway dials the member with its serving certificate, so client
+            // verification must trust the etcd server CA as well as the etcd client CA.
+            let etcd_trusted = format!(
+                "{}{}",
+                self.ca_cert(
+                    cas.etcd_client.as_ref(),
+                    "spec.certificateAuthorities.etcdClient"
+                )?,
+                self.ca_cert(spec.etcd_server.ca.as_ref(), "spec.etcdServer.ca")?
+            );
+            add("etcd-trusted-ca.crt", &etcd_trusted, 0o644);
+            let signer = cas
+                .certificate_signer
+                .as_ref()
+                .filter(|s| !s.certificate.is_empty() && !s.private_key.is_empty())
+                .ok_or_else(|| {
+                    self.missing("cluster CA spec.certificateAuthorities.certificateSigner")
+                })?;
+            add("cluster-signing-ca.crt", &signer.certificate, 0o644);
+            add("cluster-signing-ca.key", &signer.private_key, 0o600);
+        }
         let sa = spec
             .api_server
             .service_account
@@ -527,17 +547,26 @@ impl ComponentRenderer<'_> {
         add("sa.key", &sa.private_key, 0o600);
         let server = &c.status.server_certificates;
         let client = &c.status.client_certificates;
-        for (map, field, name) in [
+        let etcd_leaves: &[(&BTreeMap<String, oi_api::Certificate>, &str, &str)] = if whole {
+            &[
+                (server, "serverCertificates", certs::ETCD_SERVER),
+                (server, "serverCertificates", certs::ETCD_PEER),
+            ]
+        } else {
+            &[]
+        };
+        for &(map, field, name) in [
             (server, "serverCertificates", certs::APISERVER),
-            (server, "serverCertificates", certs::ETCD_SERVER),
-            (server, "serverCertificates", certs::ETCD_PEER),
             (client, "clientCertificates", certs::APISERVER_ETCD_CLIENT),
             (
                 client,
                 "clientCertificates",
                 certs::APISERVER_KUBELET_CLIENT,
             ),
-        ] {
+        ]
+        .iter()
+        .chain(etcd_leaves)
+        {
             let (cert, key) = self.leaf(map, field, name)?;
             let cert = if name == certs::APISERVER {
                 crate::rotation::served_chain(self.cluster, &cert)
@@ -549,7 +578,12 @@ impl ComponentRenderer<'_> {
         }
         let apiserver_ca = self.ca_cert(spec.api_server.ca.as_ref(), "spec.apiServer.ca")?;
         let local_apiserver = format!("https://{ip}:{apiserver_port}");
-        for name in [certs::CONTROLLER_MANAGER, certs::SCHEDULER] {
+        let kubeconfigs: &[&str] = if whole {
+            &[certs::CONTROLLER_MANAGER, certs::SCHEDULER]
+        } else {
+            &[]
+        };
+        for &name in kubeconfigs {
             let (cert, key) = self.leaf(client, "clientCertificates", name)?;
             let user = format!("system:kube-{name}");
             let kubeconfig = oi_pki::kubeconfig(
@@ -564,20 +598,8 @@ impl ComponentRenderer<'_> {
             add(&format!("{name}.kubeconfig"), &kubeconfig, 0o600);
         }
 
-        // etcd membership (see the module documentation).
+        // Every replica's etcd member serves the API servers.
         let replicas = self.replicas();
-        if !replicas.iter().any(|r| r.metadata.name == c.metadata.name) {
-            return Err(self.missing("live control plane replica (it is being deleted)"));
-        }
-        let bootstrap =
-            c.status.etcd_member.as_ref().ok_or_else(|| {
-                self.missing("status.etcdMember (set when the replica is planned)")
-            })?;
-        let initial: Vec<String> = bootstrap
-            .initial_cluster
-            .iter()
-            .map(|(name, url)| format!("{name}={url}"))
-            .collect();
         let mut etcd_servers = Vec::new();
         for r in &replicas {
             etcd_servers.push(format!(
@@ -588,34 +610,6 @@ impl ComponentRenderer<'_> {
         }
         etcd_servers.sort();
 
-        let etcd_data = format!("{}/etcd", self.data);
-        let etcd_args = flags(BTreeMap::from([
-            (
-                "advertise-client-urls",
-                format!("https://{ip}:{client_port}"),
-            ),
-            ("cert-file", self.path("etcd-server.crt")),
-            ("client-cert-auth", "true".into()),
-            ("data-dir", etcd_data.clone()),
-            (
-                "initial-advertise-peer-urls",
-                format!("https://{ip}:{peer_port}"),
-            ),
-            ("initial-cluster", initial.join(",")),
-            (
-                "initial-cluster-state",
-                bootstrap.initial_cluster_state.as_str().into(),
-            ),
-            ("key-file", self.path("etcd-server.key")),
-            ("listen-client-urls", format!("https://{ip}:{client_port}")),
-            ("listen-peer-urls", format!("https://{ip}:{peer_port}")),
-            ("name", c.metadata.name.clone()),
-            ("peer-cert-file", self.path("etcd-peer.crt")),
-            ("peer-client-cert-auth", "true".into()),
-            ("peer-key-file", self.path("etcd-peer.key")),
-            ("peer-trusted-ca-file", self.path("etcd-peer-ca.crt")),
-            ("trusted-ca-file", self.path("etcd-trusted-ca.crt")),
-        ]));
         let mut apiserver_flags = BTreeMap::from([
             ("advertise-address", self.ip.to_string()),
             ("allow-privileged", "true".into()),
@@ -715,6 +709,82 @@ impl ComponentRenderer<'_> {
                 mounts,
                 privileged: false,
             };
+        let apiserver = container(
+            "kube-apiserver",
+            release.kube_apiserver,
+            apiserver_args,
+            vec![self.config_mount()],
+        );
+        if !whole {
+            return Ok(Rendered {
+                pods: vec![self.pod(c.metadata.name.clone(), vec![apiserver])],
+                files,
+                reloaded: std::collections::BTreeSet::new(),
+                reloads: Vec::new(),
+                drained: BTreeMap::new(),
+            });
+        }
+        let kube_pod = self.pod(
+            c.metadata.name.clone(),
+            vec![
+                apiserver,
+                container(
+                    "kube-controller-manager",
+                    release.kube_controller_manager,
+                    kcm_args,
+                    vec![self.config_mount()],
+                ),
+                container(
+                    "kube-scheduler",
+                    release.kube_scheduler,
+                    scheduler_args,
+                    vec![self.config_mount()],
+                ),
+            ],
+        );
+        // etcd membership (see the module documentation).
+        if !replicas.iter().any(|r| r.metadata.name == c.metadata.name) {
+            return Err(self.missing("live control plane replica (it is being deleted)"));
+        }
+        let bootstrap =
+            c.status.etcd_member.as_ref().ok_or_else(|| {
+                self.missing("status.etcdMember (set when the replica is planned)")
+            })?;
+        let initial: Vec<String> = bootstrap
+            .initial_cluster
+            .iter()
+            .map(|(name, url)| format!("{name}={url}"))
+            .collect();
+        let client_port = self.port(c, names::ETCD_CLIENT)?;
+        let peer_port = self.port(c, names::ETCD_PEER)?;
+        let etcd_data = format!("{}/etcd", self.data);
+        let etcd_args = flags(BTreeMap::from([
+            (
+                "advertise-client-urls",
+                format!("https://{ip}:{client_port}"),
+            ),
+            ("cert-file", self.path("etcd-server.crt")),
+            ("client-cert-auth", "true".into()),
+            ("data-dir", etcd_data.clone()),
+            (
+                "initial-advertise-peer-urls",
+                format!("https://{ip}:{peer_port}"),
+            ),
+            ("initial-cluster", initial.join(",")),
+            (
+                "initial-cluster-state",
+                bootstrap.initial_cluster_state.as_str().into(),
+            ),
+            ("key-file", self.path("etcd-server.key")),
+            ("listen-client-urls", format!("https://{ip}:{client_port}")),
+            ("listen-peer-urls", format!("https://{ip}:{peer_port}")),
+            ("name", c.metadata.name.clone()),
+            ("peer-cert-file", self.path("etcd-peer.crt")),
+            ("peer-client-cert-auth", "true".into()),
+            ("peer-key-file", self.path("etcd-peer.key")),
+            ("peer-trusted-ca-file", self.path("etcd-peer-ca.crt")),
+            ("trusted-ca-file", self.path("etcd-trusted-ca.crt")),
+        ]));
         let etcd_pod = self.pod(
             format!("{}-etcd", c.metadata.name),
             vec![container(
@@ -730,29 +800,6 @@ impl ComponentRenderer<'_> {
                     },
                 ],
             )],
-        );
-        let kube_pod = self.pod(
-            c.metadata.name.clone(),
-            vec![
-                container(
-                    "kube-apiserver",
-                    release.kube_apiserver,
-                    apiserver_args,
-                    vec![self.config_mount()],
-                ),
-                container(
-                    "kube-controller-manager",
-                    release.kube_controller_manager,
-                    kcm_args,
-                    vec![self.config_mount()],
-                ),
-                container(
-                    "kube-scheduler",
-                    release.kube_scheduler,
-                    scheduler_args,
-                    vec![self.config_mount()],
-                ),
-            ],
         );
         Ok(Rendered {
             pods: vec![etcd_pod, kube_pod],

@@ -23,7 +23,8 @@
 //!   the snapshot written to <data>/restore/ (in parts a file writer carries), joined,
 //!   `etcdctl snapshot restore` into <data>/etcd.restore as a member of a new cluster of
 //!   every replica (status.etcdMember: new, all of them)          nothing stopped yet
-//! then every replica's etcd and control plane pod removed (the ingress stays),
+//! then every replica's etcd and control plane pod removed, and every API server alone's
+//!   (the ingress stays),
 //!   <data>/etcd replaced by <data>/etcd.restore
 //! then the plan's usual steps: etcd's members start together, the control plane after
 //! ```
@@ -480,6 +481,9 @@ pub struct Restore {
     pub etcd: Arc<Vec<u8>>,
     /// Every live control plane replica, in replica order.
     pub members: Vec<RestoreMember>,
+    /// The API servers alone (`spec.apiServerReplicas`), as `(hypervisor, component)`:
+    /// stopped with the replicas, so that none serves from its cache of the replaced data.
+    pub api_servers: Vec<(String, String)>,
     /// The image whose `etcdctl` restores (the cluster's etcd), and the one whose shell
     /// joins and moves files (the toolbox).
     pub etcd_image: String,
@@ -526,9 +530,16 @@ pub fn plan_restore(
             .into_iter()
             .filter(|m| c.component(&m.component).is_some())
             .collect();
+        let api_servers = c
+            .components
+            .iter()
+            .filter(|p| p.role == ComponentRole::ApiServer)
+            .map(|p| (p.hypervisor.clone(), p.name().to_string()))
+            .collect();
         c.restore = Some(Restore {
             etcd: Arc::clone(&snapshot.etcd),
             members,
+            api_servers,
             etcd_image,
             toolbox_image: INFRA.toolbox.reference(repository),
         });

@@ -389,6 +389,7 @@ mod full {
             ClusterSpec {
                 kubernetes_version: "1.37.1".into(),
                 control_plane_replicas: Some(3),
+                api_server_replicas: Some(5),
                 certificate_authorities: CertificateAuthorities {
                     api_server_client: Some(cert()),
                     certificate_signer: Some(cert()),

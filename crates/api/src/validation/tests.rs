@@ -269,6 +269,50 @@ fn zero_replicas() {
 }
 
 #[test]
+fn api_servers_are_at_least_the_replicas_and_at_most_the_maximum() {
+    assert_eq!(
+        errors(&cluster(
+            "c",
+            "  controlPlaneReplicas: 3\n  apiServerReplicas: 2\n"
+        )),
+        [cluster_error(
+            "c",
+            "spec.apiServerReplicas",
+            Reason::FewerApiServersThanReplicas {
+                api_servers: 2,
+                replicas: 3
+            }
+        )]
+    );
+    let errs = errors(&cluster("c", "  apiServerReplicas: 33\n"));
+    assert_eq!(
+        errs,
+        [cluster_error(
+            "c",
+            "spec.apiServerReplicas",
+            Reason::TooManyApiServers {
+                api_servers: 33,
+                max: 32
+            }
+        )]
+    );
+    assert!(
+        errs[0].to_string().ends_with("33 API servers; at most 32"),
+        "{}",
+        errs[0]
+    );
+    // As many as the replicas, or more: valid.
+    assert_eq!(errors(&cluster("c", "  apiServerReplicas: 1\n")), []);
+    assert_eq!(
+        errors(&cluster(
+            "c",
+            "  controlPlaneReplicas: 3\n  apiServerReplicas: 7\n"
+        )),
+        []
+    );
+}
+
+#[test]
 fn unsupported_version_lists_supported_ones() {
     let errs = errors(&cluster("c", "  kubernetesVersion: 1.20.0\n"));
     assert_eq!(

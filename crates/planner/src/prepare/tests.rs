@@ -1332,3 +1332,133 @@ fn a_drain_without_room_elsewhere_says_so_and_leaves_everything_running() {
             .all(|c| c.spec.hypervisor.as_deref() != Some("private-3"))
     );
 }
+
+#[test]
+fn api_servers_beyond_the_replicas_run_alone_behind_the_ingress() {
+    let mut c = cluster("c1", 1, false);
+    c.spec.api_server_replicas = Some(3);
+    let w = ok(world(basic(), vec![c]));
+    assert_eq!(
+        placement(&w),
+        vec![
+            ("c1-apiserver-0".into(), Some("private-2".into()), false),
+            ("c1-apiserver-1".into(), Some("private-3".into()), false),
+            ("c1-control-plane-0".into(), Some("private-1".into()), false),
+            ("c1-ingress".into(), Some("public-1".into()), false),
+        ]
+    );
+    let alone = &w.components[&key("c1-apiserver-0")];
+    assert_eq!(alone.spec.role, ComponentRole::ApiServer);
+    assert_eq!(
+        host_ports(&w, "c1-apiserver-0"),
+        hp(&[("apiserver", 30000)])
+    );
+    assert_eq!(alone.status.etcd_member, None);
+    assert_eq!(
+        alone.status.server_certificates.keys().collect::<Vec<_>>(),
+        ["apiserver"]
+    );
+    assert_eq!(
+        alone.status.client_certificates.keys().collect::<Vec<_>>(),
+        ["apiserver-etcd-client", "apiserver-kubelet-client"]
+    );
+    // Its serving certificate names its own address and the ingress's.
+    let info =
+        oi_pki::inspect_certificate(&alone.status.server_certificates["apiserver"].certificate)
+            .unwrap();
+    assert!(info.sans.iter().any(|s| s == "10.0.0.2"), "{:?}", info.sans);
+    assert!(
+        info.sans.iter().any(|s| s == "192.0.2.1"),
+        "{:?}",
+        info.sans
+    );
+    // Only kube-apiserver runs, against the replica's etcd, with only what it reads.
+    let options = crate::render::RenderOptions::default();
+    let r = crate::render::render_component(&w, &key("c1-apiserver-0"), &options).unwrap();
+    assert_eq!(r.pods.len(), 1);
+    assert_eq!(r.pods[0].name, "c1-apiserver-0");
+    let containers: Vec<&str> = r.pods[0]
+        .containers
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(containers, ["kube-apiserver"]);
+    let args = &r.pods[0].containers[0].args;
+    assert!(
+        args.contains(&"--etcd-servers=https://10.0.0.1:30001".to_string()),
+        "{args:?}"
+    );
+    assert!(args.contains(&"--advertise-address=10.0.0.2".to_string()));
+    let files: Vec<&str> = r
+        .files
+        .iter()
+        .map(|f| f.path.rsplit('/').next().unwrap())
+        .collect();
+    assert_eq!(
+        files,
+        [
+            "apiserver-ca.crt",
+            "apiserver-client-ca.crt",
+            "apiserver-etcd-client.crt",
+            "apiserver-etcd-client.key",
+            "apiserver-kubelet-client.crt",
+            "apiserver-kubelet-client.key",
+            "apiserver.crt",
+            "apiserver.key",
+            "etcd-server-ca.crt",
+            "sa.key",
+            "sa.pub",
+        ]
+    );
+    // The ingress balances all three.
+    let ingress = crate::render::render_component(&w, &key("c1-ingress"), &options).unwrap();
+    let cfg = ingress
+        .files
+        .iter()
+        .find(|f| f.path.ends_with("haproxy.cfg"))
+        .unwrap();
+    let cfg = String::from_utf8_lossy(&cfg.content);
+    for server in [
+        "server c1-apiserver-0 10.0.0.2:30000",
+        "server c1-apiserver-1 10.0.0.3:30000",
+        "server c1-control-plane-0 10.0.0.1:30000",
+    ] {
+        assert!(cfg.contains(server), "{server} in\n{cfg}");
+    }
+    assert_eq!(prepare(w.clone(), LATER).world.components, w.components);
+
+    // Fewer: the highest goes; as many as the replicas: none alone.
+    let mut down = w.clone();
+    down.clusters
+        .get_mut(&key("c1"))
+        .unwrap()
+        .spec
+        .api_server_replicas = Some(2);
+    let down = ok(down);
+    assert_eq!(
+        placement(&down)[1],
+        ("c1-apiserver-1".into(), Some("private-3".into()), true)
+    );
+    assert!(!placement(&down)[0].2);
+
+    // Drained: it goes and its replacement starts elsewhere, in one pass.
+    let mut drained = w;
+    drain(&mut drained, "private-2");
+    let drained = ok(drained);
+    let moved: Vec<_> = placement(&drained)
+        .into_iter()
+        .filter(|(n, _, _)| n.contains("apiserver"))
+        .collect();
+    assert_eq!(
+        moved,
+        vec![
+            ("c1-apiserver-0".into(), Some("private-2".into()), true),
+            ("c1-apiserver-1".into(), Some("private-3".into()), false),
+            ("c1-apiserver-2".into(), Some("private-1".into()), false),
+        ]
+    );
+    assert_eq!(
+        drained_condition(&drained, "c1").unwrap().2,
+        "c1-apiserver-0 leaves drained hypervisor private-2; c1-apiserver-2 replaces it on private-1"
+    );
+}

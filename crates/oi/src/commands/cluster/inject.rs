@@ -72,6 +72,7 @@ fn cluster(args: &ClusterInjectArgs) -> Cluster {
         ClusterSpec {
             kubernetes_version: args.kubernetes_version.clone(),
             control_plane_replicas: Some(args.control_plane_replicas),
+            api_server_replicas: args.api_server_replicas,
             api_server: KubeApiServer {
                 extra_sans: args.apiserver_extra_sans.clone(),
                 ..KubeApiServer::default()

@@ -22,6 +22,7 @@ pub const ETCDUTL_SHIM: &str = "#!/bin/sh\n# etcd 3.4's etcdctl restores snapsho
 pub const HOST_HAPROXY: &str = "/usr/sbin/haproxy";
 pub const HOST_WIREGUARD_GO: &str = "/usr/bin/wireguard-go";
 pub const HOST_WG: &str = "/usr/bin/wg";
+pub const HOST_KEEPALIVED: &str = "/usr/sbin/keepalived";
 /// Where the VPN endpoint's binary is in its image.
 pub const VPN_ENDPOINT_PATH: &str = "/usr/local/bin/oi-vpn-endpoint";
 
@@ -87,6 +88,8 @@ pub enum Kind {
     Haproxy,
     /// `oi-vpn-endpoint` with wireguard-go, wg and busybox.
     VpnEndpoint,
+    /// keepalived with busybox (its start script's shell, `ip`, `awk`, `sed`).
+    Keepalived,
     /// The kube stand-in installed as `component` (its role comes from argv\[0\]), reporting
     /// Kubernetes `version` (without the `v`).
     Kube {
@@ -196,6 +199,17 @@ impl ImageDef {
                     ..RunConfig::default()
                 }
             }
+            Kind::Keepalived => {
+                fs.binary_with_libs("/usr/sbin/keepalived", Path::new(HOST_KEEPALIVED))?;
+                add_busybox(&mut fs)?;
+                fs.dir("/run", 0o755)?;
+                fs.dir("/etc/keepalived", 0o755)?;
+                RunConfig {
+                    entrypoint: strings(&["/usr/sbin/keepalived"]),
+                    cmd: strings(&["-n", "-l", "-D"]),
+                    ..RunConfig::default()
+                }
+            }
             Kind::Kube { component, version } => {
                 let path = format!("/usr/local/bin/{component}");
                 fs.binary_with_libs(&path, &helpers.standin()?)?;
@@ -275,6 +289,10 @@ pub fn catalog() -> Vec<ImageDef> {
             image: infra.vpn_endpoint,
             kind: Kind::VpnEndpoint,
         },
+        ImageDef {
+            image: infra.keepalived,
+            kind: Kind::Keepalived,
+        },
     ];
     for release in versions::RELEASES {
         let kube = |image: Image| ImageDef {
@@ -345,6 +363,7 @@ mod tests {
             versions::INFRA.toolbox,
             versions::INFRA.haproxy,
             versions::INFRA.vpn_endpoint,
+            versions::INFRA.keepalived,
         ]
         .into_iter()
         .chain(versions::RELEASES.iter().flat_map(|r| r.images()))

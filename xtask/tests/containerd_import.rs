@@ -291,6 +291,26 @@ fn check_etcd(c: &mut Containerd, image: &str) -> Result<()> {
     Ok(())
 }
 
+fn check_keepalived(c: &mut Containerd, image: &str) -> Result<()> {
+    let out = c
+        .run(image, "keepalived-v", &[], &["keepalived", "--version"])?
+        .check("keepalived --version")?;
+    contains(&out, "Keepalived v", "keepalived --version")?;
+    // What its start script uses to find the interface and write the configuration.
+    c.run(
+        image,
+        "keepalived-sh",
+        &[],
+        &[
+            "sh",
+            "-c",
+            "ip -o -4 addr show | awk '{print $2}' && echo x | sed s/x/y/ && mkdir -p /run/keepalived",
+        ],
+    )?
+    .check("sh -c 'ip | awk; sed; mkdir'")?;
+    Ok(())
+}
+
 fn check_haproxy(c: &mut Containerd, image: &str) -> Result<()> {
     let out = c
         .run(image, "haproxy-v", &[], &["haproxy", "-v"])?
@@ -434,6 +454,7 @@ fn containerd_imports_and_runs_every_image() -> Result<()> {
             Kind::Busybox => check_busybox(&mut c, &image, "busybox"),
             Kind::Etcd => check_etcd(&mut c, &image),
             Kind::Haproxy => check_haproxy(&mut c, &image),
+            Kind::Keepalived => check_keepalived(&mut c, &image),
             Kind::VpnEndpoint => check_busybox(&mut c, &image, "wg-busybox")
                 .and_then(|()| check_wireguard(&mut c, &image)),
             Kind::Kube { component, version } => check_kube(&mut c, def, component, version),

@@ -55,6 +55,20 @@ impl Cluster {
             .saturating_sub(self.control_plane_replicas())
     }
 
+    /// `spec.ingress.replicas`, or one.
+    pub fn ingress_replicas(&self) -> u32 {
+        self.spec
+            .ingress
+            .as_ref()
+            .and_then(|i| i.replicas)
+            .unwrap_or(1)
+    }
+
+    /// The virtual address its ingresses share (`spec.ingress.virtualIP`), if set.
+    pub fn ingress_virtual_ip(&self) -> Option<std::net::Ipv4Addr> {
+        self.spec.ingress.as_ref()?.virtual_ip()
+    }
+
     /// Whether the cluster is marked for deletion (`metadata.deletionTimestamp`).
     pub fn is_being_deleted(&self) -> bool {
         self.metadata.is_being_deleted()
@@ -114,6 +128,9 @@ pub struct ClusterSpec {
         skip_serializing_if = "is_default"
     )]
     pub networking: ClusterNetworking,
+    /// Ours, optional: several ingresses and the one address they share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingress: Option<ClusterIngress>,
     /// Ours, optional: etcd snapshots oi-manager takes on a schedule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshots: Option<SnapshotSchedule>,
@@ -288,6 +305,46 @@ pub struct KubeApiServer {
 
 /// VPN CIDR when the VPN is enabled and no CIDR is given.
 pub const DEFAULT_VPN_CIDR: &str = "10.0.0.0/16";
+
+/// The cluster's ingresses (ours): `replicas` of them, each on a public hypervisor of its
+/// own, with the same host ports, and one address, `virtualIP`, held by one of them at a
+/// time and moved by VRRP (keepalived, unicast between the ingresses' hypervisors) when it
+/// fails. The cluster's API server and VPN endpoints are at that address.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClusterIngress {
+    /// Ingresses (1 when absent); more than one needs `virtualIP`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u32>,
+    /// An IPv4 address on the public hypervisors' network that nothing else uses.
+    #[serde(
+        rename = "virtualIP",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub virtual_ip: String,
+    /// The VRRP router ID (1-255), distinct from other clusters'; the last byte of
+    /// `virtualIP` when absent.
+    #[serde(
+        rename = "virtualRouterID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub virtual_router_id: Option<u8>,
+}
+
+impl ClusterIngress {
+    /// The virtual address, if one is set and valid IPv4.
+    pub fn virtual_ip(&self) -> Option<std::net::Ipv4Addr> {
+        self.virtual_ip.parse().ok()
+    }
+
+    /// The VRRP router ID: as set, or the last byte of the virtual address.
+    pub fn router_id(&self) -> Option<u8> {
+        self.virtual_router_id
+            .or_else(|| self.virtual_ip().map(|ip| ip.octets()[3]))
+    }
+}
 
 /// The cluster VPN (WireGuard). Disabled by default. `Debug` never shows the private key.
 #[derive(Clone, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -308,6 +308,14 @@ fn cluster_spec() -> Value {
             ]),
         ),
         (
+            "ingress",
+            object(&[
+                ("replicas", integer(1, 5)),
+                ("virtualIP", string()),
+                ("virtualRouterID", integer(1, 255)),
+            ]),
+        ),
+        (
             "snapshots",
             object(&[
                 ("every", string()),

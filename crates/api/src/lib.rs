@@ -41,9 +41,9 @@ pub mod versions;
 pub mod world;
 
 pub use cluster::{
-    CaRotation, CertificateAuthorities, Cluster, ClusterNetworking, ClusterSpec, ClusterStatus,
-    EtcdServer, KubeApiServer, ROTATE_CA_ANNOTATION, SnapshotRecord, SnapshotSchedule, Vpn,
-    VpnPeer,
+    CaRotation, CertificateAuthorities, Cluster, ClusterIngress, ClusterNetworking, ClusterSpec,
+    ClusterStatus, EtcdServer, KubeApiServer, ROTATE_CA_ANNOTATION, SnapshotRecord,
+    SnapshotSchedule, Vpn, VpnPeer,
 };
 pub use common::{
     Certificate, Condition, ConditionStatus, KeyPair, condition_is_true, condition_types,

@@ -27,6 +27,9 @@ pub const MAX_LABEL_LEN: usize = 63;
 pub const MAX_SUBDOMAIN_LEN: usize = 253;
 /// Most control plane replicas a cluster may have: etcd's largest recommended cluster.
 pub const MAX_CONTROL_PLANE_REPLICAS: u32 = 7;
+/// Most ingresses of a cluster (`spec.ingress.replicas`), each on a public hypervisor of its
+/// own.
+pub const MAX_INGRESS_REPLICAS: u32 = 5;
 /// Most API servers of a cluster (`spec.apiServerReplicas`): its ingress balances them all.
 pub const MAX_API_SERVER_REPLICAS: u32 = 32;
 /// Longest cluster name: component and pod names are derived from it, and must still fit
@@ -121,6 +124,18 @@ pub enum Reason {
     FewerApiServersThanReplicas { api_servers: u32, replicas: u32 },
     #[error("{api_servers} API servers; at most {max}")]
     TooManyApiServers { api_servers: u32, max: u32 },
+    #[error("{replicas} ingresses; from 1 to {max}")]
+    IngressReplicas { replicas: u32, max: u32 },
+    #[error(
+        "{replicas} ingresses need the address they share (the cluster's address, moved between them by VRRP)"
+    )]
+    VirtualIpRequired { replicas: u32 },
+    #[error("{value} is not an IPv4 address (the shared address is IPv4 only)")]
+    VirtualIpNotIpv4 { value: String },
+    #[error(
+        "VRRP router ID 0 is not valid (1-255; the last byte of virtualIP when absent, so a virtualIP ending in .0 needs one)"
+    )]
+    RouterIdZero,
     #[error("{value} is not a unicast address")]
     NotUnicast { value: String },
     #[error(
@@ -429,6 +444,9 @@ pub fn validate_cluster(cluster: &Cluster) -> Vec<FieldError> {
                 },
             ));
         }
+    }
+    if let Some(ingress) = &spec.ingress {
+        check_ingress(&mut errors, ingress);
     }
     let cluster_cidr = check_cidr(
         &mut errors,
@@ -752,6 +770,51 @@ fn check_name(errors: &mut Vec<FieldError>, field: &str, value: &str, rule: Name
 
 /// An address one host can be reached at: not unspecified (`0.0.0.0`, `::`), multicast or
 /// the IPv4 broadcast address.
+/// `spec.ingress`: 1 to [`MAX_INGRESS_REPLICAS`] ingresses, a unicast IPv4 virtual address
+/// for more than one, a router ID from 1.
+fn check_ingress(errors: &mut Vec<FieldError>, ingress: &crate::ClusterIngress) {
+    let replicas = ingress.replicas.unwrap_or(1);
+    if replicas == 0 || replicas > MAX_INGRESS_REPLICAS {
+        errors.push(FieldError::new(
+            "spec.ingress.replicas",
+            Reason::IngressReplicas {
+                replicas,
+                max: MAX_INGRESS_REPLICAS,
+            },
+        ));
+    }
+    if ingress.virtual_ip.is_empty() {
+        if replicas > 1 {
+            errors.push(FieldError::new(
+                "spec.ingress.virtualIP",
+                Reason::VirtualIpRequired { replicas },
+            ));
+        }
+    } else {
+        match ingress.virtual_ip.parse::<IpAddr>() {
+            Ok(IpAddr::V4(ip)) if is_unicast(IpAddr::V4(ip)) && !ip.is_loopback() => {}
+            Ok(IpAddr::V4(_)) => errors.push(FieldError::new(
+                "spec.ingress.virtualIP",
+                Reason::NotUnicast {
+                    value: ingress.virtual_ip.clone(),
+                },
+            )),
+            _ => errors.push(FieldError::new(
+                "spec.ingress.virtualIP",
+                Reason::VirtualIpNotIpv4 {
+                    value: ingress.virtual_ip.clone(),
+                },
+            )),
+        }
+    }
+    if ingress.router_id() == Some(0) {
+        errors.push(FieldError::new(
+            "spec.ingress.virtualRouterID",
+            Reason::RouterIdZero,
+        ));
+    }
+}
+
 pub fn is_unicast(ip: IpAddr) -> bool {
     !ip.is_unspecified() && !ip.is_multicast() && ip != IpAddr::V4(std::net::Ipv4Addr::BROADCAST)
 }

@@ -100,6 +100,10 @@ pub struct InfraImages {
     /// The cluster VPN endpoint: `oi-vpn-endpoint` (this project's, crates/vpn) with
     /// userspace WireGuard (`wireguard-go`, `wg`), run on the ingress's public hypervisor.
     pub vpn_endpoint: Image,
+    /// keepalived, moving the address several ingresses share (VRRP), with a POSIX shell,
+    /// `ip`, `awk` and `sed` (its start finds the interface that holds the hypervisor's
+    /// address).
+    pub keepalived: Image,
 }
 
 const fn k8s(name: &'static str, tag: &'static str) -> Image {
@@ -192,6 +196,7 @@ pub const INFRA: InfraImages = InfraImages {
         "ghcr.io/oneinfra-rs/vpn-endpoint",
         env!("CARGO_PKG_VERSION"),
     ),
+    keepalived: k8s("docker.io/osixia/keepalived", "2.0.20"),
 };
 
 /// The version `"default"` (or an empty version) resolves to: the newest supported release.

@@ -55,21 +55,28 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         // 2. Retiring components: etcd member first, then pods, then directories. A retiring
         //    replica's API server is first taken out of the ingress: the configuration
         //    written above no longer has it, the running haproxy reloads it.
-        if plan.retiring.iter().any(|r| r.member.is_some())
-            && let Some(ingress) = plan
+        if plan.retiring.iter().any(|r| r.member.is_some()) {
+            let mut reloaded = false;
+            for ingress in plan
                 .components
                 .iter()
-                .find(|c| c.role == oi_api::ComponentRole::ControlPlaneIngress)
-            && let Some(reload) = ingress.rendered.reloads.first()
-            && self.reload(key, ingress, reload).await?
-        {
-            self.emit(
-                Some(&ingress.hypervisor),
-                key,
-                Some(ingress.name()),
-                "retiring replicas taken out of the ingress".to_string(),
-            );
-            tokio::time::sleep(DRAIN_SETTLE).await;
+                .filter(|c| c.role == oi_api::ComponentRole::ControlPlaneIngress)
+            {
+                if let Some(reload) = ingress.rendered.reloads.first()
+                    && self.reload(key, ingress, reload).await?
+                {
+                    reloaded = true;
+                    self.emit(
+                        Some(&ingress.hypervisor),
+                        key,
+                        Some(ingress.name()),
+                        "retiring replicas taken out of the ingress".to_string(),
+                    );
+                }
+            }
+            if reloaded {
+                tokio::time::sleep(DRAIN_SETTLE).await;
+            }
         }
         for r in &plan.retiring {
             self.retire(key, r, members, &etcd).await?;
@@ -128,7 +135,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         let (control_plane, ingress): (Vec<&ComponentPlan>, Vec<&ComponentPlan>) =
             plan.components.iter().partition(|c| c.role.serves_api());
         // The ingress's configuration while a replica is taken out of it, if one is.
-        let left = std::sync::Mutex::new(None);
+        let left = std::sync::Mutex::new(Vec::new());
         let rolled = Box::pin(async {
             // An upgrade: every replica's new API server first (beside the running version's
             // controller-manager and scheduler), one at a time, each ready before the next;
@@ -214,13 +221,14 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         let rolled: Step = if running { rolled.await } else { Ok(()) };
         // A replica left out of the ingress (a failure while it restarted): the ingress's
         // configuration is recorded as it is, so that the next run writes the rendered one.
-        if let Some((component, path, hash)) = left
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
-            && let Some(placed) = result.files.iter_mut().find(|f| f.component == component)
-        {
-            placed.hashes.insert(path, hash);
+        for (component, path, hash) in std::mem::take(
+            &mut *left
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        ) {
+            if let Some(placed) = result.files.iter_mut().find(|f| f.component == component) {
+                placed.hashes.insert(path, hash);
+            }
         }
         rolled?;
         for outcome in together {
@@ -254,72 +262,69 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         Ok(())
     }
 
-    /// Runs `step` (a replica's API server restarting) with that replica taken out of the
-    /// ingress: its drained haproxy configuration written and reloaded before, the rendered
-    /// one after, whatever `step` did. `left` holds the ingress's file while it is drained.
+    /// Runs `step` (a replica's API server restarting) with that replica taken out of every
+    /// ingress: their drained haproxy configuration written and reloaded before, the rendered
+    /// one after, whatever `step` did. `left` holds each ingress's file while it is drained.
     async fn drained(
         &self,
         key: &ObjectKey,
         plan: &Convergence,
         replica: &ComponentPlan,
-        left: &std::sync::Mutex<Option<(String, String, String)>>,
+        left: &std::sync::Mutex<Vec<(String, String, String)>>,
         step: impl std::future::Future<Output = Step>,
     ) -> Step {
-        let ingress = plan
+        let ingresses: Vec<_> = plan
             .components
             .iter()
-            .find(|c| c.role == oi_api::ComponentRole::ControlPlaneIngress);
-        let Some((ingress, variant, reload)) = ingress.and_then(|i| {
-            Some((
-                i,
-                i.rendered.drained.get(replica.name())?,
-                i.rendered.reloads.first()?,
-            ))
-        }) else {
+            .filter(|c| c.role == oi_api::ComponentRole::ControlPlaneIngress)
+            .filter_map(|i| {
+                let variant = i.rendered.drained.get(replica.name())?;
+                let reload = i.rendered.reloads.first()?;
+                let normal = i.rendered.files.iter().find(|f| f.path == variant.path)?;
+                Some((i, variant, normal, reload))
+            })
+            .collect();
+        if ingresses.is_empty() {
             return step.await;
+        }
+        let lock = || {
+            left.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
         };
-        let Some(normal) = ingress
-            .rendered
-            .files
-            .iter()
-            .find(|f| f.path == variant.path)
-        else {
-            return step.await;
-        };
-        let set_left = |v: Option<(String, String, String)>| {
-            *left
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = v;
-        };
-        let rt = self.runtime(&ingress.hypervisor)?;
-        rt.write_files(std::slice::from_ref(variant), &BTreeMap::new())
-            .await?;
-        set_left(Some((
-            ingress.name().to_string(),
-            variant.path.clone(),
-            variant.content_hash(),
-        )));
-        self.reload(key, ingress, reload).await?;
-        self.emit(
-            Some(&ingress.hypervisor),
-            key,
-            Some(ingress.name()),
-            format!("{} taken out of the ingress", replica.name()),
-        );
-        // The old haproxy worker finishes the connections it accepted.
-        tokio::time::sleep(DRAIN_SETTLE).await;
-        let stepped = step.await;
-        let back = async {
-            rt.write_files(std::slice::from_ref(normal), &BTreeMap::new())
+        for &(ingress, variant, _, reload) in &ingresses {
+            let rt = self.runtime(&ingress.hypervisor)?;
+            rt.write_files(std::slice::from_ref(variant), &BTreeMap::new())
                 .await?;
-            set_left(None);
+            lock().push((
+                ingress.name().to_string(),
+                variant.path.clone(),
+                variant.content_hash(),
+            ));
             self.reload(key, ingress, reload).await?;
             self.emit(
                 Some(&ingress.hypervisor),
                 key,
                 Some(ingress.name()),
-                format!("{} back in the ingress", replica.name()),
+                format!("{} taken out of the ingress", replica.name()),
             );
+        }
+        // The old haproxy workers finish the connections they accepted.
+        tokio::time::sleep(DRAIN_SETTLE).await;
+        let stepped = step.await;
+        let back = async {
+            for &(ingress, _, normal, reload) in &ingresses {
+                let rt = self.runtime(&ingress.hypervisor)?;
+                rt.write_files(std::slice::from_ref(normal), &BTreeMap::new())
+                    .await?;
+                lock().retain(|(c, _, _)| c != ingress.name());
+                self.reload(key, ingress, reload).await?;
+                self.emit(
+                    Some(&ingress.hypervisor),
+                    key,
+                    Some(ingress.name()),
+                    format!("{} back in the ingress", replica.name()),
+                );
+            }
             Ok::<_, StepError>(())
         }
         .await;

@@ -435,6 +435,20 @@ pub struct ClusterInjectArgs {
     #[arg(long, value_name = "N")]
     pub api_server_replicas: Option<u32>,
 
+    /// Ingresses (ours), each on a public hypervisor of its own, sharing the address
+    /// --ingress-virtual-ip (moved between them by VRRP); more than one needs it.
+    #[arg(long, value_name = "N")]
+    pub ingress_replicas: Option<u32>,
+
+    /// The cluster's address (ours): an IPv4 address on the public hypervisors' network that
+    /// nothing else uses, held by one ingress at a time.
+    #[arg(long, value_name = "IP")]
+    pub ingress_virtual_ip: Option<std::net::Ipv4Addr>,
+
+    /// VRRP router ID of the ingresses (1-255; by default the last byte of the virtual IP).
+    #[arg(long, value_name = "ID", requires = "ingress_virtual_ip")]
+    pub ingress_virtual_router_id: Option<u8>,
+
     /// Enable the cluster's WireGuard VPN.
     #[arg(long)]
     pub vpn_enabled: bool,

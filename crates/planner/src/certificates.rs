@@ -88,8 +88,15 @@ pub(crate) fn plan<'a>(
             .iter()
             .filter(move |c| c.spec.role == role && !c.metadata.is_being_deleted())
     };
-    let ingress_ip = live(ComponentRole::ControlPlaneIngress)
-        .find_map(|c| c.spec.hypervisor.as_deref().and_then(&ip_of));
+    // Clients reach the API servers through every ingress's address, and the shared one.
+    let virtual_ip = cluster.ingress_virtual_ip().map(|ip| ip.to_string());
+    let mut ingress_ips: Vec<String> = live(ComponentRole::ControlPlaneIngress)
+        .filter_map(|c| c.spec.hypervisor.as_deref().and_then(&ip_of))
+        .map(str::to_string)
+        .chain(virtual_ip.clone())
+        .collect();
+    ingress_ips.sort();
+    ingress_ips.dedup();
     let spec = &cluster.spec;
     let mut jobs = Vec::new();
     // A replica's API server, etcd member, controller-manager and scheduler; an API server
@@ -105,7 +112,7 @@ pub(crate) fn plan<'a>(
         let ck = c.metadata.name.as_str();
         let component_key = ObjectKey::new(key.namespace.clone(), ck.to_string());
         let mut addresses = vec![ip];
-        addresses.extend(ingress_ip);
+        addresses.extend(ingress_ips.iter().map(String::as_str));
         let apiserver = LeafSpec::kube_apiserver(
             "cluster.local",
             &spec.networking.service_cidr,
@@ -163,8 +170,13 @@ pub(crate) fn plan<'a>(
                     c.metadata.name.clone(),
                 )),
                 name: certs::VPN_PROXY,
-                spec: LeafSpec::vpn_proxy(&[ip])
-                    .map_err(|e| pki_error(key, "status.serverCertificates.vpn-proxy", &e))?,
+                spec: LeafSpec::vpn_proxy(
+                    &[Some(ip), virtual_ip.as_deref()]
+                        .into_iter()
+                        .flatten()
+                        .collect::<Vec<_>>(),
+                )
+                .map_err(|e| pki_error(key, "status.serverCertificates.vpn-proxy", &e))?,
             });
         }
     }

@@ -98,6 +98,28 @@ pub enum Error {
         /// Each candidate hypervisor and what it lacks.
         hypervisors: String,
     },
+    #[error(
+        "cluster {cluster} cannot be scheduled: its ingresses share an address, so their {port} ports must be the same, and no port is free on all of {hypervisors}"
+    )]
+    NoCommonIngressPort {
+        cluster: ObjectKey,
+        port: String,
+        hypervisors: String,
+    },
+    #[error(
+        "cluster {cluster} cannot be scheduled: its {replicas} ingresses need a public hypervisor each, and only {available} can take one"
+    )]
+    IngressesNotApart {
+        cluster: ObjectKey,
+        replicas: usize,
+        available: usize,
+    },
+    #[error("cluster {cluster}: {what}")]
+    IngressAddressTaken {
+        cluster: ObjectKey,
+        /// The field, its value and who else has it.
+        what: String,
+    },
     #[error("port range {low}-{high} of hypervisor {hypervisor} is exhausted")]
     PortRangeExhausted {
         hypervisor: String,

@@ -167,6 +167,16 @@ impl PortAllocator {
         self.range_len() - self.used_in_range
     }
 
+    /// Whether `port` is in the range and held by no one.
+    pub fn is_free(&self, port: u16) -> bool {
+        self.in_range(port) && !self.by_port.contains_key(&port)
+    }
+
+    /// The range's lowest and highest port, `None` when it is not valid.
+    pub fn range(&self) -> Option<(u32, u32)> {
+        self.valid.then_some((self.low, self.high))
+    }
+
     /// The port `owner` holds, if any.
     pub fn port_of(&self, owner: &PortOwner) -> Option<u16> {
         self.by_owner.get(owner).copied()

@@ -220,6 +220,7 @@ impl Drain {
     /// drained hypervisor (reason `Moving`, `Waiting` or `NoCapacity`), `True` once nothing
     /// does; a cluster never drained has none.
     fn record(&self, cluster: &mut Cluster, components: &[Component], now: OffsetDateTime) {
+        let shared_address = cluster.ingress_virtual_ip().is_some();
         let conditions = &mut cluster.status.conditions;
         let (status, reason, message) = match self {
             Drain::None => {
@@ -257,6 +258,12 @@ impl Drain {
                     format!(
                         "{component} leaves drained hypervisor {from}; {} replaces it on {to}",
                         new.metadata.name
+                    )
+                } else if shared_address {
+                    format!(
+                        "{component} leaves drained hypervisor {from}; {} replaces it on {to}, \
+                         and the cluster's address stays {}",
+                        new.metadata.name, cluster.status.api_server_endpoint
                     )
                 } else {
                     format!(
@@ -371,8 +378,9 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &PrepareOpti
                 .and_then(|cluster| validate_components(&cluster, &components).map(|()| cluster)),
         )
     });
+    let shared = SharedAddresses::of(&world);
     for (key, cluster) in ready {
-        let cluster = match cluster {
+        let cluster = match cluster.and_then(|c| shared.check(&key, &c).map(|()| c)) {
             Ok(c) => c,
             Err(e) => {
                 failures.insert(key, e);
@@ -473,6 +481,86 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &PrepareOpti
     Prepared { world, failures }
 }
 
+/// The ingresses' shared addresses and VRRP router IDs of a world's live clusters, and its
+/// hypervisors' addresses: each shared address and router ID belongs to one cluster.
+struct SharedAddresses {
+    addresses: BTreeMap<std::net::Ipv4Addr, Vec<ObjectKey>>,
+    router_ids: BTreeMap<u8, Vec<ObjectKey>>,
+    hypervisors: BTreeMap<String, String>,
+}
+
+impl SharedAddresses {
+    fn of(world: &World) -> Self {
+        let mut this = SharedAddresses {
+            addresses: BTreeMap::new(),
+            router_ids: BTreeMap::new(),
+            hypervisors: world
+                .hypervisors
+                .values()
+                .map(|h| (h.spec.ip_address.clone(), h.metadata.name.clone()))
+                .collect(),
+        };
+        for (key, c) in world.clusters.iter().filter(|(_, c)| !c.is_being_deleted()) {
+            let Some(ingress) = &c.spec.ingress else {
+                continue;
+            };
+            if let Some(ip) = ingress.virtual_ip() {
+                this.addresses.entry(ip).or_default().push(key.clone());
+                if let Some(id) = ingress.router_id() {
+                    this.router_ids.entry(id).or_default().push(key.clone());
+                }
+            }
+        }
+        this
+    }
+
+    /// An error naming the other holder of the cluster's shared address or router ID: the
+    /// first cluster by key keeps it, the others are refused.
+    fn check(&self, key: &ObjectKey, cluster: &Cluster) -> Result<()> {
+        let Some(ingress) = &cluster.spec.ingress else {
+            return Ok(());
+        };
+        let Some(ip) = ingress.virtual_ip() else {
+            return Ok(());
+        };
+        let taken = |field: &'static str, value: String, other: String, why: &'static str| {
+            Err(Error::IngressAddressTaken {
+                cluster: key.clone(),
+                what: format!("spec.ingress.{field} {value} is also {other}{why}"),
+            })
+        };
+        if let Some(h) = self.hypervisors.get(&ip.to_string()) {
+            return taken(
+                "virtualIP",
+                ip.to_string(),
+                format!("the address of hypervisor {h}"),
+                "",
+            );
+        }
+        let other = |holders: Option<&Vec<ObjectKey>>| {
+            holders
+                .into_iter()
+                .flatten()
+                .find(|k| *k < key)
+                .map(|k| format!("cluster {k}'s"))
+        };
+        if let Some(o) = other(self.addresses.get(&ip)) {
+            return taken("virtualIP", ip.to_string(), o, "");
+        }
+        if let Some(id) = ingress.router_id()
+            && let Some(o) = other(self.router_ids.get(&id))
+        {
+            return taken(
+                "virtualRouterID",
+                id.to_string(),
+                o,
+                " (the last byte of virtualIP when absent): set spec.ingress.virtualRouterID to one of its own",
+            );
+        }
+        Ok(())
+    }
+}
+
 struct ClusterPrep<'w> {
     key: &'w ObjectKey,
     now: OffsetDateTime,
@@ -509,6 +597,7 @@ impl ClusterPrep<'_> {
             }
             r => r?,
         }
+        self.ingresses_apart(&cluster, &components)?;
         self.allocate(&mut components, vpn)?;
         self.bootstrap_etcd(&mut components, &planned_before);
         self.set_status(&mut cluster, &components);
@@ -671,20 +760,22 @@ impl ClusterPrep<'_> {
             };
         }
 
-        // Ingress: exactly one live.
+        // Ingresses: `spec.ingress.replicas` live, placed ones kept over unplaced ones, then
+        // by name.
         let mut ingresses: Vec<usize> = (0..components.len())
             .filter(|&i| live(&components[i], ComponentRole::ControlPlaneIngress))
             .collect();
-        // Keep a placed one over an unplaced one, then the first by name.
         ingresses.sort_by_key(|&i| {
             (
                 components[i].spec.hypervisor.is_none(),
                 components[i].metadata.name.clone(),
             )
         });
-        for &i in ingresses.iter().skip(1) {
+        let wanted = cluster.ingress_replicas() as usize;
+        for &i in ingresses.iter().skip(wanted) {
             components[i].metadata.deletion_timestamp = Some(self.now);
         }
+        ingresses.truncate(wanted);
         let new_ingress = |components: &mut Vec<Component>| {
             let mut candidate = ingress_name(name);
             let mut n = 1;
@@ -695,29 +786,29 @@ impl ClusterPrep<'_> {
             components.push(self.new_component(candidate, ComponentRole::ControlPlaneIngress));
             components.len() - 1
         };
-        match ingresses.first() {
-            None => {
-                new_ingress(components);
-            }
-            // An ingress on a drained hypervisor moves once the control plane has nothing
-            // left there: it goes and its replacement starts elsewhere in the same run (its
-            // address changes either way).
-            Some(&i) if matches!(drain, Drain::None) => {
-                if let Some(from) = self.on_drained(&components[i]) {
-                    let component = components[i].metadata.name.clone();
-                    drain = if cluster_ready {
-                        components[i].metadata.deletion_timestamp = Some(self.now);
-                        Drain::Replacing {
-                            component,
-                            from,
-                            replacement: new_ingress(components),
-                        }
-                    } else {
-                        Drain::Waiting { component, from }
-                    };
+        for _ in ingresses.len()..wanted {
+            new_ingress(components);
+        }
+        // An ingress on a drained hypervisor moves once the control plane has nothing left
+        // there: it goes and its replacement starts elsewhere in the same run. Without a
+        // virtual address the cluster's address changes with it.
+        if matches!(drain, Drain::None)
+            && let Some(&i) = ingresses
+                .iter()
+                .find(|&&i| self.on_drained(&components[i]).is_some())
+        {
+            let component = components[i].metadata.name.clone();
+            let from = self.on_drained(&components[i]).unwrap_or_default();
+            drain = if cluster_ready {
+                components[i].metadata.deletion_timestamp = Some(self.now);
+                Drain::Replacing {
+                    component,
+                    from,
+                    replacement: new_ingress(components),
                 }
-            }
-            Some(_) => {}
+            } else {
+                Drain::Waiting { component, from }
+            };
         }
         drain
     }
@@ -878,9 +969,109 @@ impl ClusterPrep<'_> {
         Ok(())
     }
 
+    /// Several ingresses each on a public hypervisor of its own: losing one hypervisor must
+    /// leave the others to take the shared address.
+    fn ingresses_apart(&self, cluster: &Cluster, components: &[Component]) -> Result<()> {
+        let placed: Vec<&str> = components
+            .iter()
+            .filter(|c| {
+                c.spec.role == ComponentRole::ControlPlaneIngress && !c.metadata.is_being_deleted()
+            })
+            .filter_map(|c| c.spec.hypervisor.as_deref())
+            .collect();
+        let distinct: BTreeSet<&str> = placed.iter().copied().collect();
+        if distinct.len() == placed.len() {
+            return Ok(());
+        }
+        Err(Error::IngressesNotApart {
+            cluster: self.key.clone(),
+            replicas: cluster.ingress_replicas() as usize,
+            available: self
+                .hvs
+                .iter()
+                .filter(|h| h.public && h.valid && !h.cordoned)
+                .count(),
+        })
+    }
+
+    /// Gives a cluster's live ingresses, when it has several, the same port for each purpose
+    /// on their hypervisors (the address they share, moved between them, keeps its ports):
+    /// one some of them hold already if the others can take it, else the lowest free on all.
+    fn align_ingress_ports(&mut self, components: &[Component], vpn: bool) -> Result<()> {
+        let ns = self.key.namespace.as_str();
+        let cluster = self.key.name.as_str();
+        let mut group: Vec<(PortOwner, usize, Option<u16>)> = Vec::new();
+        let mut members: Vec<(&Component, usize)> = Vec::new();
+        for c in components {
+            if c.spec.role != ComponentRole::ControlPlaneIngress || c.metadata.is_being_deleted() {
+                continue;
+            }
+            if let Some(h) = &c.spec.hypervisor {
+                members.push((c, self.hv(c, h)?));
+            }
+        }
+        if members.len() < 2 {
+            return Ok(());
+        }
+        for &port_name in required_ports(ComponentRole::ControlPlaneIngress, vpn) {
+            group.clear();
+            for &(c, i) in &members {
+                let owner = PortOwner::new(ns, cluster, &c.metadata.name, port_name);
+                let held = self.hvs[i]
+                    .ports
+                    .port_of(&owner)
+                    .or_else(|| c.status.host_port(port_name));
+                group.push((owner, i, held));
+            }
+            let usable = |hvs: &[HypervisorState], port: u16| {
+                group.iter().all(|(owner, i, _)| {
+                    let ports = &hvs[*i].ports;
+                    ports.port_of(owner) == Some(port) || ports.is_free(port)
+                })
+            };
+            let held: Vec<u16> = group.iter().filter_map(|(_, _, p)| *p).collect();
+            let mut chosen = held.iter().copied().find(|&p| usable(self.hvs, p));
+            if chosen.is_none() {
+                // The ranges' overlap (none when a range is not valid).
+                let (low, high) = group.iter().fold((0u32, u32::MAX), |(lo, hi), (_, i, _)| {
+                    match self.hvs[*i].ports.range() {
+                        Some((l, h)) => (lo.max(l), hi.min(h)),
+                        None => (1, 0),
+                    }
+                });
+                chosen = (low..=high.min(u32::from(u16::MAX)))
+                    .filter_map(|p| u16::try_from(p).ok())
+                    .find(|&p| usable(self.hvs, p));
+            }
+            let Some(port) = chosen else {
+                return Err(Error::NoCommonIngressPort {
+                    cluster: self.key.clone(),
+                    port: port_name.to_string(),
+                    hypervisors: members
+                        .iter()
+                        .map(|(_, i)| self.hvs[*i].name.clone())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                });
+            };
+            for (owner, i, _) in &group {
+                let ports = &mut self.hvs[*i].ports;
+                if ports.port_of(owner) == Some(port) {
+                    continue;
+                }
+                self.touched.insert(*i);
+                self.holders.insert(*i);
+                ports.release(owner);
+                ports.claim(owner, port);
+            }
+        }
+        Ok(())
+    }
+
     /// Gives every live component exactly the ports it needs, and releases the cluster's
     /// other ports, except those of components marked for deletion.
     fn allocate(&mut self, components: &mut [Component], vpn: bool) -> Result<()> {
+        self.align_ingress_ports(components, vpn)?;
         let ns = self.key.namespace.as_str();
         let cluster = self.key.name.as_str();
         let mut keep: BTreeSet<PortOwner> = BTreeSet::new();
@@ -1002,6 +1193,7 @@ impl ClusterPrep<'_> {
 
     /// Endpoints of the cluster: API server behind the ingress, etcd members, VPN.
     fn set_status(&self, cluster: &mut Cluster, components: &[Component]) {
+        let virtual_ip = cluster.ingress_virtual_ip().map(|ip| ip.to_string());
         let status = &mut cluster.status;
         status.api_server_endpoint.clear();
         status.vpn_server_endpoint.clear();
@@ -1036,6 +1228,8 @@ impl ClusterPrep<'_> {
                 }
                 ComponentRole::ApiServer => {}
                 ComponentRole::ControlPlaneIngress => {
+                    // The shared address when there is one, the ingress's otherwise.
+                    let ip = virtual_ip.clone().unwrap_or(ip);
                     if let Some(p) = port(names::APISERVER) {
                         status.api_server_endpoint = format!("https://{ip}:{p}");
                     }

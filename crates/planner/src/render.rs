@@ -334,6 +334,10 @@ impl ComponentRenderer<'_> {
             command: vec!["sh".into(), "-c".into(), "kill -USR2 1".into()],
             files: haproxy_files,
         }];
+        if let Some((pod, file)) = self.vrrp()? {
+            pods.push(pod);
+            files.push(file);
+        }
         if self.cluster.spec.vpn.enabled {
             let (pod, vpn_files) = self.vpn_endpoint()?;
             pods.push(pod);
@@ -349,6 +353,72 @@ impl ComponentRenderer<'_> {
             reloads,
             drained,
         })
+    }
+
+    /// With a shared address (`spec.ingress.virtualIP`), the ingress's VRRP pod: keepalived,
+    /// holding the address while this ingress is the master, and its configuration (unicast to
+    /// the other ingresses' hypervisors; the interface, found by the hypervisor's address when
+    /// it starts). A changed configuration restarts it (the address moves meanwhile).
+    fn vrrp(&self) -> Result<Option<(PodSpec, HostFile)>> {
+        let Some(ingress) = &self.cluster.spec.ingress else {
+            return Ok(None);
+        };
+        let (Some(vip), Some(router_id)) = (ingress.virtual_ip(), ingress.router_id()) else {
+            return Ok(None);
+        };
+        let mut ingresses: Vec<&Component> = self
+            .world
+            .components
+            .values()
+            .filter(|i| {
+                i.metadata.namespace_or_default() == self.key.namespace
+                    && i.spec.cluster == self.component.spec.cluster
+                    && i.spec.role == ComponentRole::ControlPlaneIngress
+                    && !i.metadata.is_being_deleted()
+                    && i.spec.hypervisor.is_some()
+            })
+            .collect();
+        ingresses.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let me = ingresses
+            .iter()
+            .position(|i| i.metadata.name == self.component.metadata.name)
+            .unwrap_or(0);
+        let mut peers = Vec::new();
+        for i in &ingresses {
+            if i.metadata.name != self.component.metadata.name {
+                peers.push(self.ip_of(i)?);
+            }
+        }
+        let config = keepalived_config(&KeepalivedConfig {
+            router_name: &self.component.metadata.name,
+            router_id,
+            // The first ingress by name first; all start as backups and none takes the
+            // address back once another holds it (nopreempt).
+            priority: 150u8.saturating_sub(u8::try_from(me * 10).unwrap_or(u8::MAX)),
+            source: self.ip,
+            peers: &peers,
+            address: vip,
+        });
+        let file = self.file(KEEPALIVED_CONFIG, &config, 0o644);
+        let container = ContainerSpec {
+            name: "keepalived".into(),
+            image: self.image(INFRA.keepalived),
+            command: vec!["sh".into(), "-c".into(), KEEPALIVED_START.into()],
+            args: vec![
+                "keepalived".into(),
+                self.path(KEEPALIVED_CONFIG),
+                self.ip.to_string(),
+            ],
+            env: BTreeMap::new(),
+            mounts: vec![self.config_mount()],
+            // VRRP's raw sockets and the address it adds and removes.
+            privileged: true,
+        };
+        let pod = self.pod(
+            format!("{}-vrrp", self.component.metadata.name),
+            vec![container],
+        );
+        Ok(Some((pod, file)))
     }
 
     /// The cluster VPN's endpoint pod and its files (see [`crate::vpn`] and `oi_vpn`).
@@ -442,9 +512,13 @@ impl ComponentRenderer<'_> {
                     && !i.metadata.is_being_deleted()
             })
             .ok_or_else(|| self.missing("the cluster's ingress (its VPN endpoint)"))?;
+        // The shared address when the ingresses have one: it follows the VPN endpoint.
+        let host = match self.cluster.ingress_virtual_ip() {
+            Some(ip) => ip.to_string(),
+            None => self.ip_of(ingress)?,
+        };
         Ok(Some(format!(
-            "https://{}:{}",
-            self.ip_of(ingress)?,
+            "https://{host}:{}",
             self.port(ingress, names::VPN_PROXY)?
         )))
     }
@@ -809,6 +883,64 @@ impl ComponentRenderer<'_> {
             drained: BTreeMap::new(),
         })
     }
+}
+
+/// The file name of keepalived's configuration in the ingress's directory.
+pub const KEEPALIVED_CONFIG: &str = "keepalived.conf";
+
+/// How the VRRP container starts (`sh -c`, `$1` the configuration, `$2` the hypervisor's
+/// address): the interface holding that address put in the configuration, keepalived run in
+/// the foreground.
+const KEEPALIVED_START: &str = r#"set -eu
+ifc=$(ip -o -4 addr show | awk -v ip="$2" '{split($4, a, "/"); if (a[1] == ip) {print $2; exit}}')
+if [ -z "$ifc" ]; then echo "no interface holds $2" >&2; exit 1; fi
+mkdir -p /run/keepalived
+sed "s/@INTERFACE@/$ifc/g" "$1" > /run/keepalived/keepalived.conf
+exec keepalived -n -l -D -f /run/keepalived/keepalived.conf -p /run/keepalived/keepalived.pid -r /run/keepalived/vrrp.pid"#;
+
+/// What one ingress's keepalived is told.
+pub struct KeepalivedConfig<'a> {
+    /// This ingress's name (keepalived's router name, in its logs).
+    pub router_name: &'a str,
+    pub router_id: u8,
+    pub priority: u8,
+    /// This hypervisor's address: VRRP advertisements come from it.
+    pub source: &'a str,
+    /// The other ingresses' hypervisors' addresses: advertisements go to them (unicast).
+    pub peers: &'a [String],
+    /// The shared address.
+    pub address: std::net::Ipv4Addr,
+}
+
+/// keepalived's configuration: one VRRP instance, every router a backup at start that does
+/// not take the address back (`nopreempt`), advertisements every second unicast to the
+/// peers, the address as a /32 on the interface `@INTERFACE@` (filled in at start): a /32
+/// is no secondary of the hypervisor's subnet, so it never outlives the hypervisor's own
+/// address as that subnet's primary.
+pub fn keepalived_config(c: &KeepalivedConfig<'_>) -> String {
+    let mut peers = String::new();
+    for p in c.peers {
+        peers.push_str(&format!("    {p}\n"));
+    }
+    format!(
+        "global_defs {{\n  router_id {name}\n}}\n\n\
+         vrrp_instance ingress {{\n  \
+           state BACKUP\n  \
+           interface @INTERFACE@\n  \
+           virtual_router_id {id}\n  \
+           priority {priority}\n  \
+           advert_int 1\n  \
+           nopreempt\n  \
+           unicast_src_ip {source}\n  \
+           unicast_peer {{\n{peers}  }}\n  \
+           virtual_ipaddress {{\n    {address}/32 dev @INTERFACE@\n  }}\n\
+         }}\n",
+        name = c.router_name,
+        id = c.router_id,
+        priority = c.priority,
+        source = c.source,
+        address = c.address,
+    )
 }
 
 /// The file name of the VPN endpoint's configuration in the ingress's directory.

@@ -390,6 +390,11 @@ mod full {
                 kubernetes_version: "1.37.1".into(),
                 control_plane_replicas: Some(3),
                 api_server_replicas: Some(5),
+                ingress: Some(crate::ClusterIngress {
+                    replicas: Some(2),
+                    virtual_ip: "192.0.2.10".into(),
+                    virtual_router_id: Some(42),
+                }),
                 certificate_authorities: CertificateAuthorities {
                     api_server_client: Some(cert()),
                     certificate_signer: Some(cert()),

@@ -453,7 +453,7 @@ items:
             kind: Some(Kind::Cluster),
             name: Some("b".into()),
             path: "items[1].spec.replicas".into(),
-            message: "unknown field `replicas`, expected one of `kubernetesVersion`, `controlPlaneReplicas`, `apiServerReplicas`, `certificateAuthorities`, `etcdServer`, `apiServer`, `joinKey`, `joinTokens`, `vpn`, `networking`, `snapshots`".into(),
+            message: "unknown field `replicas`, expected one of `kubernetesVersion`, `controlPlaneReplicas`, `apiServerReplicas`, `certificateAuthorities`, `etcdServer`, `apiServer`, `joinKey`, `joinTokens`, `vpn`, `networking`, `ingress`, `snapshots`".into(),
         })
     );
     let text = "apiVersion: v1\nkind: List\nitems: []\nextra: 1\n";

@@ -1462,3 +1462,139 @@ fn api_servers_beyond_the_replicas_run_alone_behind_the_ingress() {
         "c1-apiserver-0 leaves drained hypervisor private-2; c1-apiserver-2 replaces it on private-1"
     );
 }
+
+fn ha_cluster(name: &str, vip: &str) -> Cluster {
+    let mut c = cluster(name, 1, true);
+    c.spec.ingress = Some(oi_api::ClusterIngress {
+        replicas: Some(2),
+        virtual_ip: vip.into(),
+        virtual_router_id: None,
+    });
+    c
+}
+
+#[test]
+fn ingresses_sharing_an_address_are_apart_on_the_same_ports_and_the_address_is_the_clusters() {
+    let mut hvs = basic();
+    let mut public2 = hypervisor("public-2", true, "192.0.2.2", None, (40000, 40099));
+    // Port 40000 is another cluster's on public-2 only: the shared ports avoid it.
+    public2
+        .status
+        .allocated_ports
+        .push(oi_api::HypervisorPortAllocation {
+            cluster: "other".into(),
+            cluster_namespace: "default".into(),
+            component: "other-ingress/apiserver".into(),
+            port: 40000,
+        });
+    hvs.push(public2);
+    let w = ok(world(hvs.clone(), vec![ha_cluster("c1", "192.0.2.100")]));
+    assert_eq!(
+        placement(&w)[1..],
+        [
+            ("c1-ingress".into(), Some("public-1".into()), false),
+            ("c1-ingress-1".into(), Some("public-2".into()), false),
+        ]
+    );
+    let ports = hp(&[
+        ("apiserver", 40001),
+        ("vpn-proxy", 40002),
+        ("wireguard", 40003),
+    ]);
+    assert_eq!(host_ports(&w, "c1-ingress"), ports);
+    assert_eq!(host_ports(&w, "c1-ingress-1"), ports);
+    let status = &w.clusters[&key("c1")].status;
+    assert_eq!(status.api_server_endpoint, "https://192.0.2.100:40001");
+    assert_eq!(status.vpn_server_endpoint, "192.0.2.100:40003");
+    // The API servers answer to the shared address and to each ingress's.
+    let replica = &w.components[&key("c1-control-plane-0")];
+    let sans =
+        oi_pki::inspect_certificate(&replica.status.server_certificates["apiserver"].certificate)
+            .unwrap()
+            .sans;
+    for ip in ["192.0.2.1", "192.0.2.2", "192.0.2.100"] {
+        assert!(sans.iter().any(|s| s == ip), "{ip} in {sans:?}");
+    }
+    // Each ingress runs keepalived, unicast to the other, the first one by name first.
+    let options = crate::render::RenderOptions::default();
+    let vrrp = |name: &str| {
+        let r = crate::render::render_component(&w, &key(name), &options).unwrap();
+        let pod = r
+            .pods
+            .iter()
+            .find(|p| p.name == format!("{name}-vrrp"))
+            .unwrap();
+        assert!(pod.containers[0].privileged);
+        let cfg = r
+            .files
+            .iter()
+            .find(|f| f.path.ends_with("/keepalived.conf"))
+            .unwrap();
+        String::from_utf8(cfg.content.clone()).unwrap()
+    };
+    let first = vrrp("c1-ingress");
+    for line in [
+        "  virtual_router_id 100\n",
+        "  priority 150\n",
+        "  unicast_src_ip 192.0.2.1\n",
+        "  unicast_peer {\n    192.0.2.2\n  }\n",
+        "    192.0.2.100/32 dev @INTERFACE@\n",
+        "  nopreempt\n",
+    ] {
+        assert!(first.contains(line), "{line:?} in\n{first}");
+    }
+    let second = vrrp("c1-ingress-1");
+    assert!(second.contains("  priority 140\n"), "{second}");
+    assert!(
+        second.contains("  unicast_peer {\n    192.0.2.1\n  }\n"),
+        "{second}"
+    );
+    // The API servers reach the VPN's egress proxy at the shared address too.
+    let cp = crate::render::render_component(&w, &key("c1-control-plane-0"), &options).unwrap();
+    let egress = cp
+        .files
+        .iter()
+        .find(|f| f.path.ends_with(crate::render::EGRESS_SELECTOR))
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&egress.content).contains("url: https://192.0.2.100:40002"),
+        "{}",
+        String::from_utf8_lossy(&egress.content)
+    );
+    assert_eq!(prepare(w.clone(), LATER).world.components, w.components);
+
+    // One public hypervisor cannot hold two.
+    let p = prepare(world(basic(), vec![ha_cluster("c1", "192.0.2.100")]), NOW);
+    assert_eq!(
+        p.failures[&key("c1")].to_string(),
+        "cluster default/c1 cannot be scheduled: its 2 ingresses need a public hypervisor each, and only 1 can take one"
+    );
+    // An address is one cluster's, and no hypervisor's; so is a router ID.
+    let mut taken_vrid = ha_cluster("c4", "192.0.2.200");
+    taken_vrid.spec.ingress.as_mut().unwrap().virtual_ip = "198.51.100.100".into();
+    let p = prepare(
+        world(
+            hvs,
+            vec![
+                ha_cluster("c1", "192.0.2.100"),
+                ha_cluster("c2", "192.0.2.100"),
+                ha_cluster("c3", "192.0.2.1"),
+                taken_vrid,
+            ],
+        ),
+        NOW,
+    );
+    assert!(!p.failures.contains_key(&key("c1")));
+    assert_eq!(
+        p.failures[&key("c2")].to_string(),
+        "cluster default/c2: spec.ingress.virtualIP 192.0.2.100 is also cluster default/c1's"
+    );
+    assert_eq!(
+        p.failures[&key("c3")].to_string(),
+        "cluster default/c3: spec.ingress.virtualIP 192.0.2.1 is also the address of hypervisor public-1"
+    );
+    assert_eq!(
+        p.failures[&key("c4")].to_string(),
+        "cluster default/c4: spec.ingress.virtualRouterID 100 is also cluster default/c1's (the last byte of virtualIP when absent): set spec.ingress.virtualRouterID to one of its own"
+    );
+}

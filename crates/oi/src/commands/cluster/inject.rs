@@ -73,6 +73,16 @@ fn cluster(args: &ClusterInjectArgs) -> Cluster {
             kubernetes_version: args.kubernetes_version.clone(),
             control_plane_replicas: Some(args.control_plane_replicas),
             api_server_replicas: args.api_server_replicas,
+            ingress: (args.ingress_replicas.is_some() || args.ingress_virtual_ip.is_some()).then(
+                || oi_api::ClusterIngress {
+                    replicas: args.ingress_replicas,
+                    virtual_ip: args
+                        .ingress_virtual_ip
+                        .map(|ip| ip.to_string())
+                        .unwrap_or_default(),
+                    virtual_router_id: args.ingress_virtual_router_id,
+                },
+            ),
             api_server: KubeApiServer {
                 extra_sans: args.apiserver_extra_sans.clone(),
                 ..KubeApiServer::default()

@@ -2,6 +2,7 @@
 //! replica and three API servers. The two beyond the replica run alone (kube-apiserver and
 //! nothing else) on the other private hypervisors, behind the ingress, on the replica's etcd:
 //! an object written through one is read through another, and the ingress balances all three.
+//! Every container runs with the CPU weight and memory limit the versions table gives it.
 //! Fewer again: the API servers alone leave, nothing of them left on their hypervisors.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -77,6 +78,78 @@ fn images_on(set: &LocalSet, hypervisor: &str) -> Vec<String> {
         .collect()
 }
 
+/// The CPU weight and memory limit (`cpu.shares`, `memory.limit_in_bytes`) of the cgroup of
+/// the container on `hypervisor` whose image names `image`, as the kernel holds them.
+fn cgroup_limits(set: &LocalSet, hypervisor: &str, image: &str) -> (u64, u64) {
+    let state = set.state().unwrap();
+    let socket = &state
+        .hypervisors
+        .iter()
+        .find(|h| h.name == hypervisor)
+        .unwrap()
+        .socket;
+    let ctr = |args: &[&str]| {
+        oi_e2e::run_command(
+            std::process::Command::new("ctr")
+                .arg("--address")
+                .arg(socket)
+                .args(["-n", "k8s.io"])
+                .args(args),
+            "",
+        )
+        .unwrap()
+        .ok("ctr")
+        .unwrap()
+        .stdout
+    };
+    let containers = ctr(&["containers", "ls"]);
+    let id = containers
+        .lines()
+        .find(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|i| i.contains(image))
+        })
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no {image} container on {hypervisor}:\n{containers}"))
+        .to_string();
+    let tasks = ctr(&["tasks", "ls"]);
+    let pid = tasks
+        .lines()
+        .find(|l| l.starts_with(&id))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap_or_else(|| panic!("no task {id}:\n{tasks}"))
+        .to_string();
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let path_of = |controller: &str| {
+        cgroups
+            .lines()
+            .find_map(|l| {
+                let mut parts = l.splitn(3, ':');
+                let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+                controllers
+                    .split(',')
+                    .any(|c| c == controller)
+                    .then(|| path.to_string())
+            })
+            .unwrap_or_else(|| panic!("no {controller} cgroup in\n{cgroups}"))
+    };
+    let read = |file: String| -> u64 {
+        std::fs::read_to_string(&file)
+            .unwrap_or_else(|e| panic!("{file}: {e}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    (
+        read(format!("/sys/fs/cgroup/cpu{}/cpu.shares", path_of("cpu"))),
+        read(format!(
+            "/sys/fs/cgroup/memory{}/memory.limit_in_bytes",
+            path_of("memory")
+        )),
+    )
+}
+
 #[test]
 fn api_servers_beyond_the_replicas_serve_alone_behind_the_ingress() {
     let test = "api_servers_beyond_the_replicas_serve_alone_behind_the_ingress";
@@ -134,6 +207,16 @@ fn api_servers_beyond_the_replicas_serve_alone_behind_the_ingress() {
         assert_eq!(images.len(), 1, "{h}: {images:?}");
         assert!(images[0].contains("kube-apiserver"), "{h}: {images:?}");
     }
+    // Its CPU weight and memory limit, and the replica's etcd's, as the kernel holds them:
+    // what the versions table asks (250m: 256 shares; 512 MiB, four times over).
+    assert_eq!(
+        cgroup_limits(&set, &host0, "kube-apiserver"),
+        (256, 2048 << 20)
+    );
+    assert_eq!(
+        cgroup_limits(&set, &replica_host, "/etcd:"),
+        (102, 1024 << 20)
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = admin_kubeconfig(&world, "c1", dir.path()).unwrap();

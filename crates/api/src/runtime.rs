@@ -89,8 +89,30 @@ pub struct ContainerSpec {
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub mounts: Vec<Mount>,
-    /// Run privileged (only the VPN endpoint needs this, for its tun device).
+    /// Run privileged (the VPN endpoint, for its tun device; keepalived, for VRRP and the
+    /// address it moves).
     pub privileged: bool,
+    /// What it may use: its CPU weight against the hypervisor's other containers, and a
+    /// memory limit. `None`: no limit (throwaway jobs, tests).
+    pub resources: Option<ContainerResources>,
+}
+
+/// A container's share of its hypervisor (as the kubelet sets a container's cgroup from its
+/// requests and limits): `cpu_millis` becomes its CPU weight (`cpu.shares` = millis × 1024 /
+/// 1000: under contention each container gets CPU in proportion, none is starved, none is
+/// throttled while the CPU is idle), `memory_bytes` a hard memory limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ContainerResources {
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
+}
+
+impl ContainerResources {
+    /// The CFS weight of `cpu_millis` (at least 2, the kernel's minimum), as the kubelet
+    /// computes it.
+    pub fn cpu_shares(&self) -> i64 {
+        i64::try_from((self.cpu_millis * 1024 / 1000).max(2)).unwrap_or(i64::MAX)
+    }
 }
 
 /// A host path bind-mounted into a container.
@@ -158,6 +180,10 @@ impl PodSpec {
                 field("ro", if m.readonly { "1" } else { "0" });
             }
             field("privileged", if c.privileged { "1" } else { "0" });
+            if let Some(r) = &c.resources {
+                field("cpu", &r.cpu_millis.to_string());
+                field("memory", &r.memory_bytes.to_string());
+            }
         }
         hex::encode(h.finalize())
     }
@@ -180,6 +206,7 @@ mod tests {
                 env: BTreeMap::new(),
                 mounts: vec![],
                 privileged: false,
+                resources: None,
             }],
         }
     }

@@ -168,6 +168,33 @@ pub const API_SERVER_REQUESTS: Requests = Requests {
     memory_bytes: 512 * MI,
 };
 
+/// A container's memory limit is this many times what it asks: placement counts the
+/// requests; the limit leaves room for a busy moment while keeping one cluster's runaway
+/// process from taking a hypervisor's memory from the others.
+pub const MEMORY_LIMIT_FACTOR: u64 = 4;
+
+/// What each container of a component asks, by container name (the figures the role
+/// requests above add up): its CPU weight and memory limit come from it
+/// ([`crate::runtime::ContainerResources`]). `None` for a name not rendered for a
+/// component.
+pub fn container_resources(container: &str) -> Option<crate::runtime::ContainerResources> {
+    let (cpu_millis, memory_mi) = match container {
+        "etcd" => (100, 256),
+        "kube-apiserver" => (250, 512),
+        "kube-controller-manager" => (200, 128),
+        "kube-scheduler" => (100, 64),
+        "haproxy" => (50, 64),
+        "vpn-endpoint" => (50, 64),
+        // keepalived (VRRP for a shared ingress address): its share of the ingress's.
+        "keepalived" => (10, 16),
+        _ => return None,
+    };
+    Some(crate::runtime::ContainerResources {
+        cpu_millis,
+        memory_bytes: memory_mi * MI * MEMORY_LIMIT_FACTOR,
+    })
+}
+
 /// What a component of `role` asks, its cluster's VPN on or off.
 pub fn requests(role: crate::component::ComponentRole, vpn: bool) -> Requests {
     match role {

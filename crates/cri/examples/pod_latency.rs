@@ -32,6 +32,7 @@ fn pod(i: usize, kind: &str) -> PodSpec {
             env: BTreeMap::new(),
             mounts: vec![],
             privileged: false,
+            resources: None,
         }],
     }
 }

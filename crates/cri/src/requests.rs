@@ -98,7 +98,11 @@ pub fn container_config(container: &ContainerSpec) -> cri::ContainerConfig {
                 privileged: container.privileged,
                 ..Default::default()
             }),
-            ..Default::default()
+            resources: container.resources.map(|r| cri::LinuxContainerResources {
+                cpu_shares: r.cpu_shares(),
+                memory_limit_in_bytes: i64::try_from(r.memory_bytes).unwrap_or(i64::MAX),
+                ..Default::default()
+            }),
         }),
         ..Default::default()
     }
@@ -302,6 +306,7 @@ pub fn writer_container(files: &[&HostFile], toolbox_image: &str) -> ContainerSp
         env,
         mounts: vec![host_root_mount()],
         privileged: false,
+        resources: None,
     }
 }
 
@@ -320,6 +325,7 @@ pub fn remover_container(paths: &[String], toolbox_image: &str) -> ContainerSpec
         env: BTreeMap::new(),
         mounts: vec![host_root_mount()],
         privileged: false,
+        resources: None,
     }
 }
 
@@ -339,6 +345,7 @@ pub fn log_reader_container(toolbox_image: &str, log_root: &str) -> ContainerSpe
             readonly: false,
         }],
         privileged: false,
+        resources: None,
     }
 }
 

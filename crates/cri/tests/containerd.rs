@@ -22,6 +22,7 @@ fn sleeper(name: &str, arg: &str) -> ContainerSpec {
         env: BTreeMap::from([("OI_TEST".to_string(), "1".to_string())]),
         mounts: vec![],
         privileged: false,
+        resources: None,
     }
 }
 

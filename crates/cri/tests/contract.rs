@@ -27,6 +27,7 @@ fn pod(name: &str, arg: &str) -> PodSpec {
         env: BTreeMap::new(),
         mounts: vec![],
         privileged: false,
+        resources: None,
     };
     PodSpec {
         namespace: "default".into(),

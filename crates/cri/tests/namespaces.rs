@@ -112,6 +112,7 @@ async fn containerd_in_its_own_network_and_mount_namespaces() {
         env: BTreeMap::new(),
         mounts: vec![],
         privileged: false,
+        resources: None,
     };
     let exit = client
         .run_to_completion(&probe, Duration::from_secs(20))

@@ -99,6 +99,7 @@ async fn right_client_certificate_works_end_to_end() {
             env: BTreeMap::new(),
             mounts: vec![],
             privileged: false,
+            resources: None,
         }],
     };
     assert_eq!(client.ensure_pod(&pod).await.unwrap(), Outcome::Created);

@@ -135,6 +135,7 @@ fn shell_job(name: &str, script: &str, m: &RestoreMember, image: &str) -> Contai
         env: BTreeMap::new(),
         mounts: vec![data_mount(m)],
         privileged: false,
+        resources: None,
     }
 }
 
@@ -156,6 +157,7 @@ pub fn restore_job(m: &RestoreMember, image: &str) -> ContainerSpec {
         env: BTreeMap::new(),
         mounts: vec![data_mount(m)],
         privileged: false,
+        resources: None,
     }
 }
 

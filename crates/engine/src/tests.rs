@@ -713,6 +713,7 @@ async fn throwaway_pods_a_killed_run_left_are_removed() {
         env: BTreeMap::new(),
         mounts: Vec::new(),
         privileged: false,
+        resources: None,
     };
     let leftover = oi_cri::requests::throwaway_pod(&writer, "killed");
     let rt = &h.connector.runtimes["private-1"];

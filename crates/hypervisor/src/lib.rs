@@ -277,6 +277,7 @@ pub async fn ensure_front(o: &FrontOptions<'_>) -> anyhow::Result<Front> {
                 },
             ],
             privileged: false,
+            resources: None,
         }],
     };
     let outcome = local

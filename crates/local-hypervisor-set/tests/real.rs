@@ -300,6 +300,7 @@ async fn plain_set_lifecycle() {
             readonly: false,
         }],
         privileged: false,
+        resources: None,
     };
     let pod = oi_api::runtime::PodSpec {
         namespace: "lhs-test".into(),

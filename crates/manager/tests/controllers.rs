@@ -754,6 +754,7 @@ async fn hypervisor_probes_publish_transitions_and_keep_the_metric() {
             env: BTreeMap::new(),
             mounts: vec![],
             privileged: false,
+            resources: None,
         }],
     };
     rt.ensure_pod(&leftover("oi-run-left")).await.unwrap();
@@ -1169,6 +1170,7 @@ async fn engine_runs_never_remove_another_runs_throwaway_pods() {
             env: BTreeMap::new(),
             mounts: vec![],
             privileged: false,
+            resources: None,
         }],
     };
     h.ctx.connector.runtimes["public-1"]

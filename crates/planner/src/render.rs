@@ -139,6 +139,10 @@ pub fn render_component(
         ComponentRole::ApiServer => cx.control_plane(false)?,
         ComponentRole::ControlPlaneIngress => cx.ingress()?,
     };
+    // Every container's CPU weight and memory limit, from the versions table.
+    for c in rendered.pods.iter_mut().flat_map(|p| &mut p.containers) {
+        c.resources = versions::container_resources(&c.name);
+    }
     rendered.pods.sort_by(|a, b| a.name.cmp(&b.name));
     rendered.files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(rendered)
@@ -321,6 +325,7 @@ impl ComponentRenderer<'_> {
             env: BTreeMap::new(),
             mounts: vec![self.config_mount()],
             privileged: false,
+            resources: None,
         };
         let mut pods = vec![self.pod(self.component.metadata.name.clone(), vec![haproxy])];
         // haproxy in master-worker mode (-W) reloads on SIGUSR2, its listening sockets handed
@@ -413,6 +418,7 @@ impl ComponentRenderer<'_> {
             mounts: vec![self.config_mount()],
             // VRRP's raw sockets and the address it adds and removes.
             privileged: true,
+            resources: None,
         };
         let pod = self.pod(
             format!("{}-vrrp", self.component.metadata.name),
@@ -489,6 +495,7 @@ impl ComponentRenderer<'_> {
             ],
             // A tun device, a network namespace of its own, links moved into it.
             privileged: true,
+            resources: None,
         };
         Ok((
             self.pod(format!("{}-vpn", c.metadata.name), vec![container]),
@@ -782,6 +789,7 @@ impl ComponentRenderer<'_> {
                 env: BTreeMap::new(),
                 mounts,
                 privileged: false,
+                resources: None,
             };
         let apiserver = container(
             "kube-apiserver",

@@ -14,6 +14,7 @@ fn pod(arg: &str) -> PodSpec {
             env: BTreeMap::new(),
             mounts: vec![],
             privileged: false,
+            resources: None,
         }],
     }
 }

@@ -19,6 +19,7 @@ fn container(name: &str) -> ContainerSpec {
             readonly: false,
         }],
         privileged: false,
+        resources: None,
     }
 }
 
@@ -65,6 +66,7 @@ fn sandbox_is_host_network_with_identity_labels_and_hash() {
     let mut privileged = pod();
     privileged.containers.push(ContainerSpec {
         privileged: true,
+        resources: None,
         ..container("wireguard")
     });
     let sc = sandbox_config(&privileged, "/l")

@@ -15,6 +15,7 @@ fn container(name: &str, args: &[&str]) -> oi_api::runtime::ContainerSpec {
         env: BTreeMap::new(),
         mounts: vec![],
         privileged: false,
+        resources: None,
     }
 }
 

@@ -564,6 +564,34 @@ async fn a_drain_with_no_room_elsewhere_is_a_warning_and_moves_nothing() {
 }
 
 #[tokio::test]
+async fn a_replica_added_to_a_running_cluster_is_placed_among_every_hypervisor() {
+    // A settled cluster is planned over its own hypervisors only; one that grows must be
+    // placed over all of them (its new replica on another hypervisor than the first).
+    let h = Harness::new();
+    h.ready("c", 1).await;
+    let mut c = h.cluster("c").unwrap();
+    c.spec.control_plane_replicas = Some(2);
+    h.store.update(&c).await.unwrap();
+    reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    let placed: Vec<Option<String>> = h
+        .components("c")
+        .into_iter()
+        .filter(|c| c.spec.role == oi_api::ComponentRole::ControlPlane)
+        .map(|c| c.spec.hypervisor)
+        .collect();
+    assert_eq!(placed.len(), 2);
+    assert_ne!(placed[0], placed[1], "{placed:?}");
+    assert_eq!(
+        succeeded(&h.cluster("c").unwrap()),
+        Some((ConditionStatus::True, "ReconcileSucceeded".into()))
+    );
+    // Settled again: nothing written.
+    h.store.clear_writes();
+    reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
+    assert_eq!(h.store.writes(), []);
+}
+
+#[tokio::test]
 async fn a_deleted_cluster_leaves_nothing_behind() {
     let h = Harness::new();
     h.ready("c", 3).await;

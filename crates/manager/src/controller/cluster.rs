@@ -49,44 +49,34 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
     // Phase 1: plan, and write back what preparing derived, under the write lock.
     let (plan, mut stored) = {
         let _lock = ctx.write_lock.lock().await;
-        // Of each hypervisor, its spec, every port allocation and only this cluster's files.
-        let hypervisors = store
-            .list_map::<Hypervisor, _>(None, |h| share_view(h, key))
-            .await?;
-        // Every component counts for placement (the least loaded hypervisor wins, names are
-        // taken); only this cluster's are planned, the others are left alone, so of those
-        // only what placement reads is copied (see `placement_view`): a copy of every
-        // component per reconcile made the manager quadratic in the number of clusters.
-        let all_components = store
-            .list_map::<Component, _>(None, |c| {
-                if c.cluster_key() == *key {
-                    (true, c.clone())
-                } else {
-                    (false, placement_view(c))
-                }
-            })
-            .await?;
-        let mut world = World::default();
-        for h in hypervisors {
-            world.hypervisors.insert(h.key(), h);
-        }
-        let mut stored = Stored {
-            cluster: cluster.clone(),
-            components: BTreeMap::new(),
+        // First over the hypervisors the cluster is on and its components only: enough when
+        // nothing is to be placed (the usual resync). A pass that would place anything (a
+        // new replica, a replacement) or fails is planned again over every hypervisor and
+        // component: placement weighs them all.
+        let (world, mut stored) = sub_world(store, key, &cluster, Scope::Own).await?;
+        let narrow = oi_planner::plan(world.clone(), now, &ctx.options.plan);
+        let settled = !stored.components.is_empty()
+            && matches!(narrow.clusters.get(key), Some(ClusterPlan::Converge(_)))
+            && narrow
+                .world
+                .components
+                .values()
+                .filter(|c| c.cluster_key() == *key)
+                .all(|c| {
+                    stored.components.get(&c.key()).is_some_and(|was| {
+                        was.spec.hypervisor.is_some() && was.spec.hypervisor == c.spec.hypervisor
+                    })
+                });
+        let (before, mut plan) = if settled {
+            (world, narrow)
+        } else {
+            let (world, full) = sub_world(store, key, &cluster, Scope::All).await?;
+            stored = full;
+            (
+                world.clone(),
+                oi_planner::plan(world, now, &ctx.options.plan),
+            )
         };
-        for (own, c) in all_components {
-            if own {
-                stored.components.insert(c.key(), c.clone());
-            }
-            world.components.insert(c.key(), c);
-        }
-        world.clusters.insert(key.clone(), cluster);
-        // What phase 1 writes back is compared with the hypervisors as read.
-        let before = World {
-            hypervisors: world.hypervisors.clone(),
-            ..World::default()
-        };
-        let mut plan = oi_planner::plan(world, now, &ctx.options.plan);
         if let Some(ClusterPlan::Unplannable(error)) = plan.clusters.get(key)
             && error.reason() == Reason::PrepareFailed
         {
@@ -95,6 +85,11 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
             return Ok(Next::Backoff);
         }
         plan.world.components.retain(|_, c| c.cluster_key() == *key);
+        // What phase 1 writes back is compared with the hypervisors as read.
+        let before = World {
+            hypervisors: before.hypervisors,
+            ..World::default()
+        };
         write_prepared(ctx, key, &before, &plan.world, &mut stored).await?;
         (plan, stored)
     };
@@ -287,6 +282,71 @@ async fn write_prepared<S: Store, C: Connector, N: Network>(
         }
     }
     Ok(())
+}
+
+/// Which objects a reconcile's sub-world holds besides the cluster's own components.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// Only the hypervisors its components are on.
+    Own,
+    /// Every hypervisor, and every other component as placement sees it.
+    All,
+}
+
+/// The world one cluster is planned in: the cluster, its components, and the hypervisors
+/// (and other components) `scope` says; with the components as stored.
+async fn sub_world<S: Store>(
+    store: &S,
+    key: &ObjectKey,
+    cluster: &Cluster,
+    scope: Scope,
+) -> Result<(World, Stored), ReconcileError> {
+    // Every component counts for placement (the least loaded hypervisor wins, names are
+    // taken); only this cluster's are planned, the others are left alone, so of those only
+    // what placement reads is copied (see `placement_view`): a copy of every component per
+    // reconcile made the manager quadratic in the number of clusters.
+    let components: Vec<(bool, Component)> = store
+        .list_map::<Component, _>(None, |c| {
+            if c.cluster_key() == *key {
+                Some((true, c.clone()))
+            } else if scope == Scope::All {
+                Some((false, placement_view(c)))
+            } else {
+                None
+            }
+        })
+        .await?
+        .into_iter()
+        .flatten()
+        .collect();
+    let on: BTreeSet<&str> = components
+        .iter()
+        .filter(|(own, _)| *own)
+        .filter_map(|(_, c)| c.spec.hypervisor.as_deref())
+        .collect();
+    // Of each hypervisor, its spec, every port allocation and only this cluster's files.
+    let hypervisors = store
+        .list_map::<Hypervisor, _>(None, |h| {
+            (scope == Scope::All || on.contains(h.metadata.name.as_str()))
+                .then(|| share_view(h, key))
+        })
+        .await?;
+    let mut world = World::default();
+    for h in hypervisors.into_iter().flatten() {
+        world.hypervisors.insert(h.key(), h);
+    }
+    let mut stored = Stored {
+        cluster: cluster.clone(),
+        components: BTreeMap::new(),
+    };
+    for (own, c) in components {
+        if own {
+            stored.components.insert(c.key(), c.clone());
+        }
+        world.components.insert(c.key(), c);
+    }
+    world.clusters.insert(key.clone(), cluster.clone());
+    Ok((world, stored))
 }
 
 /// A hypervisor as one cluster's reconcile needs it: spec, metadata, every port allocation

@@ -592,6 +592,56 @@ async fn a_replica_added_to_a_running_cluster_is_placed_among_every_hypervisor()
 }
 
 #[tokio::test]
+async fn a_shared_ingress_address_is_one_clusters() {
+    let h = Harness::new();
+    let with_address = |name: &str| {
+        let mut c = cluster(name, 1);
+        c.spec.ingress = Some(oi_api::ClusterIngress {
+            replicas: None,
+            virtual_ip: "10.0.1.100".into(),
+            virtual_router_id: None,
+        });
+        c
+    };
+    // (The simulated network serves no shared address: the cluster is planned and placed,
+    // but not found ready through it.)
+    let reason = |h: &Harness, name: &str| {
+        find_condition(
+            &h.cluster(name).unwrap().status.conditions,
+            condition_types::RECONCILE_SUCCEEDED,
+        )
+        .map(|c| c.reason.clone())
+    };
+    h.store.insert(with_address("a"));
+    reconcile_cluster(&key("a"), &h.ctx).await.unwrap();
+    assert_ne!(reason(&h, "a").as_deref(), Some("PrepareFailed"));
+    assert!(
+        h.cluster("a")
+            .unwrap()
+            .status
+            .api_server_endpoint
+            .starts_with("https://10.0.1.100:")
+    );
+    // A second cluster with the same address is refused, naming the first; nothing placed.
+    h.store.insert(with_address("b"));
+    reconcile_cluster(&key("b"), &h.ctx).await.unwrap();
+    let b = h.cluster("b").unwrap();
+    let c = find_condition(&b.status.conditions, condition_types::RECONCILE_SUCCEEDED).unwrap();
+    assert_eq!(
+        (c.status, c.reason.as_str()),
+        (ConditionStatus::False, "PrepareFailed")
+    );
+    assert_eq!(
+        c.message,
+        "cluster default/b: spec.ingress.virtualIP 10.0.1.100 is also cluster default/a's"
+    );
+    assert!(h.components("b").is_empty());
+    // The first keeps it.
+    reconcile_cluster(&key("a"), &h.ctx).await.unwrap();
+    assert_ne!(reason(&h, "a").as_deref(), Some("PrepareFailed"));
+}
+
+#[tokio::test]
 async fn a_deleted_cluster_leaves_nothing_behind() {
     let h = Harness::new();
     h.ready("c", 3).await;

@@ -60,8 +60,8 @@ pub use plan::{
     EtcdPlan, Plan, PlanOptions, Retirement, Teardown, etcd_membership, plan, plan_prepared,
 };
 pub use prepare::{
-    PrepareOptions, Prepared, control_plane_name, ingress_name, prepare, prepare_with,
-    remove_cluster, remove_component, required_ports,
+    PrepareOptions, Prepared, SharedAddresses, control_plane_name, ingress_name, prepare,
+    prepare_with, remove_cluster, remove_component, required_ports,
 };
 pub use record::{ClusterOutcome, ClusterResult, PlacedFiles, Reason, record};
 

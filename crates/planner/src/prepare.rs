@@ -483,7 +483,10 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &PrepareOpti
 
 /// The ingresses' shared addresses and VRRP router IDs of a world's live clusters, and its
 /// hypervisors' addresses: each shared address and router ID belongs to one cluster.
-struct SharedAddresses {
+/// `oi-manager` plans each cluster in a world of its own: it builds this from every Cluster
+/// and Hypervisor it stores ([`SharedAddresses::new`]) and checks each cluster against it.
+#[derive(Debug, Clone, Default)]
+pub struct SharedAddresses {
     addresses: BTreeMap<std::net::Ipv4Addr, Vec<ObjectKey>>,
     router_ids: BTreeMap<u8, Vec<ObjectKey>>,
     hypervisors: BTreeMap<String, String>,
@@ -491,23 +494,34 @@ struct SharedAddresses {
 
 impl SharedAddresses {
     fn of(world: &World) -> Self {
+        Self::new(
+            world
+                .clusters
+                .iter()
+                .filter(|(_, c)| !c.is_being_deleted())
+                .filter_map(|(k, c)| Some((k.clone(), c.spec.ingress.clone()?))),
+            world
+                .hypervisors
+                .values()
+                .map(|h| (h.metadata.name.clone(), h.spec.ip_address.clone())),
+        )
+    }
+
+    /// From the live clusters' ingress settings and the hypervisors' `(name, address)`.
+    pub fn new(
+        clusters: impl IntoIterator<Item = (ObjectKey, oi_api::ClusterIngress)>,
+        hypervisors: impl IntoIterator<Item = (String, String)>,
+    ) -> Self {
         let mut this = SharedAddresses {
             addresses: BTreeMap::new(),
             router_ids: BTreeMap::new(),
-            hypervisors: world
-                .hypervisors
-                .values()
-                .map(|h| (h.spec.ip_address.clone(), h.metadata.name.clone()))
-                .collect(),
+            hypervisors: hypervisors.into_iter().map(|(n, ip)| (ip, n)).collect(),
         };
-        for (key, c) in world.clusters.iter().filter(|(_, c)| !c.is_being_deleted()) {
-            let Some(ingress) = &c.spec.ingress else {
-                continue;
-            };
+        for (key, ingress) in clusters {
             if let Some(ip) = ingress.virtual_ip() {
                 this.addresses.entry(ip).or_default().push(key.clone());
                 if let Some(id) = ingress.router_id() {
-                    this.router_ids.entry(id).or_default().push(key.clone());
+                    this.router_ids.entry(id).or_default().push(key);
                 }
             }
         }
@@ -516,7 +530,10 @@ impl SharedAddresses {
 
     /// An error naming the other holder of the cluster's shared address or router ID: the
     /// first cluster by key keeps it, the others are refused.
-    fn check(&self, key: &ObjectKey, cluster: &Cluster) -> Result<()> {
+    ///
+    /// # Errors
+    /// [`Error::IngressAddressTaken`] naming the field, its value and the other holder.
+    pub fn check(&self, key: &ObjectKey, cluster: &Cluster) -> Result<()> {
         let Some(ingress) = &cluster.spec.ingress else {
             return Ok(());
         };

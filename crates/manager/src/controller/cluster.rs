@@ -53,6 +53,32 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
         // nothing is to be placed (the usual resync). A pass that would place anything (a
         // new replica, a replacement) or fails is planned again over every hypervisor and
         // component: placement weighs them all.
+        // An HA ingress's shared address and router ID are one cluster's (the planner
+        // sees only this one): checked against every stored Cluster and Hypervisor.
+        if let Some(ingress) = &cluster.spec.ingress
+            && ingress.virtual_ip().is_some()
+        {
+            let clusters = store
+                .list_map::<Cluster, _>(None, |c| {
+                    if c.is_being_deleted() {
+                        return None;
+                    }
+                    Some((c.key(), c.spec.ingress.clone()?))
+                })
+                .await?;
+            let hypervisors = store
+                .list_map::<Hypervisor, _>(None, |h| {
+                    (h.metadata.name.clone(), h.spec.ip_address.clone())
+                })
+                .await?;
+            let shared =
+                oi_planner::SharedAddresses::new(clusters.into_iter().flatten(), hypervisors);
+            if let Err(e) = shared.check(key, &cluster) {
+                let mut stored = cluster.clone();
+                prepare_failed(ctx, key, &mut stored, &e.to_string(), now).await?;
+                return Ok(Next::Backoff);
+            }
+        }
         let (world, mut stored) = sub_world(store, key, &cluster, Scope::Own).await?;
         let narrow = oi_planner::plan(world.clone(), now, &ctx.options.plan);
         let settled = !stored.components.is_empty()

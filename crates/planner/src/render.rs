@@ -413,6 +413,7 @@ impl ComponentRenderer<'_> {
                 "keepalived".into(),
                 self.path(KEEPALIVED_CONFIG),
                 self.ip.to_string(),
+                self.port(self.component, names::APISERVER)?.to_string(),
             ],
             env: BTreeMap::new(),
             mounts: vec![self.config_mount()],
@@ -897,13 +898,18 @@ impl ComponentRenderer<'_> {
 pub const KEEPALIVED_CONFIG: &str = "keepalived.conf";
 
 /// How the VRRP container starts (`sh -c`, `$1` the configuration, `$2` the hypervisor's
-/// address): the interface holding that address put in the configuration, keepalived run in
-/// the foreground.
+/// address, `$3` the ingress's port): the interface holding that address put in the
+/// configuration, the health check written (the hypervisor still holds its address, and
+/// haproxy listens: a socket in LISTEN on the port, read from /proc, connecting to nothing),
+/// keepalived run in the foreground.
 const KEEPALIVED_START: &str = r#"set -eu
 ifc=$(ip -o -4 addr show | awk -v ip="$2" '{split($4, a, "/"); if (a[1] == ip) {print $2; exit}}')
 if [ -z "$ifc" ]; then echo "no interface holds $2" >&2; exit 1; fi
 mkdir -p /run/keepalived
 sed "s/@INTERFACE@/$ifc/g" "$1" > /run/keepalived/keepalived.conf
+port=$(printf '%04X' "$3")
+printf '#!/bin/sh\nip -o -4 addr show | grep -q "inet %s/" || exit 1\ngrep -q ":%s [0-9A-F]*:[0-9A-F]* 0A " /proc/net/tcp6 /proc/net/tcp\n' "$2" "$port" > /run/keepalived/healthy
+chmod 0755 /run/keepalived/healthy
 exec keepalived -n -l -D -f /run/keepalived/keepalived.conf -p /run/keepalived/keepalived.pid -r /run/keepalived/vrrp.pid"#;
 
 /// What one ingress's keepalived is told.
@@ -924,14 +930,21 @@ pub struct KeepalivedConfig<'a> {
 /// not take the address back (`nopreempt`), advertisements every second unicast to the
 /// peers, the address as a /32 on the interface `@INTERFACE@` (filled in at start): a /32
 /// is no secondary of the hypervisor's subnet, so it never outlives the hypervisor's own
-/// address as that subnet's primary.
+/// address as that subnet's primary. Two failed health checks in a row (the hypervisor lost
+/// its address, or haproxy does not listen) put the router in FAULT: it lets the address go.
 pub fn keepalived_config(c: &KeepalivedConfig<'_>) -> String {
     let mut peers = String::new();
     for p in c.peers {
         peers.push_str(&format!("    {p}\n"));
     }
     format!(
-        "global_defs {{\n  router_id {name}\n}}\n\n\
+        "global_defs {{\n  router_id {name}\n  enable_script_security\n  script_user root\n}}\n\n\
+         vrrp_script healthy {{\n  \
+           script \"/run/keepalived/healthy\"\n  \
+           interval 1\n  \
+           fall 2\n  \
+           rise 2\n\
+         }}\n\n\
          vrrp_instance ingress {{\n  \
            state BACKUP\n  \
            interface @INTERFACE@\n  \
@@ -941,7 +954,8 @@ pub fn keepalived_config(c: &KeepalivedConfig<'_>) -> String {
            nopreempt\n  \
            unicast_src_ip {source}\n  \
            unicast_peer {{\n{peers}  }}\n  \
-           virtual_ipaddress {{\n    {address}/32 dev @INTERFACE@\n  }}\n\
+           virtual_ipaddress {{\n    {address}/32 dev @INTERFACE@\n  }}\n  \
+           track_script {{\n    healthy\n  }}\n\
          }}\n",
         name = c.router_name,
         id = c.router_id,

@@ -259,3 +259,211 @@ fn the_clusters_address_survives_the_loss_of_a_public_hypervisor() {
     );
     // `_second` then `set` are dropped: the hypervisor back, then the set destroyed.
 }
+
+/// `oi reconcile` over `world` until `join` (a waiting `oi node join`) has exited; the world
+/// and the join's (success, stderr).
+fn answer_join(world: &str, mut join: std::process::Child) -> (String, bool, String) {
+    let mut world = world.to_string();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while join.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "oi node join did not finish");
+        world = oi_e2e::reconcile(&world, &[])
+            .unwrap()
+            .ok("answering reconcile")
+            .unwrap()
+            .stdout;
+    }
+    let out = join.wait_with_output().unwrap();
+    (
+        world,
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_vpn_endpoint_follows_the_shared_address() {
+    let test = "the_vpn_endpoint_follows_the_shared_address";
+    if !prerequisites(test)
+        || !oi_testsupport::require_root_and_commands(test, &["wg", "wireguard-go", "iptables"])
+    {
+        return;
+    }
+    let set = LocalSet::create_with_workers("hav", 1, 2, false, 1).unwrap();
+    let state = set.state().unwrap();
+    let publics: Vec<String> = state
+        .hypervisors
+        .iter()
+        .filter(|h| h.name.contains("-public-"))
+        .map(|h| h.name.clone())
+        .collect();
+    let mut octets = state.hypervisors[0].ip.octets();
+    octets[3] = 200;
+    let vip = std::net::Ipv4Addr::from(octets).to_string();
+    let world = oi(
+        &[
+            "cluster",
+            "inject",
+            "--name",
+            "c1",
+            "--vpn-enabled",
+            "--ingress-replicas",
+            "2",
+            "--ingress-virtual-ip",
+            &vip,
+        ],
+        &set.manifests,
+    )
+    .unwrap()
+    .ok("oi cluster inject")
+    .unwrap()
+    .stdout;
+    let injected = oi(&["join-token", "inject", "--cluster", "c1"], &world)
+        .unwrap()
+        .ok("oi join-token inject")
+        .unwrap();
+    let token = injected
+        .stderr
+        .lines()
+        .map(str::trim)
+        .find(|l| oi_api::validation::is_bootstrap_token(l))
+        .unwrap()
+        .to_string();
+    let (run, _, _) = reconcile_until_ready(&injected.stdout, 3).unwrap();
+    let world = run.stdout;
+    let parsed = World::parse(&world).unwrap();
+    let cluster = parsed.require_cluster("c1").unwrap();
+    let endpoint = str_at(cluster, &["status", "apiServerEndpoint"])
+        .unwrap()
+        .to_string();
+    assert!(
+        endpoint.starts_with(&format!("https://{vip}:")),
+        "{endpoint}"
+    );
+    let vpn_endpoint = str_at(cluster, &["status", "vpnServerEndpoint"]).unwrap();
+    assert!(
+        vpn_endpoint.starts_with(&format!("{vip}:")),
+        "{vpn_endpoint}"
+    );
+
+    // A worker behind NAT joins through the shared address; its kubelet is reached through
+    // the egress proxy and the tunnel.
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    let ca_pem = oi(&["cluster", "apiserver-ca", "--cluster", "c1"], &world)
+        .unwrap()
+        .ok("oi cluster apiserver-ca")
+        .unwrap()
+        .stdout;
+    std::fs::write(&ca, ca_pem).unwrap();
+    let admin = admin_kubeconfig(&parsed, "c1", dir.path()).unwrap();
+    let kubelet_bin = dir.path().join("kubelet");
+    std::os::unix::fs::symlink(oi_e2e::binary("kube-standin").unwrap(), &kubelet_bin).unwrap();
+    let target = oi_e2e::JoinTarget {
+        endpoint: &endpoint,
+        ca: &ca,
+        token: &token,
+        kubelet: &kubelet_bin,
+    };
+    let w1 = oi_e2e::Worker::new(&set, 1, dir.path()).unwrap();
+    let join = w1
+        .join_command("w1", &target, "90s")
+        .unwrap()
+        .spawn()
+        .unwrap();
+    let (_world, ok, stderr) = answer_join(&world, join);
+    assert!(ok, "{stderr}");
+    let _kubelet = w1
+        .start_kubelet(
+            &oi_e2e::kubelet_command_of(&stderr).unwrap(),
+            "v1.37.1",
+            &dir.path().join("k1.log"),
+        )
+        .unwrap();
+    let proxied = || {
+        let run = kubectl(
+            &admin,
+            &[
+                "--request-timeout=5s",
+                "get",
+                "--raw",
+                "/api/v1/nodes/w1/proxy/healthz",
+            ],
+        )?;
+        anyhow::ensure!(
+            run.success && run.stdout == "ok",
+            "{:?} {}",
+            run.stdout,
+            run.stderr
+        );
+        Ok(())
+    };
+    if let Err(e) = eventually(Duration::from_secs(90), proxied) {
+        let log = std::fs::read_to_string(dir.path().join("k1.log")).unwrap_or_default();
+        panic!("{e:#}\nkubelet:\n{log}");
+    }
+
+    // The address's holder is lost (its link down): the other's VPN endpoint takes the
+    // worker's tunnel over once the worker handshakes again with the same address. WireGuard
+    // does so 15 s after it sent data that got no answer (or at its 2-minute rekey when it
+    // sends only keepalives): the worker pings the endpoint's VPN address meanwhile, as a
+    // worker with traffic into the VPN would. Then the kubelet is reached again.
+    let cidr = str_at(cluster, &["spec", "vpn", "CIDR"]).unwrap();
+    let network: std::net::Ipv4Addr = cidr.split('/').next().unwrap().parse().unwrap();
+    let mut endpoint_vpn = network.octets();
+    endpoint_vpn[3] += 1;
+    let endpoint_vpn = std::net::Ipv4Addr::from(endpoint_vpn).to_string();
+    let w1_host = w1.host.clone();
+    let set_ref = &set;
+    let traffic_then_proxied = || {
+        let _ = set_ref.run_on(
+            &w1_host,
+            &["busybox", "ping", "-c", "1", "-W", "1", &endpoint_vpn],
+        );
+        proxied()
+    };
+    let holder = eventually(Duration::from_secs(20), || {
+        let h = holders(&set, &publics, &vip);
+        anyhow::ensure!(h.len() == 1, "holders of {vip}: {h:?}");
+        Ok(h[0].clone())
+    })
+    .unwrap();
+    let veth = state
+        .hypervisors
+        .iter()
+        .find(|h| h.name == holder)
+        .unwrap()
+        .host_veth
+        .clone();
+    let _revive = Revive {
+        set: &set,
+        hypervisor: holder.clone(),
+        address: None,
+        veth: Some(veth.clone()),
+    };
+    set.kill_containerd(&holder).unwrap();
+    let lost = Instant::now();
+    oi_e2e::run_command(
+        std::process::Command::new("ip").args(["link", "set", &veth, "down"]),
+        "",
+    )
+    .unwrap()
+    .ok("ip link set down")
+    .unwrap();
+    if let Err(e) = eventually(Duration::from_secs(120), traffic_then_proxied) {
+        let log = std::fs::read_to_string(dir.path().join("k1.log")).unwrap_or_default();
+        let states: Vec<(String, Option<String>)> = publics
+            .iter()
+            .map(|h| (h.clone(), vrrp_state(&set, h)))
+            .collect();
+        panic!(
+            "{e:#}\nholders of {vip}: {:?}; keepalived states: {states:?}\nkubelet:\n{log}",
+            holders(&set, &publics, &vip)
+        );
+    }
+    eprintln!(
+        "{holder} lost: the worker's kubelet reached through the other ingress's VPN endpoint \
+         after {:.1?}",
+        lost.elapsed()
+    );
+}

@@ -475,7 +475,13 @@ impl ComponentRenderer<'_> {
             ("proxy-client-ca", self.path("vpn-proxy-client-ca.crt")),
             (
                 "proxy-listen",
-                format!("{}:{proxy_port}", url_host(self.ip)),
+                // Behind a shared address, on every address of the hypervisor: the shared one
+                // too, while this ingress holds it.
+                if self.cluster.ingress_virtual_ip().is_some() {
+                    format!("0.0.0.0:{proxy_port}")
+                } else {
+                    format!("{}:{proxy_port}", url_host(self.ip))
+                },
             ),
             ("proxy-private-key", self.path("vpn-proxy.key")),
             ("state-dir", state),

@@ -1543,6 +1543,19 @@ fn ingresses_sharing_an_address_are_apart_on_the_same_ports_and_the_address_is_t
     ] {
         assert!(first.contains(line), "{line:?} in\n{first}");
     }
+    // Its VPN endpoint's egress proxy answers at the shared address too.
+    let r = crate::render::render_component(&w, &key("c1-ingress"), &options).unwrap();
+    let vpn_args = &r
+        .pods
+        .iter()
+        .find(|p| p.name.ends_with("-vpn"))
+        .unwrap()
+        .containers[0]
+        .args;
+    assert!(
+        vpn_args.contains(&"--proxy-listen=0.0.0.0:40002".to_string()),
+        "{vpn_args:?}"
+    );
     let second = vrrp("c1-ingress-1");
     assert!(second.contains("  priority 140\n"), "{second}");
     assert!(

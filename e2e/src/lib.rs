@@ -534,6 +534,26 @@ impl LocalSet {
         })
     }
 
+    /// The image of every container on `hypervisor` (its `ctr containers ls`, pod sandboxes
+    /// included, the mutual-TLS front's left out).
+    ///
+    /// # Errors
+    /// As [`LocalSet::containers`].
+    pub fn container_images(&self, hypervisor: &str) -> Result<Vec<String>> {
+        Ok(self
+            .containers()?
+            .into_iter()
+            .filter(|(h, _)| h == hypervisor)
+            .flat_map(|(_, listing)| {
+                listing
+                    .lines()
+                    .skip(1)
+                    .filter_map(|l| l.split_whitespace().nth(1).map(str::to_string))
+                    .collect::<Vec<_>>()
+            })
+            .collect())
+    }
+
     /// Names of every container in the `k8s.io` namespace of each hypervisor's containerd,
     /// as `ctr containers ls` reports them (ids, images and runtimes), per hypervisor.
     ///
@@ -981,6 +1001,13 @@ impl World {
     pub fn require_cluster(&self, name: &str) -> Result<&Value> {
         self.cluster(name)
             .with_context(|| format!("no Cluster {name} in the world:\n{}", self.text))
+    }
+
+    /// The hypervisor component `name` is placed on, if it is.
+    pub fn hypervisor_of(&self, name: &str) -> Option<&str> {
+        self.of_kind("Component")
+            .find(|c| str_at(c, &["metadata", "name"]) == Some(name))
+            .and_then(|c| str_at(c, &["spec", "hypervisor"]))
     }
 
     /// The Components of cluster `name`.

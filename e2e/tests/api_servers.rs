@@ -21,7 +21,7 @@ fn served_at(world: &World, set: &LocalSet, component: &str) -> (String, String)
         .of_kind("Component")
         .find(|c| str_at(c, &["metadata", "name"]) == Some(component))
         .unwrap_or_else(|| panic!("no component {component}"));
-    let hypervisor = str_at(c, &["spec", "hypervisor"]).unwrap().to_string();
+    let hypervisor = world.hypervisor_of(component).unwrap().to_string();
     let port = oi_e2e::at(c, &["status", "allocatedHostPorts"])
         .and_then(|p| p.as_sequence())
         .into_iter()
@@ -60,22 +60,11 @@ fn straight_to(kubeconfig: &Path, server: &str, name: &str) -> PathBuf {
     path
 }
 
-/// The containers' images on `hypervisor` (`ctr containers ls`, no header), pod sandboxes
-/// (`pause`) left out.
+/// The containers' images on `hypervisor`, pod sandboxes (`pause`) left out.
 fn images_on(set: &LocalSet, hypervisor: &str) -> Vec<String> {
-    set.containers()
-        .unwrap()
-        .into_iter()
-        .filter(|(h, _)| h == hypervisor)
-        .flat_map(|(_, listing)| {
-            listing
-                .lines()
-                .skip(1)
-                .filter_map(|l| l.split_whitespace().nth(1).map(str::to_string))
-                .filter(|image| !image.contains("/pause:"))
-                .collect::<Vec<_>>()
-        })
-        .collect()
+    let mut images = set.container_images(hypervisor).unwrap();
+    images.retain(|image| !image.contains("/pause:"));
+    images
 }
 
 /// The CPU weight and memory limit (`cpu.shares`, `memory.limit_in_bytes`) of the cgroup of

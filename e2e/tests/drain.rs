@@ -16,28 +16,9 @@ use oi_e2e::{
 
 fn hypervisor_of(world: &World, component: &str) -> String {
     world
-        .of_kind("Component")
-        .find(|c| str_at(c, &["metadata", "name"]) == Some(component))
-        .and_then(|c| str_at(c, &["spec", "hypervisor"]))
+        .hypervisor_of(component)
         .unwrap_or_else(|| panic!("no placed component {component}"))
         .to_string()
-}
-
-/// The containers on `hypervisor`, as `ctr containers ls` lists them (no header).
-fn containers_on(set: &LocalSet, hypervisor: &str) -> Vec<String> {
-    set.containers()
-        .unwrap()
-        .into_iter()
-        .filter(|(h, _)| h == hypervisor)
-        .flat_map(|(_, listing)| {
-            listing
-                .lines()
-                .skip(1)
-                .filter(|l| !l.trim().is_empty())
-                .map(str::to_string)
-                .collect::<Vec<_>>()
-        })
-        .collect()
 }
 
 fn drain(world: &str, hypervisor: &str) -> oi_e2e::Run {
@@ -166,7 +147,10 @@ fn draining_hypervisors_moves_replicas_and_ingress_with_no_write_lost() {
             .of_kind("Component")
             .all(|c| str_at(c, &["spec", "hypervisor"]) != Some(drained.as_str()))
     );
-    assert_eq!(containers_on(&set, &drained), Vec::<String>::new());
+    assert_eq!(
+        set.container_images(&drained).unwrap(),
+        Vec::<String>::new()
+    );
     assert_eq!(world.condition("c1", "Drained").unwrap().0, "True");
 
     // The public hypervisor: the ingress moves, and the cluster's address with it.
@@ -183,7 +167,7 @@ fn draining_hypervisors_moves_replicas_and_ingress_with_no_write_lost() {
     })
     .unwrap();
     assert_eq!(got.stdout.trim(), "configmap/drain-0");
-    assert_eq!(containers_on(&set, &public), Vec::<String>::new());
+    assert_eq!(set.container_images(&public).unwrap(), Vec::<String>::new());
     assert_eq!(world.condition("c1", "Drained").unwrap().0, "True");
 
     // No room elsewhere: the replicas stay where they are, and the reason is named.

@@ -82,6 +82,36 @@ impl Drop for Revive<'_> {
     }
 }
 
+/// Loses `hypervisor` altogether: its containerd killed, then its link down; it comes back
+/// when the returned guard is dropped. Returns the guard and when its link went down.
+fn lose_link<'s>(set: &'s LocalSet, hypervisor: &str) -> (Revive<'s>, Instant) {
+    let veth = set
+        .state()
+        .unwrap()
+        .hypervisors
+        .iter()
+        .find(|h| h.name == hypervisor)
+        .unwrap()
+        .host_veth
+        .clone();
+    let revive = Revive {
+        set,
+        hypervisor: hypervisor.to_string(),
+        address: None,
+        veth: Some(veth.clone()),
+    };
+    set.kill_containerd(hypervisor).unwrap();
+    let lost = Instant::now();
+    oi_e2e::run_command(
+        std::process::Command::new("ip").args(["link", "set", &veth, "down"]),
+        "",
+    )
+    .unwrap()
+    .ok("ip link set down")
+    .unwrap();
+    (revive, lost)
+}
+
 /// Waits for `hypervisor` alone to hold `address`, then for `kubectl` through it; prints and
 /// returns the times since `since`.
 fn moved_to(
@@ -220,19 +250,6 @@ fn the_clusters_address_survives_the_loss_of_a_public_hypervisor() {
     eventually(Duration::from_secs(30), readyz).unwrap();
 
     // Now the other is lost altogether (its link down): back to the first.
-    let veth = state
-        .hypervisors
-        .iter()
-        .find(|h| h.name == other)
-        .unwrap()
-        .host_veth
-        .clone();
-    let _second = Revive {
-        set: &set,
-        hypervisor: other.clone(),
-        address: None,
-        veth: Some(veth.clone()),
-    };
     // The first's health checks pass again (out of FAULT) before it is asked to take over.
     eventually(Duration::from_secs(30), || {
         let state = vrrp_state(&set, &holder);
@@ -243,15 +260,7 @@ fn the_clusters_address_survives_the_loss_of_a_public_hypervisor() {
         Ok(())
     })
     .unwrap();
-    set.kill_containerd(&other).unwrap();
-    let lost = Instant::now();
-    oi_e2e::run_command(
-        std::process::Command::new("ip").args(["link", "set", &veth, "down"]),
-        "",
-    )
-    .unwrap()
-    .ok("ip link set down")
-    .unwrap();
+    let (_second, lost) = lose_link(&set, &other);
     let (moved, answered) = moved_to(&set, &publics, &holder, &vip, &readyz, lost);
     eprintln!(
         "{other} lost (link down): {vip} on {holder} after {moved:.1?}, kubectl through it \
@@ -428,28 +437,7 @@ fn the_vpn_endpoint_follows_the_shared_address() {
         Ok(h[0].clone())
     })
     .unwrap();
-    let veth = state
-        .hypervisors
-        .iter()
-        .find(|h| h.name == holder)
-        .unwrap()
-        .host_veth
-        .clone();
-    let _revive = Revive {
-        set: &set,
-        hypervisor: holder.clone(),
-        address: None,
-        veth: Some(veth.clone()),
-    };
-    set.kill_containerd(&holder).unwrap();
-    let lost = Instant::now();
-    oi_e2e::run_command(
-        std::process::Command::new("ip").args(["link", "set", &veth, "down"]),
-        "",
-    )
-    .unwrap()
-    .ok("ip link set down")
-    .unwrap();
+    let (_revive, lost) = lose_link(&set, &holder);
     if let Err(e) = eventually(Duration::from_secs(120), traffic_then_proxied) {
         let log = std::fs::read_to_string(dir.path().join("k1.log")).unwrap_or_default();
         let states: Vec<(String, Option<String>)> = publics

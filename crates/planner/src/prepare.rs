@@ -762,19 +762,8 @@ impl ClusterPrep<'_> {
         for _ in api_servers.len()..wanted {
             new_api_server(components);
         }
-        if matches!(drain, Drain::None)
-            && let Some(&i) = api_servers
-                .iter()
-                .find(|&&i| self.on_drained(&components[i]).is_some())
-        {
-            let component = components[i].metadata.name.clone();
-            let from = self.on_drained(&components[i]).unwrap_or_default();
-            components[i].metadata.deletion_timestamp = Some(self.now);
-            drain = Drain::Replacing {
-                component,
-                from,
-                replacement: new_api_server(components),
-            };
+        if matches!(drain, Drain::None) {
+            drain = self.replace_drained(components, &api_servers, true, new_api_server);
         }
 
         // Ingresses: `spec.ingress.replicas` live, placed ones kept over unplaced ones, then
@@ -809,25 +798,38 @@ impl ClusterPrep<'_> {
         // An ingress on a drained hypervisor moves once the control plane has nothing left
         // there: it goes and its replacement starts elsewhere in the same run. Without a
         // virtual address the cluster's address changes with it.
-        if matches!(drain, Drain::None)
-            && let Some(&i) = ingresses
-                .iter()
-                .find(|&&i| self.on_drained(&components[i]).is_some())
-        {
-            let component = components[i].metadata.name.clone();
-            let from = self.on_drained(&components[i]).unwrap_or_default();
-            drain = if cluster_ready {
-                components[i].metadata.deletion_timestamp = Some(self.now);
-                Drain::Replacing {
-                    component,
-                    from,
-                    replacement: new_ingress(components),
-                }
-            } else {
-                Drain::Waiting { component, from }
-            };
+        if matches!(drain, Drain::None) {
+            drain = self.replace_drained(components, &ingresses, cluster_ready, new_ingress);
         }
         drain
+    }
+
+    /// The first of `group` on a drained hypervisor goes in this run and a replacement
+    /// (`new` pushes it) starts elsewhere; with `ready` false it waits instead. What the
+    /// drain does, or [`Drain::None`] when none of `group` is on a drained hypervisor.
+    fn replace_drained(
+        &self,
+        components: &mut Vec<Component>,
+        group: &[usize],
+        ready: bool,
+        new: impl FnOnce(&mut Vec<Component>) -> usize,
+    ) -> Drain {
+        let Some((i, from)) = group
+            .iter()
+            .find_map(|&i| Some((i, self.on_drained(&components[i])?)))
+        else {
+            return Drain::None;
+        };
+        let component = components[i].metadata.name.clone();
+        if !ready {
+            return Drain::Waiting { component, from };
+        }
+        components[i].metadata.deletion_timestamp = Some(self.now);
+        Drain::Replacing {
+            component,
+            from,
+            replacement: new(components),
+        }
     }
 
     /// Takes back a replacement that found no room: the component it was to replace stays

@@ -95,6 +95,14 @@ fn describe(r: &Rendered) -> String {
             let privileged = if c.privileged { " privileged" } else { "" };
             out.push_str(&format!("  container {} {}{privileged}\n", c.name, c.image));
             out.push_str(&format!("    command {}\n", c.command.join(" ")));
+            if let Some(r) = &c.resources {
+                out.push_str(&format!(
+                    "    resources cpu {}m ({} shares), memory limit {} MiB\n",
+                    r.cpu_millis,
+                    r.cpu_shares(),
+                    r.memory_bytes >> 20
+                ));
+            }
             for a in &c.args {
                 out.push_str(&format!("    {a}\n"));
             }

@@ -102,21 +102,23 @@ fn name_index(cluster: &str, infix: &str, component: &str) -> Option<u32> {
         .ok()
 }
 
-/// The order of a cluster's control plane replicas: by replica index, then names of other
+/// The order of components named `<cluster><infix><index>`: by index, then names of other
 /// forms, by name.
-pub(crate) fn replica_order(cluster: &str, component: &str) -> ((u8, u32), String) {
+fn name_order(cluster: &str, infix: &str, component: &str) -> ((u8, u32), String) {
     (
-        name_index(cluster, "-control-plane-", component).map_or((1, 0), |x| (0, x)),
+        name_index(cluster, infix, component).map_or((1, 0), |x| (0, x)),
         component.to_string(),
     )
 }
 
-/// The order of a cluster's API servers alone, as [`replica_order`].
+/// The order of a cluster's control plane replicas (see [`name_order`]).
+pub(crate) fn replica_order(cluster: &str, component: &str) -> ((u8, u32), String) {
+    name_order(cluster, "-control-plane-", component)
+}
+
+/// The order of a cluster's API servers alone (see [`name_order`]).
 fn api_server_order(cluster: &str, component: &str) -> ((u8, u32), String) {
-    (
-        name_index(cluster, "-apiserver-", component).map_or((1, 0), |x| (0, x)),
-        component.to_string(),
-    )
+    name_order(cluster, "-apiserver-", component)
 }
 
 /// The positions of the live control plane replicas in `components`, in replica order.
@@ -259,16 +261,11 @@ impl Drain {
                         "{component} leaves drained hypervisor {from}; {} replaces it on {to}",
                         new.metadata.name
                     )
-                } else if shared_address {
-                    format!(
-                        "{component} leaves drained hypervisor {from}; {} replaces it on {to}, \
-                         and the cluster's address stays {}",
-                        new.metadata.name, cluster.status.api_server_endpoint
-                    )
                 } else {
+                    let address = if shared_address { "stays" } else { "becomes" };
                     format!(
                         "{component} leaves drained hypervisor {from}; {} replaces it on {to}, \
-                         and the cluster's address becomes {}",
+                         and the cluster's address {address} {}",
                         new.metadata.name, cluster.status.api_server_endpoint
                     )
                 };

@@ -244,35 +244,21 @@ impl ComponentRenderer<'_> {
         .ok_or_else(|| self.missing(format!("cluster CA {field}")))
     }
 
-    /// The live control plane replicas of the cluster, by replica index then name.
-    fn replicas(&self) -> Vec<&Component> {
-        let mut replicas: Vec<&Component> = self
-            .world
-            .components
-            .values()
-            .filter(|c| {
-                c.metadata.namespace_or_default() == self.key.namespace
-                    && c.spec.cluster == self.component.spec.cluster
-                    && c.spec.role == ComponentRole::ControlPlane
-                    && !c.metadata.is_being_deleted()
-            })
-            .collect();
-        replicas.sort_by_key(|c| replica_order(&self.component.spec.cluster, &c.metadata.name));
-        replicas
+    /// The live components of the cluster in `role`, by name.
+    fn live(&self, role: ComponentRole) -> impl Iterator<Item = &Component> {
+        self.world.components.values().filter(move |c| {
+            c.metadata.namespace_or_default() == self.key.namespace
+                && c.spec.cluster == self.component.spec.cluster
+                && c.spec.role == role
+                && !c.metadata.is_being_deleted()
+        })
     }
 
-    /// The live API servers alone of the cluster (`spec.apiServerReplicas`), by name.
-    fn api_servers_alone(&self) -> Vec<&Component> {
-        self.world
-            .components
-            .values()
-            .filter(|c| {
-                c.metadata.namespace_or_default() == self.key.namespace
-                    && c.spec.cluster == self.component.spec.cluster
-                    && c.spec.role == ComponentRole::ApiServer
-                    && !c.metadata.is_being_deleted()
-            })
-            .collect()
+    /// The live control plane replicas of the cluster, by replica index then name.
+    fn replicas(&self) -> Vec<&Component> {
+        let mut replicas: Vec<&Component> = self.live(ComponentRole::ControlPlane).collect();
+        replicas.sort_by_key(|c| replica_order(&self.component.spec.cluster, &c.metadata.name));
+        replicas
     }
 
     fn ip_of(&self, c: &Component) -> Result<String> {
@@ -289,7 +275,11 @@ impl ComponentRenderer<'_> {
             "spec.apiServer.ca",
         )?;
         let mut backends = Vec::new();
-        for r in self.replicas().into_iter().chain(self.api_servers_alone()) {
+        for r in self
+            .replicas()
+            .into_iter()
+            .chain(self.live(ComponentRole::ApiServer))
+        {
             if r.spec.hypervisor.is_none() {
                 continue;
             }
@@ -371,19 +361,10 @@ impl ComponentRenderer<'_> {
         let (Some(vip), Some(router_id)) = (ingress.virtual_ip(), ingress.router_id()) else {
             return Ok(None);
         };
-        let mut ingresses: Vec<&Component> = self
-            .world
-            .components
-            .values()
-            .filter(|i| {
-                i.metadata.namespace_or_default() == self.key.namespace
-                    && i.spec.cluster == self.component.spec.cluster
-                    && i.spec.role == ComponentRole::ControlPlaneIngress
-                    && !i.metadata.is_being_deleted()
-                    && i.spec.hypervisor.is_some()
-            })
+        let ingresses: Vec<&Component> = self
+            .live(ComponentRole::ControlPlaneIngress)
+            .filter(|i| i.spec.hypervisor.is_some())
             .collect();
-        ingresses.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         let me = ingresses
             .iter()
             .position(|i| i.metadata.name == self.component.metadata.name)
@@ -516,15 +497,8 @@ impl ComponentRenderer<'_> {
             return Ok(None);
         }
         let ingress = self
-            .world
-            .components
-            .values()
-            .find(|i| {
-                i.metadata.namespace_or_default() == self.key.namespace
-                    && i.spec.cluster == self.component.spec.cluster
-                    && i.spec.role == ComponentRole::ControlPlaneIngress
-                    && !i.metadata.is_being_deleted()
-            })
+            .live(ComponentRole::ControlPlaneIngress)
+            .next()
             .ok_or_else(|| self.missing("the cluster's ingress (its VPN endpoint)"))?;
         // The shared address when the ingresses have one: it follows the VPN endpoint.
         let host = match self.cluster.ingress_virtual_ip() {

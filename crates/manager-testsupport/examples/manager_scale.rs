@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use oi_api::common::{ConditionStatus, condition_types, find_condition};
 use oi_api::{
-    Cluster, ClusterSpec, Component, Hypervisor, HypervisorSpec, LocalCriEndpoint, ObjectKey,
-    ObjectMeta, PortRange, Resource as _,
+    Cluster, ClusterSpec, Component, Hypervisor, HypervisorSpec, LocalCriEndpoint, ObjectMeta,
+    PortRange, Resource as _,
 };
 use oi_cri::fake::FakeRuntime;
 use oi_engine::{ConnectError, Connector, ExecuteOptions, sim};
@@ -25,7 +25,7 @@ use oi_manager::controller::{
 };
 use oi_manager::metrics::Metrics;
 use oi_manager_testsupport::driver::{CONCURRENCY, Driver};
-use oi_manager_testsupport::memory::MemoryStore;
+use oi_manager_testsupport::memory::{MemoryStore, StoreSource};
 
 struct FakeConnector(BTreeMap<String, Arc<FakeRuntime>>);
 
@@ -38,24 +38,6 @@ impl Connector for FakeConnector {
             .get(&name)
             .cloned()
             .ok_or(ConnectError::NoEndpoint { hypervisor: name })
-    }
-}
-
-struct StoreSource(Arc<MemoryStore>);
-
-impl sim::Source for StoreSource {
-    fn find_component<T>(&self, f: impl FnMut(&Component) -> Option<T>) -> Option<T> {
-        self.0.find_map(f)
-    }
-    fn find_hypervisor<T>(&self, f: impl FnMut(&Hypervisor) -> Option<T>) -> Option<T> {
-        self.0.find_map(f)
-    }
-    fn with_component<T>(
-        &self,
-        key: &ObjectKey,
-        f: impl FnOnce(&Component) -> Option<T>,
-    ) -> Option<T> {
-        self.0.with_object(key, f)
     }
 }
 

@@ -572,3 +572,23 @@ impl Store for MemoryStore {
         Ok(())
     }
 }
+
+/// The simulated network's view of a [`MemoryStore`] (`oi_engine::sim::SimNetwork`): etcd
+/// members and API servers are found among the Components and Hypervisors it holds.
+pub struct StoreSource(pub std::sync::Arc<MemoryStore>);
+
+impl oi_engine::sim::Source for StoreSource {
+    fn find_component<T>(&self, f: impl FnMut(&oi_api::Component) -> Option<T>) -> Option<T> {
+        self.0.find_map(f)
+    }
+    fn find_hypervisor<T>(&self, f: impl FnMut(&oi_api::Hypervisor) -> Option<T>) -> Option<T> {
+        self.0.find_map(f)
+    }
+    fn with_component<T>(
+        &self,
+        key: &oi_api::ObjectKey,
+        f: impl FnOnce(&oi_api::Component) -> Option<T>,
+    ) -> Option<T> {
+        self.0.with_object(key, f)
+    }
+}

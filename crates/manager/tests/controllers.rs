@@ -22,7 +22,7 @@ use pretty_assertions::assert_eq;
 use oi_manager::controller::*;
 use oi_manager::metrics::Metrics;
 use oi_manager::store::{EventType, Store as _, StoreError};
-use oi_manager_testsupport::memory::{MemoryStore, Op, Write};
+use oi_manager_testsupport::memory::{MemoryStore, Op, StoreSource, Write};
 
 const HYPERVISORS: [(&str, bool, &str); 4] = [
     ("private-1", false, "10.0.0.1"),
@@ -86,25 +86,6 @@ impl Connector for FakeConnector {
             .get(&name)
             .cloned()
             .ok_or(ConnectError::NoEndpoint { hypervisor: name })
-    }
-}
-
-/// The simulated network reads the components and hypervisors from the store.
-struct StoreSource(Arc<MemoryStore>);
-
-impl sim::Source for StoreSource {
-    fn find_component<T>(&self, f: impl FnMut(&Component) -> Option<T>) -> Option<T> {
-        self.0.find_map(f)
-    }
-    fn find_hypervisor<T>(&self, f: impl FnMut(&Hypervisor) -> Option<T>) -> Option<T> {
-        self.0.find_map(f)
-    }
-    fn with_component<T>(
-        &self,
-        key: &ObjectKey,
-        f: impl FnOnce(&Component) -> Option<T>,
-    ) -> Option<T> {
-        self.0.with_object(key, f)
     }
 }
 

@@ -218,15 +218,38 @@ pub fn oi(args: &[&str], stdin: &str) -> Result<Run> {
 /// As [`oi`], and when the inject fails.
 pub fn inject_cluster(manifests: &str, name: &str, replicas: u32) -> Result<String> {
     let replicas = replicas.to_string();
-    let args = [
-        "cluster",
-        "inject",
-        "--name",
-        name,
-        "--control-plane-replicas",
-        &replicas,
-    ];
-    Ok(oi(&args, manifests)?.ok("oi cluster inject")?.stdout)
+    inject_cluster_with(manifests, name, &["--control-plane-replicas", &replicas])
+}
+
+/// `oi cluster inject --name NAME FLAGS...` over `manifests`: the manifests with the new
+/// cluster added.
+///
+/// # Errors
+/// As [`oi`], and when the inject fails.
+pub fn inject_cluster_with(manifests: &str, name: &str, flags: &[&str]) -> Result<String> {
+    let mut args = vec!["cluster", "inject", "--name", name];
+    args.extend_from_slice(flags);
+    Ok(oi(&args, manifests)?
+        .ok(&format!("oi cluster inject {name}"))?
+        .stdout)
+}
+
+/// `oi join-token inject --cluster CLUSTER` over `world`: the new world, and the token it
+/// printed on stderr.
+///
+/// # Errors
+/// As [`oi`], when the inject fails or prints no token.
+pub fn inject_join_token(world: &str, cluster: &str) -> Result<(String, String)> {
+    let run = oi(&["join-token", "inject", "--cluster", cluster], world)?
+        .ok(&format!("oi join-token inject {cluster}"))?;
+    let token = run
+        .stderr
+        .lines()
+        .map(str::trim)
+        .find(|l| oi_api::validation::is_bootstrap_token(l))
+        .with_context(|| format!("no token on oi join-token inject's stderr:\n{}", run.stderr))?
+        .to_string();
+    Ok((run.stdout, token))
 }
 
 /// `oi reconcile --image-repository localhost/oneinfra EXTRA...` over `world`.

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use oi_e2e::{
-    LocalSet, World, admin_kubeconfig, eventually, kubectl, oi, prerequisites,
-    reconcile_until_ready, str_at,
+    LocalSet, World, admin_kubeconfig, eventually, kubectl, prerequisites, reconcile_until_ready,
+    str_at,
 };
 
 /// The component's hypervisor and its API server's `https://ip:port`.
@@ -146,23 +146,17 @@ fn api_servers_beyond_the_replicas_serve_alone_behind_the_ingress() {
         return;
     }
     let set = LocalSet::create("aps", 3, 1, false).unwrap();
-    let injected = oi(
+    let injected = oi_e2e::inject_cluster_with(
+        &set.manifests,
+        "c1",
         &[
-            "cluster",
-            "inject",
-            "--name",
-            "c1",
             "--control-plane-replicas",
             "1",
             "--api-server-replicas",
             "3",
         ],
-        &set.manifests,
     )
-    .unwrap()
-    .ok("oi cluster inject")
-    .unwrap()
-    .stdout;
+    .unwrap();
     let (run, _, _) = reconcile_until_ready(&injected, 1).unwrap();
     let world = World::parse(&run.stdout).unwrap();
     let roles: Vec<(String, String)> = world

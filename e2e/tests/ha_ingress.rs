@@ -54,6 +54,22 @@ fn vrrp_state(set: &LocalSet, hypervisor: &str) -> Option<String> {
     })
 }
 
+/// The set's two public hypervisors, and an unused address of its network (`.200`) for the
+/// ingresses to share.
+fn publics_and_address(set: &LocalSet) -> (Vec<String>, String) {
+    let state = set.state().unwrap();
+    let publics: Vec<String> = state
+        .hypervisors
+        .iter()
+        .filter(|h| h.name.contains("-public-"))
+        .map(|h| h.name.clone())
+        .collect();
+    assert_eq!(publics.len(), 2, "{publics:?}");
+    let mut octets = state.hypervisors[0].ip.octets();
+    octets[3] = 200;
+    (publics, std::net::Ipv4Addr::from(octets).to_string())
+}
+
 /// Brings a lost hypervisor back when the test ends, however it ends (its address, its
 /// link, its containerd), so that the set can be destroyed.
 struct Revive<'s> {
@@ -141,34 +157,13 @@ fn the_clusters_address_survives_the_loss_of_a_public_hypervisor() {
     }
     let set = LocalSet::create("hai", 1, 2, false).unwrap();
     let state = set.state().unwrap();
-    let publics: Vec<String> = state
-        .hypervisors
-        .iter()
-        .filter(|h| h.name.contains("-public-"))
-        .map(|h| h.name.clone())
-        .collect();
-    assert_eq!(publics.len(), 2);
-    // An unused address of the set's network.
-    let mut octets = state.hypervisors[0].ip.octets();
-    octets[3] = 200;
-    let vip = std::net::Ipv4Addr::from(octets).to_string();
-    let injected = oi(
-        &[
-            "cluster",
-            "inject",
-            "--name",
-            "c1",
-            "--ingress-replicas",
-            "2",
-            "--ingress-virtual-ip",
-            &vip,
-        ],
+    let (publics, vip) = publics_and_address(&set);
+    let injected = oi_e2e::inject_cluster_with(
         &set.manifests,
+        "c1",
+        &["--ingress-replicas", "2", "--ingress-virtual-ip", &vip],
     )
-    .unwrap()
-    .ok("oi cluster inject")
-    .unwrap()
-    .stdout;
+    .unwrap();
     let (run, _, _) = reconcile_until_ready(&injected, 1).unwrap();
     let world = World::parse(&run.stdout).unwrap();
     let endpoint = str_at(
@@ -299,46 +294,21 @@ fn the_vpn_endpoint_follows_the_shared_address() {
         return;
     }
     let set = LocalSet::create_with_workers("hav", 1, 2, false, 1).unwrap();
-    let state = set.state().unwrap();
-    let publics: Vec<String> = state
-        .hypervisors
-        .iter()
-        .filter(|h| h.name.contains("-public-"))
-        .map(|h| h.name.clone())
-        .collect();
-    let mut octets = state.hypervisors[0].ip.octets();
-    octets[3] = 200;
-    let vip = std::net::Ipv4Addr::from(octets).to_string();
-    let world = oi(
+    let (publics, vip) = publics_and_address(&set);
+    let world = oi_e2e::inject_cluster_with(
+        &set.manifests,
+        "c1",
         &[
-            "cluster",
-            "inject",
-            "--name",
-            "c1",
             "--vpn-enabled",
             "--ingress-replicas",
             "2",
             "--ingress-virtual-ip",
             &vip,
         ],
-        &set.manifests,
     )
-    .unwrap()
-    .ok("oi cluster inject")
-    .unwrap()
-    .stdout;
-    let injected = oi(&["join-token", "inject", "--cluster", "c1"], &world)
-        .unwrap()
-        .ok("oi join-token inject")
-        .unwrap();
-    let token = injected
-        .stderr
-        .lines()
-        .map(str::trim)
-        .find(|l| oi_api::validation::is_bootstrap_token(l))
-        .unwrap()
-        .to_string();
-    let (run, _, _) = reconcile_until_ready(&injected.stdout, 3).unwrap();
+    .unwrap();
+    let (world, token) = oi_e2e::inject_join_token(&world, "c1").unwrap();
+    let (run, _, _) = reconcile_until_ready(&world, 3).unwrap();
     let world = run.stdout;
     let parsed = World::parse(&world).unwrap();
     let cluster = parsed.require_cluster("c1").unwrap();

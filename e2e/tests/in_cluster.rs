@@ -16,7 +16,7 @@ use std::path::Path;
 
 use base64::Engine as _;
 use kubectl::Kubectl;
-use oi_e2e::{LocalSet, Summary, admin_kubeconfig, inject_cluster, oi, prerequisites, reconcile};
+use oi_e2e::{LocalSet, Summary, admin_kubeconfig, inject_cluster, prerequisites, reconcile};
 use oi_kube_standin::local::{KubeconfigUser, kubeconfig};
 
 const JOIN_REQUEST: &str = r"
@@ -45,22 +45,6 @@ fn with_credentials(admin: &Path, user: KubeconfigUser<'_>) -> String {
     )
 }
 
-/// `oi join-token inject --cluster NAME` over `world`: the new world and the token.
-fn inject_token(world: &str, cluster: &str) -> (String, String) {
-    let run = oi(&["join-token", "inject", "--cluster", cluster], world)
-        .unwrap()
-        .ok("oi join-token inject")
-        .unwrap();
-    let token = run
-        .stderr
-        .lines()
-        .map(str::trim)
-        .find(|l| oi_api::validation::is_bootstrap_token(l))
-        .expect("the token on stderr")
-        .to_string();
-    (run.stdout, token)
-}
-
 fn reconciled(world: &str, what: &str) -> (String, Summary) {
     let run = reconcile(world, &[]).unwrap();
     let summary = run.summary().unwrap();
@@ -76,8 +60,8 @@ fn a_ready_cluster_holds_its_objects_and_join_tokens_are_limited_to_joining() {
     }
     let set = LocalSet::create("inc", 1, 1, false).unwrap();
     let world = inject_cluster(&set.manifests, "c1", 1).unwrap();
-    let (world, token_a) = inject_token(&world, "c1");
-    let (world, token_b) = inject_token(&world, "c1");
+    let (world, token_a) = oi_e2e::inject_join_token(&world, "c1").unwrap();
+    let (world, token_b) = oi_e2e::inject_join_token(&world, "c1").unwrap();
     let (world, summary) = reconciled(&world, "first oi reconcile");
     eprintln!("{test}: {summary}");
     assert_eq!(summary.ready, 1, "{summary}");

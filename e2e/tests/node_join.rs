@@ -98,18 +98,8 @@ fn a_worker_joins_with_oi_node_join_and_its_kubelet_becomes_ready() {
     }
     let set = LocalSet::create("join", 1, 1, false).unwrap();
     let world = inject_cluster(&set.manifests, "c1", 1).unwrap();
-    let injected = oi(&["join-token", "inject", "--cluster", "c1"], &world)
-        .unwrap()
-        .ok("oi join-token inject")
-        .unwrap();
-    let token = injected
-        .stderr
-        .lines()
-        .map(str::trim)
-        .find(|l| oi_api::validation::is_bootstrap_token(l))
-        .unwrap()
-        .to_string();
-    let world = reconcile(&injected.stdout, &[])
+    let (world, token) = oi_e2e::inject_join_token(&world, "c1").unwrap();
+    let world = reconcile(&world, &[])
         .unwrap()
         .ok("oi reconcile")
         .unwrap()

@@ -111,21 +111,7 @@ fn cas_rotate_with_the_api_up_until_the_last_phase() {
         return;
     }
     let set = LocalSet::create("rot", 3, 1, false).unwrap();
-    let injected = oi(
-        &[
-            "cluster",
-            "inject",
-            "--name",
-            "c1",
-            "--control-plane-replicas",
-            "3",
-        ],
-        &set.manifests,
-    )
-    .unwrap()
-    .ok("oi cluster inject")
-    .unwrap()
-    .stdout;
+    let injected = oi_e2e::inject_cluster(&set.manifests, "c1", 3).unwrap();
     let (run, _, _) = reconcile_until_ready(&injected, 3).unwrap();
     let world = run.stdout;
     let parsed = World::parse(&world).unwrap();

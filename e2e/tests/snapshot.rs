@@ -119,21 +119,7 @@ fn a_cluster_comes_back_from_its_snapshot_on_other_hypervisors_and_in_place() {
     runtime.block_on(store.create_bucket("snaps")).unwrap();
 
     let set = LocalSet::create("snp", 6, 1, false).unwrap();
-    let injected = oi(
-        &[
-            "cluster",
-            "inject",
-            "--name",
-            "c1",
-            "--control-plane-replicas",
-            "3",
-        ],
-        &set.manifests,
-    )
-    .unwrap()
-    .ok("oi cluster inject")
-    .unwrap()
-    .stdout;
+    let injected = oi_e2e::inject_cluster(&set.manifests, "c1", 3).unwrap();
     let (run, _, _) = reconcile_until_ready(&injected, 3).unwrap();
     let world = run.stdout;
     let parsed = World::parse(&world).unwrap();

@@ -36,38 +36,19 @@ fn upgrades_go_one_minor_at_a_time_with_the_api_up() {
         return;
     }
     let set = LocalSet::create("upg", 3, 1, false).unwrap();
-    let injected = oi(
+    let injected = oi_e2e::inject_cluster_with(
+        &set.manifests,
+        "c1",
         &[
-            "cluster",
-            "inject",
-            "--name",
-            "c1",
             "--control-plane-replicas",
             "3",
             "--kubernetes-version",
             "1.36",
         ],
-        &set.manifests,
     )
-    .unwrap()
-    .ok("oi cluster inject c1")
-    .unwrap()
-    .stdout;
-    let injected = oi(
-        &[
-            "cluster",
-            "inject",
-            "--name",
-            "c2",
-            "--kubernetes-version",
-            "1.35",
-        ],
-        &injected,
-    )
-    .unwrap()
-    .ok("oi cluster inject c2")
-    .unwrap()
-    .stdout;
+    .unwrap();
+    let injected =
+        oi_e2e::inject_cluster_with(&injected, "c2", &["--kubernetes-version", "1.35"]).unwrap();
     let (run, _, _) = reconcile_until_ready(&injected, 3).unwrap();
     let world = run.stdout;
     assert_eq!(running_version(&world, "c1").as_deref(), Some("1.36.4"));

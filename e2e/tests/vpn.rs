@@ -183,39 +183,17 @@ fn workers_behind_nat_join_a_vpn_cluster_and_are_reached_through_the_tunnel() {
         return;
     }
     let set = LocalSet::create_with_workers("vpn", 3, 1, false, 4).unwrap();
-    let world = oi(
-        &[
-            "cluster",
-            "inject",
-            "--name",
-            "c1",
-            "--control-plane-replicas",
-            "3",
-            "--vpn-enabled",
-        ],
+    let mut world = oi_e2e::inject_cluster_with(
         &set.manifests,
+        "c1",
+        &["--control-plane-replicas", "3", "--vpn-enabled"],
     )
-    .unwrap()
-    .ok("oi cluster inject")
-    .unwrap()
-    .stdout;
+    .unwrap();
     let mut tokens = Vec::new();
-    let mut world = world;
     for _ in 0..2 {
-        let injected = oi(&["join-token", "inject", "--cluster", "c1"], &world)
-            .unwrap()
-            .ok("oi join-token inject")
-            .unwrap();
-        tokens.push(
-            injected
-                .stderr
-                .lines()
-                .map(str::trim)
-                .find(|l| oi_api::validation::is_bootstrap_token(l))
-                .unwrap()
-                .to_string(),
-        );
-        world = injected.stdout;
+        let (injected, token) = oi_e2e::inject_join_token(&world, "c1").unwrap();
+        tokens.push(token);
+        world = injected;
     }
     let (run, _, _) = reconcile_until_ready(&world, 3).unwrap();
     let world = run.stdout;
@@ -585,26 +563,9 @@ fn workers_behind_nat_join_a_vpn_cluster_and_are_reached_through_the_tunnel() {
     // A second cluster with the same VPN CIDR, its endpoint on the same public hypervisor:
     // its worker gets the address w3 has in the first one, and both are reached, each
     // through its own cluster's tunnel.
-    let injected = oi(
-        &["cluster", "inject", "--name", "c2", "--vpn-enabled"],
-        &world,
-    )
-    .unwrap()
-    .ok("oi cluster inject c2")
-    .unwrap()
-    .stdout;
-    let injected = oi(&["join-token", "inject", "--cluster", "c2"], &injected)
-        .unwrap()
-        .ok("oi join-token inject c2")
-        .unwrap();
-    let c2_token = injected
-        .stderr
-        .lines()
-        .map(str::trim)
-        .find(|l| oi_api::validation::is_bootstrap_token(l))
-        .unwrap()
-        .to_string();
-    let (run, _, _) = reconcile_until_ready(&injected.stdout, 3).unwrap();
+    let injected = oi_e2e::inject_cluster_with(&world, "c2", &["--vpn-enabled"]).unwrap();
+    let (injected, c2_token) = oi_e2e::inject_join_token(&injected, "c2").unwrap();
+    let (run, _, _) = reconcile_until_ready(&injected, 3).unwrap();
     let world = run.stdout;
     let parsed = oi_e2e::World::parse(&world).unwrap();
     let c2 = parsed.require_cluster("c2").unwrap();

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   containerd runc etcd-server etcd-client haproxy protobuf-compiler iproute2
   wireguard-go wireguard-tools busybox-static openssl gcc libc6-dev iptables python3-venv
-  keepalived
+  keepalived openssh-server openssh-client
 )
 
 installed() {

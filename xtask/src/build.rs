@@ -23,6 +23,8 @@ pub const MANAGER_BINARY: &str = "oi-manager";
 /// The package and binary of the VPN endpoint.
 pub const VPN_PACKAGE: &str = "oi-vpn";
 pub const VPN_BINARY: &str = "oi-vpn-endpoint";
+pub const HOST_TOOL_PACKAGE: &str = "oi-redfish";
+pub const HOST_TOOL_BINARY: &str = "oi-host";
 
 /// What to build, and where.
 #[derive(Debug, Clone)]
@@ -64,6 +66,7 @@ pub fn build_images(opts: &BuildOptions, log: &mut dyn Write) -> Result<Vec<Repo
         standin: None,
         manager: None,
         vpn_endpoint: None,
+        host_tool: None,
     };
     let mut reports = Vec::new();
     let result = build_all(&defs, &opts.out_dir, &mut helpers, log, &mut reports);
@@ -82,6 +85,7 @@ struct Helpers<'a> {
     standin: Option<PathBuf>,
     manager: Option<PathBuf>,
     vpn_endpoint: Option<PathBuf>,
+    host_tool: Option<PathBuf>,
 }
 
 impl Helpers<'_> {
@@ -124,6 +128,15 @@ impl HelperBinaries for Helpers<'_> {
         }
         let p = build_release(self.workspace_root, VPN_PACKAGE, VPN_BINARY)?;
         self.vpn_endpoint = Some(p.clone());
+        Ok(p)
+    }
+
+    fn host_tool(&mut self) -> Result<PathBuf> {
+        if let Some(p) = &self.host_tool {
+            return Ok(p.clone());
+        }
+        let p = build_release(self.workspace_root, HOST_TOOL_PACKAGE, HOST_TOOL_BINARY)?;
+        self.host_tool = Some(p.clone());
         Ok(p)
     }
 }

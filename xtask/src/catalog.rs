@@ -23,6 +23,16 @@ pub const HOST_HAPROXY: &str = "/usr/sbin/haproxy";
 pub const HOST_WIREGUARD_GO: &str = "/usr/bin/wireguard-go";
 pub const HOST_WG: &str = "/usr/bin/wg";
 pub const HOST_KEEPALIVED: &str = "/usr/sbin/keepalived";
+pub const HOST_SSHD: &str = "/usr/sbin/sshd";
+pub const HOST_SSH: &str = "/usr/bin/ssh";
+pub const HOST_SSH_KEYGEN: &str = "/usr/bin/ssh-keygen";
+/// Where the jump host's `host` tool is in its image (`host` runs it with the inventory).
+pub const HOST_TOOL_PATH: &str = "/usr/local/bin/oi-host";
+/// The jump host's login user, as upstream SIP's image has it.
+pub const JUMP_HOST_USER: &str = "ubuntu";
+/// `host list`, `host reboot <name>`: the tool over the inventory the jump host's start puts
+/// in the user's home.
+const HOST_WRAPPER: &str = "#!/bin/sh\nexec /usr/local/bin/oi-host --inventory \"$HOME/hosts.json\" \"$@\"\n";
 /// Where the VPN endpoint's binary is in its image.
 pub const VPN_ENDPOINT_PATH: &str = "/usr/local/bin/oi-vpn-endpoint";
 
@@ -54,6 +64,12 @@ pub trait HelperBinaries {
     /// # Errors
     /// When building fails or yields no executable.
     fn vpn_endpoint(&mut self) -> Result<PathBuf>;
+
+    /// The `oi-host` executable (the jump host's `host` tool), built.
+    ///
+    /// # Errors
+    /// When building fails or yields no executable.
+    fn host_tool(&mut self) -> Result<PathBuf>;
 }
 
 /// The manager's image, `localhost/oneinfra/oi-manager:<workspace version>` (what
@@ -90,6 +106,9 @@ pub enum Kind {
     VpnEndpoint,
     /// keepalived with busybox (its start script's shell, `ip`, `awk`, `sed`).
     Keepalived,
+    /// A SIP jump host: sshd, ssh, ssh-keygen, `oi-host` (as `host`), busybox, and the
+    /// login user `ubuntu` (uid 1000) with no password.
+    JumpHost,
     /// The kube stand-in installed as `component` (its role comes from argv\[0\]), reporting
     /// Kubernetes `version` (without the `v`).
     Kube {
@@ -210,6 +229,49 @@ impl ImageDef {
                     ..RunConfig::default()
                 }
             }
+            Kind::JumpHost => {
+                fs.binary_with_libs("/usr/sbin/sshd", Path::new(HOST_SSHD))?;
+                fs.binary_with_libs("/usr/bin/ssh", Path::new(HOST_SSH))?;
+                fs.binary_with_libs("/usr/bin/ssh-keygen", Path::new(HOST_SSH_KEYGEN))?;
+                fs.binary_with_libs(HOST_TOOL_PATH, &helpers.host_tool()?)?;
+                fs.bytes("/usr/local/bin/host", 0o755, HOST_WRAPPER)?;
+                add_busybox(&mut fs)?;
+                // The login user: no password (`*`: key only, and not locked for sshd).
+                fs.replace_bytes(
+                    "/etc/passwd",
+                    0o644,
+                    format!(
+                        "root:x:0:0:root:/root:/bin/sh\n\
+                         sshd:x:101:65534::/run/sshd:/usr/sbin/nologin\n\
+                         {JUMP_HOST_USER}:x:1000:1000:{JUMP_HOST_USER}:/home/{JUMP_HOST_USER}:/bin/sh\n\
+                         nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+                    ),
+                )?;
+                fs.replace_bytes(
+                    "/etc/group",
+                    0o644,
+                    format!("root:x:0:\n{JUMP_HOST_USER}:x:1000:\nnogroup:x:65534:\n"),
+                )?;
+                fs.bytes(
+                    "/etc/shadow",
+                    0o640,
+                    format!("root:*:19000::::::\nsshd:*:19000::::::\n{JUMP_HOST_USER}:*:19000::::::\n"),
+                )?;
+                fs.bytes(
+                    "/etc/nsswitch.conf",
+                    0o644,
+                    "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n",
+                )?;
+                fs.dir(&format!("/home/{JUMP_HOST_USER}"), 0o755)?;
+                fs.dir("/run", 0o755)?;
+                fs.dir("/run/sshd", 0o755)?;
+                fs.dir("/etc/ssh", 0o755)?;
+                RunConfig {
+                    entrypoint: strings(&["/usr/sbin/sshd"]),
+                    cmd: strings(&["-D", "-e"]),
+                    ..RunConfig::default()
+                }
+            }
             Kind::Kube { component, version } => {
                 let path = format!("/usr/local/bin/{component}");
                 fs.binary_with_libs(&path, &helpers.standin()?)?;
@@ -293,6 +355,10 @@ pub fn catalog() -> Vec<ImageDef> {
             image: infra.keepalived,
             kind: Kind::Keepalived,
         },
+        ImageDef {
+            image: infra.jump_host,
+            kind: Kind::JumpHost,
+        },
     ];
     for release in versions::RELEASES {
         let kube = |image: Image| ImageDef {
@@ -364,6 +430,7 @@ mod tests {
             versions::INFRA.haproxy,
             versions::INFRA.vpn_endpoint,
             versions::INFRA.keepalived,
+            versions::INFRA.jump_host,
         ]
         .into_iter()
         .chain(versions::RELEASES.iter().flat_map(|r| r.images()))
@@ -438,6 +505,40 @@ mod tests {
         fn vpn_endpoint(&mut self) -> Result<PathBuf> {
             panic!("not asked for")
         }
+        fn host_tool(&mut self) -> Result<PathBuf> {
+            Ok(PathBuf::from("/bin/sh"))
+        }
+    }
+
+    #[test]
+    fn the_jump_host_image_has_sshd_ssh_the_host_tool_and_a_user_without_password() {
+        let def = catalog()
+            .into_iter()
+            .find(|d| d.kind == Kind::JumpHost)
+            .unwrap();
+        let (fs, _) = def.contents(&mut HostHelpers).unwrap();
+        for path in [
+            "/usr/sbin/sshd",
+            "/usr/bin/ssh",
+            "/usr/bin/ssh-keygen",
+            HOST_TOOL_PATH,
+            "/usr/local/bin/host",
+            "/bin/chown",
+            "/run/sshd",
+        ] {
+            assert!(fs.get(path).is_some(), "{path}");
+        }
+        let text = |path: &str| match fs.get(path) {
+            Some(crate::rootfs::Node::File {
+                content: crate::rootfs::Content::Bytes(data),
+                ..
+            }) => String::from_utf8(data.clone()).unwrap(),
+            other => panic!("{path}: {other:?}"),
+        };
+        assert!(text("/etc/passwd").contains("ubuntu:x:1000:1000:"));
+        // `*`: no password can match; not `!`, which sshd takes as a locked account.
+        assert!(text("/etc/shadow").contains("ubuntu:*:"));
+        assert!(text("/usr/local/bin/host").contains("oi-host --inventory"));
     }
 
     #[test]

@@ -132,6 +132,19 @@ impl RootFs {
         )
     }
 
+    /// A regular file with literal bytes in place of the one at `path` (e.g. an image's own
+    /// `/etc/passwd` instead of [`RootFs::base`]'s).
+    ///
+    /// # Errors
+    /// On an invalid path, or a directory or symlink at `path`.
+    pub fn replace_bytes(&mut self, path: &str, mode: u32, data: impl Into<Vec<u8>>) -> Result<()> {
+        let key = self.key(path)?;
+        if matches!(self.entries.get(&key), Some(Node::File { .. })) {
+            self.entries.remove(&key);
+        }
+        self.bytes(path, mode, data)
+    }
+
     /// A regular file copied from this machine (symlinks followed).
     ///
     /// # Errors

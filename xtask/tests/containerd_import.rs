@@ -291,6 +291,18 @@ fn check_etcd(c: &mut Containerd, image: &str) -> Result<()> {
     Ok(())
 }
 
+fn check_jump_host(c: &mut Containerd, image: &str) -> Result<()> {
+    let out = c
+        .run(image, "jump-host-v", &[], &["sshd", "-V"])?
+        .check("sshd -V")?;
+    contains(&out, "OpenSSH", "sshd -V")?;
+    let out = c
+        .run(image, "jump-host-tool", &[], &["host", "--help"])?
+        .check("host --help")?;
+    contains(&out, "reboot", "host --help")?;
+    Ok(())
+}
+
 fn check_keepalived(c: &mut Containerd, image: &str) -> Result<()> {
     let out = c
         .run(image, "keepalived-v", &[], &["keepalived", "--version"])?
@@ -455,6 +467,7 @@ fn containerd_imports_and_runs_every_image() -> Result<()> {
             Kind::Etcd => check_etcd(&mut c, &image),
             Kind::Haproxy => check_haproxy(&mut c, &image),
             Kind::Keepalived => check_keepalived(&mut c, &image),
+            Kind::JumpHost => check_jump_host(&mut c, &image),
             Kind::VpnEndpoint => check_busybox(&mut c, &image, "wg-busybox")
                 .and_then(|()| check_wireguard(&mut c, &image)),
             Kind::Kube { component, version } => check_kube(&mut c, def, component, version),

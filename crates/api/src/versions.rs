@@ -104,6 +104,9 @@ pub struct InfraImages {
     /// `ip`, `awk` and `sed` (its start finds the interface that holds the hypervisor's
     /// address).
     pub keepalived: Image,
+    /// A SIP tenant's jump host: sshd and the ssh client (OpenSSH), `host` (`oi-host`, this
+    /// project's Redfish power tool, crates/redfish) and a POSIX shell with `install`.
+    pub jump_host: Image,
 }
 
 const fn k8s(name: &'static str, tag: &'static str) -> Image {
@@ -187,6 +190,8 @@ pub fn container_resources(container: &str) -> Option<crate::runtime::ContainerR
         "vpn-endpoint" => (50, 64),
         // keepalived (VRRP for a shared ingress address): its share of the ingress's.
         "keepalived" => (10, 16),
+        // A SIP tenant's jump host (sshd, and the sessions it starts).
+        "sshd" => (50, 64),
         _ => return None,
     };
     Some(crate::runtime::ContainerResources {
@@ -224,6 +229,7 @@ pub const INFRA: InfraImages = InfraImages {
         env!("CARGO_PKG_VERSION"),
     ),
     keepalived: k8s("docker.io/osixia/keepalived", "2.0.20"),
+    jump_host: k8s("ghcr.io/oneinfra-rs/jump-host", env!("CARGO_PKG_VERSION")),
 };
 
 /// The version `"default"` (or an empty version) resolves to: the newest supported release.

@@ -50,6 +50,7 @@ mod membership;
 mod observe;
 mod progress;
 pub mod restore;
+pub mod sip;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
 mod teardown;

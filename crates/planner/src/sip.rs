@@ -7,6 +7,7 @@
 
 pub mod hosts;
 pub mod select;
+pub mod services;
 
 use std::collections::BTreeMap;
 
@@ -207,11 +208,13 @@ pub fn reconcile_sip(world: &mut World, now: OffsetDateTime) -> Vec<SipReport> {
                 format!("unschedulable, no host labelled: {}", shortfalls.join("; ")),
             )
         } else if !sip.spec.services.is_empty() {
+            // Its services' run sets the condition once they are placed and running
+            // (`services::record_services`).
             (
                 false,
                 REASON_INFRA_SERVICE_FAILURE,
                 format!(
-                    "hosts {held}; support services ({}) are not run by this version yet",
+                    "hosts {held}; support services ({}) not running yet",
                     requested_services(&sip).join(", ")
                 ),
             )
@@ -222,7 +225,10 @@ pub fn reconcile_sip(world: &mut World, now: OffsetDateTime) -> Vec<SipReport> {
                 format!("hosts {held}"),
             )
         };
-        if let Some(s) = world.sip_clusters.get_mut(&key) {
+        // With services asked for and the hosts selected, the services' run decides
+        // (`services::record_services`): setting it here too would flip it at every run.
+        let services_decide = selection.shortfalls.is_empty() && !sip.spec.services.is_empty();
+        if !services_decide && let Some(s) = world.sip_clusters.get_mut(&key) {
             let status = if ready {
                 ConditionStatus::True
             } else {

@@ -16,6 +16,8 @@ pub fn emulator_path() -> PathBuf {
 /// The running emulator.
 pub struct RedfishEmulator {
     child: Child,
+    /// The address it listens on.
+    pub ip: String,
     pub port: u16,
     dir: PathBuf,
 }
@@ -36,6 +38,20 @@ impl RedfishEmulator {
     /// # Panics
     /// When it cannot be started or does not answer in time.
     pub fn start(test: &str, systems: &[(&str, &str)], password: &str) -> Option<RedfishEmulator> {
+        Self::start_on(test, "127.0.0.1", systems, password)
+    }
+
+    /// [`RedfishEmulator::start`] listening on `ip` (an address of a network the test made,
+    /// such as a local hypervisor set's bridge), so that hosts in network namespaces reach it.
+    ///
+    /// # Panics
+    /// As [`RedfishEmulator::start`].
+    pub fn start_on(
+        test: &str,
+        ip: &str,
+        systems: &[(&str, &str)],
+        password: &str,
+    ) -> Option<RedfishEmulator> {
         if !crate::require(
             test,
             &format!(
@@ -77,7 +93,7 @@ impl RedfishEmulator {
         std::fs::write(
             &config,
             format!(
-                "SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\n\
+                "SUSHY_EMULATOR_LISTEN_IP = '{ip}'\n\
                  SUSHY_EMULATOR_LISTEN_PORT = {port}\n\
                  SUSHY_EMULATOR_FAKE_DRIVER = True\n\
                  SUSHY_EMULATOR_STATE_DIR = '{state}'\n\
@@ -98,9 +114,14 @@ impl RedfishEmulator {
             .stderr(err)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", emulator_path().display()));
-        let emulator = RedfishEmulator { child, port, dir };
+        let emulator = RedfishEmulator {
+            child,
+            ip: ip.to_string(),
+            port,
+            dir,
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while std::net::TcpStream::connect((ip, port)).is_err() {
             assert!(
                 Instant::now() < deadline,
                 "sushy-emulator did not answer on port {port} within 60 s: {}",
@@ -114,8 +135,8 @@ impl RedfishEmulator {
     /// metal3's BMC address of system `uuid`.
     pub fn address(&self, uuid: &str) -> String {
         format!(
-            "redfish+http://127.0.0.1:{}/redfish/v1/Systems/{uuid}",
-            self.port
+            "redfish+http://{}:{}/redfish/v1/Systems/{uuid}",
+            self.ip, self.port
         )
     }
 

@@ -71,30 +71,34 @@ pub fn not_ready(executed: &Executed) -> Option<String> {
     crate::commands::note(lines)
 }
 
-/// SIPClusters that could not get their hosts (nothing was labelled for them).
-pub fn sip_unschedulable(reports: &[oi_planner::sip::SipReport]) -> Option<String> {
+/// SIPClusters that could not get their hosts (nothing was labelled for them), and those
+/// whose support services do not all run (`services`: per SIPCluster, its line and whether
+/// it is ready).
+pub fn sip_unschedulable(
+    reports: &[oi_planner::sip::SipReport],
+    services: &[(oi_api::ObjectKey, String, bool)],
+) -> Option<String> {
     let lines: Vec<String> = reports
         .iter()
         .filter(|r| !r.deleted && !r.selection.shortfalls.is_empty())
         .map(|r| format!("sipcluster {} is not ready: {}", r.key, r.message))
+        .chain(
+            services
+                .iter()
+                .filter(|(_, _, ready)| !ready)
+                .map(|(key, line, _)| {
+                    let why = line.split_once("; failing: ").map_or(line.as_str(), |(_, w)| w);
+                    format!("sipcluster {key} is not ready: its support services: {why}")
+                }),
+        )
         .collect();
     crate::commands::note(lines)
 }
 
-/// Warnings about SIP: support services asked for and not run by this version, hosts
-/// labelled for SIPClusters the manifests do not hold (left as they are).
-fn sip_warnings(world: &oi_api::World, reports: &[oi_planner::sip::SipReport]) -> Vec<String> {
-    let mut out: Vec<String> = reports
-        .iter()
-        .filter(|r| !r.deleted && r.reason == oi_api::sip::REASON_INFRA_SERVICE_FAILURE)
-        .map(|r| {
-            format!(
-                "warning: sipcluster {}: its hosts are selected; its support services are not \
-                 run by this version of oi yet (Ready stays False, reason InfraServiceFailure)",
-                r.key
-            )
-        })
-        .collect();
+/// Warnings about SIP: hosts labelled for SIPClusters the manifests do not hold (left as
+/// they are).
+fn sip_warnings(world: &oi_api::World) -> Vec<String> {
+    let mut out = Vec::new();
     let mut orphans: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (host, sip) in oi_planner::sip::orphaned_hosts(world) {
         orphans.entry(sip).or_default().push(host.to_string());
@@ -226,6 +230,41 @@ impl Runner {
         self.execute(plan, now)
     }
 
+    /// Runs the SIPClusters' support services planned and records them in `world`; each
+    /// SIPCluster's line on stderr unless quiet. Returns, per SIPCluster, its line and
+    /// whether it is ready.
+    pub fn sip_services(
+        &self,
+        world: &mut oi_api::World,
+        reports: &[oi_planner::sip::SipReport],
+        plans: &[oi_planner::sip::services::SipServices],
+        now: time::OffsetDateTime,
+    ) -> Vec<(oi_api::ObjectKey, String, bool)> {
+        if plans.is_empty() {
+            return Vec::new();
+        }
+        let quiet = self.quiet;
+        let progress = move |e: &Event| {
+            if !quiet {
+                eprintln!("{e}");
+            }
+        };
+        let results = self.runtime.block_on(oi_engine::sip::execute_services(
+            world,
+            plans,
+            &self.options,
+            &self.connector,
+            &progress,
+        ));
+        let lines = oi_planner::sip::services::record_services(world, reports, plans, &results, now);
+        if !quiet {
+            for (_, line, _) in &lines {
+                eprintln!("{line}");
+            }
+        }
+        lines
+    }
+
     /// Executes a plan and records it; progress on stderr unless quiet.
     pub fn execute(
         &self,
@@ -281,14 +320,21 @@ pub fn run(
             eprintln!("{}", r.summary());
         }
     }
-    let (world, executed) = runner.run(world, ctx.now);
+    // Its services' ports are claimed before the clusters' are placed; they run after.
+    let sip_plans = oi_planner::sip::services::plan_services(
+        &mut world,
+        &sip_reports,
+        &runner.plan_options.render,
+    );
+    let (mut world, executed) = runner.run(world, ctx.now);
+    let sip_services = runner.sip_services(&mut world, &sip_reports, &sip_plans, ctx.now);
     manifests::finish(&world, output)?;
     if !quiet {
         eprintln!("{}", summary(&executed));
     }
     let mut warnings = crate::commands::availability_warnings(&world, None);
-    warnings.extend(sip_warnings(&world, &sip_reports));
-    let unschedulable = sip_unschedulable(&sip_reports);
+    warnings.extend(sip_warnings(&world));
+    let unschedulable = sip_unschedulable(&sip_reports, &sip_services);
     let not_ready = match (not_ready(&executed), unschedulable) {
         (Some(a), Some(b)) => Some(format!("{a}\n{b}")),
         (a, b) => a.or(b),

@@ -279,15 +279,16 @@ fn addresses_come_from_json_and_yaml_network_data_and_the_bmc_keeps_its_path() {
         super::jump_host_inventory(&r, "no-such-network").hosts[0].ip,
         None
     );
-    // The services are not run yet: the condition says so.
+    // Its services are not running yet; their run sets the condition, selection does not.
     assert!(!r.ready);
     assert_eq!(r.reason, "InfraServiceFailure");
     assert!(
         r.message
-            .contains("support services (jumpHost) are not run"),
+            .contains("support services (jumpHost) not running yet"),
         "{}",
         r.message
     );
+    assert!(world.sip_clusters[&r.key].condition("Ready").is_none());
     // YAML network data on a control plane host too.
     let mut world = load(&[
         &inventory(),

@@ -1,0 +1,247 @@
+//! Runs SIPClusters' support services ([`oi_planner::sip::services`]), one SIPCluster at a
+//! time: on every hypervisor it holds or held something on, its pods that are not planned
+//! there are removed and the directories of services that left go; then each service's
+//! changed files are written, its pod made to run as rendered (restarted when a file it
+//! reads changed), and its containers watched until they run or the deadline passes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use oi_api::World;
+use oi_cri::{ContainerState, HypervisorRuntime, Outcome};
+use oi_planner::sip::services::{
+    ServicePlan, ServiceResult, SipServices, SipServicesResult, labels,
+};
+
+use crate::connect::{Runtimes, connect_all};
+use crate::{Connector, Event, ExecuteOptions};
+
+/// Runs every plan of `plans` in order (see the module documentation). Never fails as a
+/// whole: each service's outcome is in its result.
+pub async fn execute_services<C: Connector>(
+    world: &World,
+    plans: &[SipServices],
+    options: &ExecuteOptions,
+    connector: &C,
+    progress: &(dyn Fn(&Event) + Sync),
+) -> Vec<SipServicesResult> {
+    let names: BTreeSet<String> = plans
+        .iter()
+        .filter(|p| p.error.is_none())
+        .flat_map(|p| p.hypervisors.iter().cloned())
+        .collect();
+    if names.is_empty() {
+        return plans
+            .iter()
+            .map(|p| SipServicesResult {
+                key: p.key.clone(),
+                ..SipServicesResult::default()
+            })
+            .collect();
+    }
+    let runtimes = connect_all(world, &names, connector).await;
+    let deadline = Instant::now() + options.max_wait;
+    let mut results = Vec::with_capacity(plans.len());
+    for plan in plans {
+        results.push(run_one(plan, &runtimes, options, deadline, progress).await);
+    }
+    results
+}
+
+fn emit(
+    progress: &(dyn Fn(&Event) + Sync),
+    key: &oi_api::ObjectKey,
+    hypervisor: &str,
+    service: Option<&str>,
+    message: String,
+) {
+    progress(&Event {
+        hypervisor: Some(hypervisor.to_string()),
+        cluster: oi_api::ObjectKey::new(key.namespace.clone(), format!("sipcluster/{}", key.name)),
+        component: service.map(str::to_string),
+        message,
+    });
+}
+
+fn runtime<'r, R>(runtimes: &'r Runtimes<R>, hypervisor: &str) -> Result<&'r R, String> {
+    match runtimes.get(hypervisor) {
+        Some(Ok(rt)) => Ok(rt),
+        Some(Err(e)) => Err(format!("hypervisor {hypervisor} cannot be reached: {e}")),
+        None => Err(format!("hypervisor {hypervisor} does not exist")),
+    }
+}
+
+fn selector(key: &oi_api::ObjectKey, service: Option<&str>) -> BTreeMap<String, String> {
+    let mut s = BTreeMap::from([
+        (labels::SIP_CLUSTER_NAMESPACE.to_string(), key.namespace.clone()),
+        (labels::SIP_CLUSTER.to_string(), key.name.clone()),
+    ]);
+    if let Some(service) = service {
+        s.insert(labels::SERVICE.to_string(), service.to_string());
+    }
+    s
+}
+
+async fn run_one<R: HypervisorRuntime>(
+    plan: &SipServices,
+    runtimes: &Runtimes<R>,
+    options: &ExecuteOptions,
+    deadline: Instant,
+    progress: &(dyn Fn(&Event) + Sync),
+) -> SipServicesResult {
+    let key = &plan.key;
+    let mut result = SipServicesResult {
+        key: key.clone(),
+        ..SipServicesResult::default()
+    };
+    if plan.error.is_some() {
+        return result;
+    }
+    let mut sweep_errors = Vec::new();
+    for h in &plan.hypervisors {
+        let wanted: BTreeSet<&str> = plan
+            .services
+            .iter()
+            .filter(|s| &s.hypervisor == h)
+            .map(|s| s.pod.name.as_str())
+            .collect();
+        let swept = async {
+            let rt = runtime(runtimes, h)?;
+            let pods = rt
+                .list_pods(&selector(key, None))
+                .await
+                .map_err(|e| e.to_string())?;
+            for pod in pods.iter().filter(|p| !wanted.contains(p.name.as_str())) {
+                rt.remove_pod(&pod.id).await.map_err(|e| e.to_string())?;
+                emit(progress, key, h, None, format!("removed pod {} (no longer wanted)", pod.name));
+            }
+            if let Some(dirs) = plan.leaving.get(h) {
+                rt.remove_host_paths(dirs).await.map_err(|e| e.to_string())?;
+                emit(progress, key, h, None, "removed the directories of services that left".into());
+            }
+            Ok::<(), String>(())
+        }
+        .await;
+        if let Err(e) = swept {
+            sweep_errors.push(e);
+        }
+    }
+    if !sweep_errors.is_empty() {
+        result.sweep_error = Some(sweep_errors.join("; "));
+    }
+    for s in &plan.services {
+        result.services.push(run_service(key, s, runtimes, options, deadline, progress).await);
+    }
+    result
+}
+
+async fn run_service<R: HypervisorRuntime>(
+    key: &oi_api::ObjectKey,
+    s: &ServicePlan,
+    runtimes: &Runtimes<R>,
+    options: &ExecuteOptions,
+    deadline: Instant,
+    progress: &(dyn Fn(&Event) + Sync),
+) -> ServiceResult {
+    let mut out = ServiceResult {
+        name: s.name.clone(),
+        hypervisor: s.hypervisor.clone(),
+        running: false,
+        message: String::new(),
+        hashes: None,
+    };
+    let rt = match runtime(runtimes, &s.hypervisor) {
+        Ok(rt) => rt,
+        Err(e) => {
+            out.message = e;
+            return out;
+        }
+    };
+    let h = s.hypervisor.as_str();
+    let changed = oi_cri::requests::file_writes(&s.files, &s.known_files).0.len();
+    match rt.write_files(&s.files, &s.known_files).await {
+        Ok(hashes) => out.hashes = Some(hashes),
+        Err(e) => {
+            out.message = format!("writing its files: {e}");
+            return out;
+        }
+    }
+    if changed > 0 {
+        emit(progress, key, h, Some(&s.name), format!("wrote {changed} files"));
+    }
+    let mut outcome = match rt.ensure_pod(&s.pod).await {
+        Ok(o) => o,
+        Err(e) => {
+            out.message = format!("pod {}: {e}", s.pod.name);
+            return out;
+        }
+    };
+    if outcome == Outcome::Unchanged && changed > 0 {
+        // It reads its files when it starts: a changed file restarts it.
+        let restarted = async {
+            for pod in rt.list_pods(&selector(key, Some(&s.name))).await? {
+                rt.remove_pod(&pod.id).await?;
+            }
+            rt.ensure_pod(&s.pod).await
+        }
+        .await;
+        match restarted {
+            Ok(_) => outcome = Outcome::Replaced,
+            Err(e) => {
+                out.message = format!("restarting pod {}: {e}", s.pod.name);
+                return out;
+            }
+        }
+    }
+    match outcome {
+        Outcome::Created => emit(progress, key, h, Some(&s.name), format!("created pod {}", s.pod.name)),
+        Outcome::Replaced => emit(progress, key, h, Some(&s.name), format!("replaced pod {}", s.pod.name)),
+        Outcome::Unchanged => {}
+    }
+    // Running: every container of the pod runs, seen twice a poll apart (an sshd refusing
+    // its configuration exits right after it starts).
+    let mut seen_running = false;
+    loop {
+        let state = match rt.list_pods(&selector(key, Some(&s.name))).await {
+            Ok(pods) => pods
+                .into_iter()
+                .find(|p| p.name == s.pod.name)
+                .map(|p| p.containers),
+            Err(e) => {
+                out.message = format!("pod {}: {e}", s.pod.name);
+                return out;
+            }
+        };
+        let not_running: Vec<String> = match &state {
+            None => vec!["the pod is gone".into()],
+            Some(cs) if cs.is_empty() => vec!["no container".into()],
+            Some(cs) => cs
+                .iter()
+                .filter(|c| c.state != ContainerState::Running)
+                .map(|c| match c.exit_code {
+                    Some(code) => format!("container {} exited with code {code}", c.name),
+                    None => format!("container {} is {:?}", c.name, c.state),
+                })
+                .collect(),
+        };
+        if not_running.is_empty() {
+            if seen_running {
+                out.running = true;
+                return out;
+            }
+            seen_running = true;
+            tokio::time::sleep(options.poll_interval).await;
+            continue;
+        }
+        seen_running = false;
+        let exited = state
+            .iter()
+            .flatten()
+            .any(|c| c.state == ContainerState::Exited);
+        if exited || Instant::now() >= deadline {
+            out.message = format!("pod {} on {h}: {}", s.pod.name, not_running.join(", "));
+            return out;
+        }
+        tokio::time::sleep(options.poll_interval).await;
+    }
+}

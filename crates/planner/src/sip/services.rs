@@ -1,0 +1,952 @@
+//! A SIPCluster's support services, run by us on public hypervisors through CRI like a
+//! cluster's ingress: where each runs, its host ports, its pod and files. Pure.
+//!
+//! ```text
+//! SIPCluster spec.services + the hosts it holds (SipReport)
+//!   │ per service entry (loadBalancerControlPlane[i], loadBalancerWorker[i], jumpHost[i]):
+//!   │   the public hypervisor it is on (placed services never move), or the first that
+//!   │   matches its nodeLabels and has every port it asks free and in range
+//!   │   ─► its ports claimed in that hypervisor's status, owned by `SIPCluster/<name>`
+//!   │   ─► its pod and files rendered
+//!   │ services no longer asked for: ports released, pods and directories to remove
+//!   ▼ all or nothing per SIPCluster: one that cannot be placed changes no status
+//! SipServices {services, hypervisors to sweep, directories leaving, notes, error}
+//! ```
+//!
+//! Ports are held as a cluster's are, in the hypervisor's `allocatedPorts`, with the owner's
+//! `cluster` set to `SIPCluster/<name>` (a `/` no Cluster name has, so a SIPCluster and a
+//! Cluster of the same name never share an owner) and `component` to `<service>-<port name>`.
+//! Files are recorded the same way in the hypervisor's `files`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use oi_api::runtime::{ContainerSpec, HostFile, Mount, PodSpec};
+use oi_api::sip::{JumpHostService, LoadBalancerService, LoadBalancerWorkerService};
+use oi_api::versions::INFRA;
+use oi_api::{Hypervisor, ObjectKey, SipCluster, World};
+
+use super::{HostState, SipReport, jump_host_inventory};
+use crate::ports::{PortAllocator, PortOwner};
+use crate::render::RenderOptions;
+use crate::url_host;
+
+/// The `cluster` of a SIPCluster's port owners and file records: `SIPCluster/<name>`.
+pub fn owner_cluster(sip: &str) -> String {
+    format!("SIPCluster/{sip}")
+}
+
+/// Pod labels of SIP services (no `managed` label: cluster runs and their dry runs never
+/// take these pods for their own).
+pub mod labels {
+    pub const SIP_CLUSTER_NAMESPACE: &str = "oneinfra.ereslibre.es/sipcluster-namespace";
+    pub const SIP_CLUSTER: &str = "oneinfra.ereslibre.es/sipcluster";
+    pub const SERVICE: &str = "oneinfra.ereslibre.es/sip-service";
+}
+
+/// Where a SIPCluster's service files are on its hypervisor (`_`: no namespace has it, so no
+/// cluster's directory is ever this one).
+pub const CONFIG_ROOT: &str = "/etc/oneinfra/_sip";
+/// Where a service keeps what it makes itself (the jump host's SSH host key).
+pub const STATE_ROOT: &str = "/var/lib/oneinfra/_sip";
+/// The port the tenant's API servers listen on, behind the control plane load balancer (as
+/// upstream SIP has it).
+pub const APISERVER_PORT: u16 = 6443;
+/// At most this many ports in a worker load balancer's `nodePortRange`.
+pub const MAX_WORKER_PORTS: i64 = 4096;
+/// The jump host's login user (upstream SIP's image has the same).
+pub const JUMP_HOST_USER: &str = "ubuntu";
+
+/// The kinds of support service we run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ServiceKind {
+    LoadBalancerControlPlane,
+    LoadBalancerWorker,
+    JumpHost,
+}
+
+impl ServiceKind {
+    /// Its list in `spec.services`.
+    pub fn field(self) -> &'static str {
+        match self {
+            ServiceKind::LoadBalancerControlPlane => "loadBalancerControlPlane",
+            ServiceKind::LoadBalancerWorker => "loadBalancerWorker",
+            ServiceKind::JumpHost => "jumpHost",
+        }
+    }
+
+    /// The start of its services' names: `<short>-<index>`.
+    pub fn short(self) -> &'static str {
+        match self {
+            ServiceKind::LoadBalancerControlPlane => "lb-control-plane",
+            ServiceKind::LoadBalancerWorker => "lb-worker",
+            ServiceKind::JumpHost => "jump-host",
+        }
+    }
+
+    /// In words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ServiceKind::LoadBalancerControlPlane => "control plane load balancer",
+            ServiceKind::LoadBalancerWorker => "worker load balancer",
+            ServiceKind::JumpHost => "jump host",
+        }
+    }
+}
+
+/// One service to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServicePlan {
+    /// `<kind short>-<index>`, e.g. `jump-host-0`.
+    pub name: String,
+    pub kind: ServiceKind,
+    pub index: usize,
+    pub hypervisor: String,
+    /// The hypervisor's address: where the service answers.
+    pub address: String,
+    /// Its host ports, ascending.
+    pub ports: Vec<u16>,
+    pub pod: PodSpec,
+    pub files: Vec<HostFile>,
+    /// The hashes of its files as its hypervisor's status records them.
+    pub known_files: BTreeMap<String, String>,
+}
+
+impl ServicePlan {
+    /// `address:port`, or `address:first-last` for a range.
+    pub fn endpoint(&self) -> String {
+        let host = url_host(&self.address);
+        match (self.ports.first(), self.ports.last()) {
+            (Some(a), Some(b)) if a != b => format!("{host}:{a}-{b}"),
+            (Some(a), _) => format!("{host}:{a}"),
+            _ => host,
+        }
+    }
+}
+
+/// What a run does with one SIPCluster's services.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SipServices {
+    pub key: ObjectKey,
+    /// The services to run, by name.
+    pub services: Vec<ServicePlan>,
+    /// Every hypervisor holding (or, before this plan, holding) something of it: its pods
+    /// that are not planned are removed there.
+    pub hypervisors: BTreeSet<String>,
+    /// Directories of services that left, by hypervisor.
+    pub leaving: BTreeMap<String, Vec<String>>,
+    /// The SIPCluster is deleted: everything of it goes.
+    pub deleted: bool,
+    /// Services asked for that are not run by us, and why (the control plane's own ingress).
+    pub notes: Vec<String>,
+    /// Services asked for that this version cannot run: the SIPCluster is not ready.
+    pub unsupported: Vec<String>,
+    /// Why its services cannot be placed (nothing was changed for it).
+    pub error: Option<String>,
+}
+
+/// What happened to one service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceResult {
+    pub name: String,
+    pub hypervisor: String,
+    /// Its containers all run.
+    pub running: bool,
+    /// Why not, when not.
+    pub message: String,
+    /// The hashes of its files placed (what the hypervisor's status records), when written.
+    pub hashes: Option<BTreeMap<String, String>>,
+}
+
+/// What happened to one SIPCluster's services.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SipServicesResult {
+    pub key: oi_api::ObjectKey,
+    pub services: Vec<ServiceResult>,
+    /// Removing what is no longer wanted failed: why.
+    pub sweep_error: Option<String>,
+}
+
+impl SipServicesResult {
+    /// Every planned service runs and nothing failed.
+    pub fn all_running(&self) -> bool {
+        self.sweep_error.is_none() && self.services.iter().all(|s| s.running)
+    }
+}
+
+/// The config directory of service `service` of SIPCluster `key`.
+pub fn config_dir(key: &ObjectKey, service: &str) -> String {
+    format!("{CONFIG_ROOT}/{}/{}/{service}", key.namespace, key.name)
+}
+
+/// The state directory of service `service` of SIPCluster `key`.
+pub fn state_dir(key: &ObjectKey, service: &str) -> String {
+    format!("{STATE_ROOT}/{}/{}/{service}", key.namespace, key.name)
+}
+
+/// Plans the services of every SIPCluster of `reports` (see the module documentation),
+/// claiming and releasing their ports in the world's hypervisors. A SIPCluster whose hosts
+/// could not be selected is left as it is (its services keep running as they were).
+pub fn plan_services(
+    world: &mut World,
+    reports: &[SipReport],
+    options: &RenderOptions,
+) -> Vec<SipServices> {
+    reports
+        .iter()
+        .filter(|r| r.deleted || r.selection.shortfalls.is_empty())
+        .map(|r| plan_one(world, r, options))
+        .collect()
+}
+
+/// A port a service asks for: its name in the owner, the port, the field asking for it.
+struct Wanted {
+    name: String,
+    kind: ServiceKind,
+    index: usize,
+    node_labels: BTreeMap<String, String>,
+    /// `(port name, port, field)`.
+    ports: Vec<(String, u16, String)>,
+}
+
+fn service_of(component: &str) -> &str {
+    component.rsplit_once('-').map_or(component, |(s, _)| s)
+}
+
+fn plan_one(world: &mut World, report: &SipReport, options: &RenderOptions) -> SipServices {
+    let key = &report.key;
+    let owner_name = owner_cluster(&key.name);
+    let mut out = SipServices {
+        key: key.clone(),
+        deleted: report.deleted,
+        ..SipServices::default()
+    };
+    let mut allocators: BTreeMap<String, PortAllocator> = world
+        .hypervisors
+        .values()
+        .map(|h| (h.metadata.name.clone(), PortAllocator::from_hypervisor(h)))
+        .collect();
+    // Where each service of it is now: the hypervisor holding its ports.
+    let mut placed: BTreeMap<String, String> = BTreeMap::new();
+    for (h, ports) in &allocators {
+        for (o, _) in ports.cluster_owners(&key.namespace, &owner_name) {
+            out.hypervisors.insert(h.clone());
+            placed
+                .entry(service_of(&o.component).to_string())
+                .or_insert_with(|| h.clone());
+        }
+    }
+    let wanted = match world.sip_clusters.get(key) {
+        Some(sip) if !report.deleted => wanted_services(world, sip, &mut out),
+        _ => Ok(Vec::new()),
+    };
+    let wanted = match wanted {
+        Ok(w) => w,
+        Err(e) => {
+            out.error = Some(e);
+            return out;
+        }
+    };
+    let wanted_names: BTreeSet<&str> = wanted.iter().map(|w| w.name.as_str()).collect();
+    // Services no longer asked for (all of them when deleted) let their ports go.
+    for (h, ports) in &mut allocators {
+        for (o, _) in ports.cluster_owners(&key.namespace, &owner_name) {
+            let service = service_of(&o.component).to_string();
+            if !wanted_names.contains(service.as_str()) {
+                ports.release(&o);
+                let dirs = out.leaving.entry(h.clone()).or_default();
+                for d in [config_dir(key, &service), state_dir(key, &service)] {
+                    if !dirs.contains(&d) {
+                        dirs.push(d);
+                    }
+                }
+            }
+        }
+    }
+    if report.deleted {
+        for dirs in out.leaving.values_mut() {
+            *dirs = vec![
+                format!("{CONFIG_ROOT}/{}/{}", key.namespace, key.name),
+                format!("{STATE_ROOT}/{}/{}", key.namespace, key.name),
+            ];
+        }
+    }
+    let mut chosen: Vec<(String, &Wanted)> = Vec::new();
+    for w in &wanted {
+        match place(world, &mut allocators, key, &owner_name, w, placed.get(&w.name), &chosen) {
+            Ok(h) => chosen.push((h, w)),
+            Err(e) => {
+                out.error = Some(e);
+                return out;
+            }
+        }
+    }
+    let Some(sip) = world.sip_clusters.get(key).cloned() else {
+        write_back(world, &allocators);
+        return out;
+    };
+    let mut services = Vec::new();
+    for (h, w) in &chosen {
+        let Some(hypervisor) = world.hypervisors.get(&ObjectKey::cluster_scoped(h.clone())) else {
+            continue;
+        };
+        let rendered = render(world, report, &sip, hypervisor, w, options);
+        match rendered {
+            Ok(s) => services.push(s),
+            Err(e) => {
+                out.error = Some(e);
+                return out;
+            }
+        }
+    }
+    write_back(world, &allocators);
+    for s in &services {
+        out.hypervisors.insert(s.hypervisor.clone());
+    }
+    out.services = services;
+    out
+}
+
+fn write_back(world: &mut World, allocators: &BTreeMap<String, PortAllocator>) {
+    for h in world.hypervisors.values_mut() {
+        if let Some(a) = allocators.get(&h.metadata.name) {
+            a.write_status(&mut h.status);
+        }
+    }
+}
+
+/// The services `sip` asks for that we run, with their ports; the others go into the notes.
+fn wanted_services(
+    world: &World,
+    sip: &SipCluster,
+    out: &mut SipServices,
+) -> Result<Vec<Wanted>, String> {
+    let s = &sip.spec.services;
+    let mut wanted = Vec::new();
+    let port = |field: &str, p: i64| -> Result<u16, String> {
+        u16::try_from(p)
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| format!("{field}: port {p} is outside 1..65535"))
+    };
+    let own_cluster = sip.spec.cluster_ref.as_ref().and_then(|r| {
+        let key = ObjectKey::new(sip.metadata.namespace_or_default(), r.name.clone());
+        world.clusters.get(&key).map(|c| (key, c))
+    });
+    for (i, lb) in s.load_balancer_control_plane.iter().enumerate() {
+        let field = format!("spec.services.loadBalancerControlPlane[{i}]");
+        if let Some((key, cluster)) = &own_cluster {
+            let endpoint = cluster.status.api_server_endpoint.clone();
+            out.notes.push(format!(
+                "{field}: the control plane is cluster {key}'s, behind its own ingress{}",
+                if endpoint.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({endpoint})")
+                }
+            ));
+            continue;
+        }
+        let LoadBalancerService {
+            node_port,
+            node_labels,
+            ..
+        } = lb;
+        wanted.push(Wanted {
+            name: format!("{}-{i}", ServiceKind::LoadBalancerControlPlane.short()),
+            kind: ServiceKind::LoadBalancerControlPlane,
+            index: i,
+            node_labels: node_labels.clone(),
+            ports: vec![(
+                "apiserver".into(),
+                port(&format!("{field}.nodePort"), *node_port)?,
+                format!("{field}.nodePort"),
+            )],
+        });
+    }
+    for (i, lb) in s.load_balancer_worker.iter().enumerate() {
+        let field = format!("spec.services.loadBalancerWorker[{i}]");
+        let LoadBalancerWorkerService {
+            node_port_range,
+            node_labels,
+            ..
+        } = lb;
+        let (start, end) = (node_port_range.start, node_port_range.end);
+        let count = end - start + 1;
+        if !(1..=MAX_WORKER_PORTS).contains(&count) {
+            return Err(format!(
+                "{field}.nodePortRange: {start}-{end} holds {count} ports; at least 1 and at most {MAX_WORKER_PORTS}"
+            ));
+        }
+        let mut ports = Vec::new();
+        for p in start..=end {
+            let p = port(&format!("{field}.nodePortRange"), p)?;
+            ports.push((p.to_string(), p, format!("{field}.nodePortRange")));
+        }
+        wanted.push(Wanted {
+            name: format!("{}-{i}", ServiceKind::LoadBalancerWorker.short()),
+            kind: ServiceKind::LoadBalancerWorker,
+            index: i,
+            node_labels: node_labels.clone(),
+            ports,
+        });
+    }
+    for (i, jump) in s.jump_host.iter().enumerate() {
+        let field = format!("spec.services.jumpHost[{i}]");
+        let JumpHostService {
+            node_port,
+            node_labels,
+            ..
+        } = jump;
+        wanted.push(Wanted {
+            name: format!("{}-{i}", ServiceKind::JumpHost.short()),
+            kind: ServiceKind::JumpHost,
+            index: i,
+            node_labels: node_labels.clone(),
+            ports: vec![(
+                "ssh".into(),
+                port(&format!("{field}.nodePort"), *node_port)?,
+                format!("{field}.nodePort"),
+            )],
+        });
+    }
+    for i in 0..s.oidc_provider.len() {
+        out.unsupported.push(format!(
+            "spec.services.oidcProvider[{i}]: an OIDC provider is not run by this version yet"
+        ));
+    }
+    Ok(wanted)
+}
+
+/// Why hypervisor `h` cannot take service `w`, or `None` when it can.
+fn unfit(
+    h: &Hypervisor,
+    ports: &PortAllocator,
+    namespace: &str,
+    owner_name: &str,
+    w: &Wanted,
+) -> Option<String> {
+    if !h.spec.public {
+        return Some("not public".into());
+    }
+    if h.spec.unschedulable || h.spec.drain {
+        return Some("cordoned".into());
+    }
+    for (k, v) in &w.node_labels {
+        if h.metadata.labels.get(k) != Some(v) {
+            return Some(format!("no label {k}={v}"));
+        }
+    }
+    for (name, port, field) in &w.ports {
+        let owner = PortOwner::new(namespace, owner_name, &w.name, name);
+        match ports.owner_of(*port) {
+            Some(o) if *o == owner => {}
+            Some(o) => {
+                return Some(format!(
+                    "{field}: port {port} is held by {}/{} ({})",
+                    o.cluster_namespace, o.cluster, o.component
+                ));
+            }
+            None if !ports.is_free(*port) => {
+                let range = ports
+                    .range()
+                    .map_or("none".to_string(), |(a, b)| format!("{a}-{b}"));
+                return Some(format!(
+                    "{field}: port {port} is outside its port range {range}"
+                ));
+            }
+            None => {}
+        }
+    }
+    None
+}
+
+/// Chooses the hypervisor of `w` and claims its ports there.
+fn place(
+    world: &World,
+    allocators: &mut BTreeMap<String, PortAllocator>,
+    key: &ObjectKey,
+    owner_name: &str,
+    w: &Wanted,
+    placed: Option<&String>,
+    chosen: &[(String, &Wanted)],
+) -> Result<String, String> {
+    let ns = key.namespace.as_str();
+    let get = |name: &str| world.hypervisors.get(&ObjectKey::cluster_scoped(name));
+    // A placed service stays where it is while that hypervisor can hold it.
+    let mut order: Vec<&Hypervisor> = Vec::new();
+    if let Some(h) = placed.and_then(|p| get(p)) {
+        order.push(h);
+    }
+    let mut rest: Vec<&Hypervisor> = world
+        .hypervisors
+        .values()
+        .filter(|h| Some(&h.metadata.name) != placed)
+        .collect();
+    // Beside its SIPCluster's other services first (one address for the tenant), then the
+    // least loaded, then by name.
+    let beside = |h: &Hypervisor| chosen.iter().any(|(n, _)| *n == h.metadata.name);
+    rest.sort_by_key(|h| {
+        (
+            !beside(h),
+            h.status.allocated_ports.len(),
+            h.metadata.name.clone(),
+        )
+    });
+    order.extend(rest);
+    let mut why = Vec::new();
+    for h in order {
+        let name = h.metadata.name.clone();
+        let Some(ports) = allocators.get(&name) else {
+            continue;
+        };
+        if let Some(reason) = unfit(h, ports, ns, owner_name, w) {
+            if h.spec.public {
+                why.push(format!("{name}: {reason}"));
+            }
+            continue;
+        }
+        // Its ports elsewhere (a hypervisor it had to leave) and ports it no longer asks
+        // for go first.
+        let keep: BTreeSet<PortOwner> = w
+            .ports
+            .iter()
+            .map(|(n, _, _)| PortOwner::new(ns, owner_name, &w.name, n))
+            .collect();
+        for (other, a) in allocators.iter_mut() {
+            for (o, port) in a.cluster_owners(ns, owner_name) {
+                if service_of(&o.component) == w.name
+                    && (other != &name || !keep.contains(&o) || a.owner_of(port) != Some(&o))
+                {
+                    a.release(&o);
+                }
+            }
+        }
+        let Some(ports) = allocators.get_mut(&name) else {
+            continue;
+        };
+        for (n, port, field) in &w.ports {
+            let owner = PortOwner::new(ns, owner_name, &w.name, n);
+            if ports.port_of(&owner) == Some(*port) {
+                continue;
+            }
+            ports.release(&owner);
+            if !ports.claim(&owner, *port) {
+                return Err(format!("{field}: port {port} cannot be held on {name}"));
+            }
+        }
+        return Ok(name);
+    }
+    let field = w
+        .ports
+        .first()
+        .map_or(format!("spec.services.{}[{}]", w.kind.field(), w.index), |(_, _, f)| {
+            f.clone()
+        });
+    Err(format!(
+        "{field}: no public hypervisor can run the {} {} ({})",
+        w.kind.describe(),
+        w.name,
+        if why.is_empty() {
+            "there is none".to_string()
+        } else {
+            why.join("; ")
+        }
+    ))
+}
+
+fn render(
+    world: &World,
+    report: &SipReport,
+    sip: &SipCluster,
+    hypervisor: &Hypervisor,
+    w: &Wanted,
+    options: &RenderOptions,
+) -> Result<ServicePlan, String> {
+    let key = &report.key;
+    let config = config_dir(key, &w.name);
+    let state = state_dir(key, &w.name);
+    let address = hypervisor.spec.ip_address.clone();
+    let file = |name: &str, content: Vec<u8>, mode: u32| HostFile {
+        path: format!("{config}/{name}"),
+        content,
+        mode,
+    };
+    let image = |i: oi_api::versions::Image| i.reference(options.image_repository.as_deref());
+    let config_mount = Mount {
+        host_path: config.clone(),
+        container_path: config.clone(),
+        readonly: true,
+    };
+    let ports: Vec<u16> = {
+        let mut p: Vec<u16> = w.ports.iter().map(|(_, p, _)| *p).collect();
+        p.sort_unstable();
+        p
+    };
+    // The active hosts of a node set with their address on `interface`.
+    let hosts = |role: &str, interface: &str| -> Vec<(String, String)> {
+        report
+            .selection
+            .of(role, HostState::Active)
+            .into_iter()
+            .filter_map(|k| {
+                let ip = report.hosts.get(k)?.addresses.get(interface)?;
+                Some((k.name.clone(), url_host(&ip.to_string())))
+            })
+            .collect()
+    };
+    let s = &sip.spec.services;
+    let (container, files) = match w.kind {
+        ServiceKind::LoadBalancerControlPlane => {
+            let lb = &s.load_balancer_control_plane[w.index];
+            let backends = hosts("ControlPlane", &lb.node_interface_id);
+            let cfg = control_plane_lb_config(ports[0], &backends);
+            (
+                haproxy_container(image(INFRA.haproxy), &config, config_mount),
+                vec![file("haproxy.cfg", cfg.into_bytes(), 0o644)],
+            )
+        }
+        ServiceKind::LoadBalancerWorker => {
+            let lb = &s.load_balancer_worker[w.index];
+            let backends = hosts("Worker", &lb.node_interface_id);
+            let cfg = worker_lb_config(&ports, &backends);
+            (
+                haproxy_container(image(INFRA.haproxy), &config, config_mount),
+                vec![file("haproxy.cfg", cfg.into_bytes(), 0o644)],
+            )
+        }
+        ServiceKind::JumpHost => {
+            let jump = &s.jump_host[w.index];
+            let secret_key = ObjectKey::new(key.namespace.clone(), jump.node_ssh_private_keys.clone());
+            let at = format!("spec.services.jumpHost[{}].nodeSSHPrivateKeys", w.index);
+            let secret = world.secrets.get(&secret_key).ok_or_else(|| {
+                format!("{at}: Secret {secret_key} does not exist")
+            })?;
+            let mut files = Vec::new();
+            let mut identities = Vec::new();
+            let names: BTreeSet<&String> =
+                secret.data.keys().chain(secret.string_data.keys()).collect();
+            for name in names {
+                if name.contains('/') || name.starts_with('.') {
+                    return Err(format!(
+                        "{at}: Secret {secret_key} key {name:?} is not a file name"
+                    ));
+                }
+                let value = match secret.value(name) {
+                    Some(Ok(v)) => v,
+                    _ => {
+                        return Err(format!(
+                            "{at}: Secret {secret_key} key {name}: not base64"
+                        ));
+                    }
+                };
+                identities.push(name.clone());
+                files.push(file(&format!("node-keys/{name}"), value, 0o600));
+            }
+            if identities.is_empty() {
+                return Err(format!("{at}: Secret {secret_key} holds no key"));
+            }
+            let inventory = jump_host_inventory(report, &jump.node_interface_id);
+            let host_names: Vec<(String, String)> = inventory
+                .hosts
+                .iter()
+                .filter_map(|h| Some((h.name.clone(), h.ip.clone()?)))
+                .collect();
+            let inventory = serde_json::to_string_pretty(&inventory)
+                .map_err(|e| format!("the jump host's inventory: {e}"))?;
+            files.push(file("hosts.json", inventory.into_bytes(), 0o600));
+            files.push(file(
+                "authorized_keys",
+                authorized_keys(&jump.ssh_authorized_keys).into_bytes(),
+                0o644,
+            ));
+            files.push(file(
+                "ssh_config",
+                ssh_config(&identities, &host_names).into_bytes(),
+                0o644,
+            ));
+            files.push(file(
+                "sshd_config",
+                sshd_config(&address, ports[0], &state).into_bytes(),
+                0o644,
+            ));
+            let container = ContainerSpec {
+                name: "sshd".into(),
+                image: image(INFRA.jump_host),
+                command: vec!["/bin/sh".into(), "-c".into(), jump_host_start(&config, &state)],
+                args: Vec::new(),
+                env: BTreeMap::new(),
+                mounts: vec![
+                    config_mount,
+                    Mount {
+                        host_path: state.clone(),
+                        container_path: state.clone(),
+                        readonly: false,
+                    },
+                ],
+                privileged: false,
+                resources: oi_api::versions::container_resources("sshd"),
+            };
+            (container, files)
+        }
+    };
+    let mut files = files;
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let pod = PodSpec {
+        namespace: key.namespace.clone(),
+        name: format!("{}-{}", key.name, w.name),
+        labels: BTreeMap::from([
+            (labels::SIP_CLUSTER_NAMESPACE.to_string(), key.namespace.clone()),
+            (labels::SIP_CLUSTER.to_string(), key.name.clone()),
+            (labels::SERVICE.to_string(), w.name.clone()),
+        ]),
+        containers: vec![container],
+    };
+    let known_files = hypervisor
+        .status
+        .files
+        .get(&key.namespace)
+        .and_then(|c| c.get(&owner_cluster(&key.name)))
+        .and_then(|c| c.get(&w.name))
+        .cloned()
+        .unwrap_or_default();
+    Ok(ServicePlan {
+        name: w.name.clone(),
+        kind: w.kind,
+        index: w.index,
+        hypervisor: hypervisor.metadata.name.clone(),
+        address,
+        ports,
+        pod,
+        files,
+        known_files,
+    })
+}
+
+fn haproxy_container(image: String, config: &str, mount: Mount) -> ContainerSpec {
+    ContainerSpec {
+        name: "haproxy".into(),
+        image,
+        command: vec!["haproxy".into()],
+        args: vec![
+            "-W".into(),
+            "-db".into(),
+            "-f".into(),
+            format!("{config}/haproxy.cfg"),
+        ],
+        env: BTreeMap::new(),
+        mounts: vec![mount],
+        privileged: false,
+        resources: oi_api::versions::container_resources("haproxy"),
+    }
+}
+
+const HAPROXY_DEFAULTS: &str = "global\n  maxconn 4096\n\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 10m\n  timeout server 10m\n  timeout check 5s\n  retries 3\n  option redispatch 1\n";
+
+/// The control plane load balancer: haproxy in TCP mode on `port` in front of the control
+/// plane hosts' API servers (`:6443`), each checked with `GET /readyz` over TLS. The check
+/// does not verify the API server's certificate (the tenant's CA is not ours to know;
+/// upstream SIP does the same): clients verify it end to end through the TCP stream.
+pub fn control_plane_lb_config(port: u16, backends: &[(String, String)]) -> String {
+    let mut out = String::from(HAPROXY_DEFAULTS);
+    let _ = write!(
+        out,
+        "\nfrontend apiserver\n  bind :::{port} v4v6\n  default_backend apiservers\n\n\
+         backend apiservers\n  balance roundrobin\n  option httpchk\n  \
+         http-check send meth GET uri /readyz\n  http-check expect status 200\n  \
+         default-server check check-ssl verify none inter 5s downinter 2s fall 4 rise 2 on-marked-down shutdown-sessions\n"
+    );
+    for (name, ip) in backends {
+        let _ = writeln!(out, "  server {name} {ip}:{APISERVER_PORT}");
+    }
+    out
+}
+
+/// The worker load balancer: every port of the range forwarded to the same port of every
+/// worker host, each checked by connecting.
+pub fn worker_lb_config(ports: &[u16], backends: &[(String, String)]) -> String {
+    let mut out = String::from(HAPROXY_DEFAULTS);
+    for port in ports {
+        let _ = write!(
+            out,
+            "\nfrontend port-{port}\n  bind :::{port} v4v6\n  default_backend port-{port}\n\n\
+             backend port-{port}\n  balance roundrobin\n  \
+             default-server check inter 5s downinter 2s fall 3 rise 2\n"
+        );
+        for (name, ip) in backends {
+            let _ = writeln!(out, "  server {name} {ip}:{port}");
+        }
+    }
+    out
+}
+
+/// `authorized_keys`: the SIPCluster's keys (validated as sshd parses them), one per line.
+pub fn authorized_keys(keys: &[String]) -> String {
+    keys.iter().map(|k| format!("{}\n", k.trim())).collect()
+}
+
+/// The jump host user's ssh configuration: every node key offered to every host, each held
+/// host reachable by its name; a host's key is trusted on first use and then pinned.
+pub fn ssh_config(identities: &[String], hosts: &[(String, String)]) -> String {
+    let mut out = String::from("Host *\n");
+    for id in identities {
+        let _ = writeln!(out, "  IdentityFile ~/.ssh/keys/{id}");
+    }
+    out.push_str(
+        "  IdentitiesOnly yes\n  StrictHostKeyChecking accept-new\n  UserKnownHostsFile ~/.ssh/known_hosts\n",
+    );
+    for (name, ip) in hosts {
+        let ip = ip.trim_start_matches('[').trim_end_matches(']');
+        let _ = write!(out, "\nHost {name}\n  HostName {ip}\n");
+    }
+    out
+}
+
+/// sshd's configuration: the user's keys only, no password, no root.
+pub fn sshd_config(address: &str, port: u16, state: &str) -> String {
+    format!(
+        "Port {port}\n\
+         ListenAddress {address}\n\
+         HostKey {state}/ssh_host_ed25519_key\n\
+         PidFile none\n\
+         AuthorizedKeysFile .ssh/authorized_keys\n\
+         PubkeyAuthentication yes\n\
+         PasswordAuthentication no\n\
+         KbdInteractiveAuthentication no\n\
+         PermitEmptyPasswords no\n\
+         PermitRootLogin no\n\
+         AllowUsers {JUMP_HOST_USER}\n\
+         UsePAM no\n\
+         StrictModes yes\n\
+         X11Forwarding no\n\
+         PermitTunnel no\n\
+         LogLevel INFO\n"
+    )
+}
+
+/// The jump host's start: a host key made once (kept in the state directory), the user's
+/// home filled from the read-only configuration (owned by the user, keys 0600), then sshd.
+pub fn jump_host_start(config: &str, state: &str) -> String {
+    let home = format!("/home/{JUMP_HOST_USER}");
+    format!(
+        "set -eu\n\
+         umask 077\n\
+         [ -s {state}/ssh_host_ed25519_key ] || ssh-keygen -q -t ed25519 -N '' -C '' -f {state}/ssh_host_ed25519_key\n\
+         mkdir -p {home}/.ssh/keys\n\
+         cp {config}/authorized_keys {home}/.ssh/authorized_keys\n\
+         cp {config}/ssh_config {home}/.ssh/config\n\
+         cp {config}/node-keys/* {home}/.ssh/keys/\n\
+         cp {config}/hosts.json {home}/hosts.json\n\
+         chown -R 1000:1000 {home}\n\
+         chmod 0755 {home}\n\
+         mkdir -p /run/sshd\n\
+         chmod 0755 /run/sshd\n\
+         exec /usr/sbin/sshd -D -e -f {config}/sshd_config\n"
+    )
+}
+
+/// Records what a run did with the SIPClusters' services: each service's file hashes in its
+/// hypervisor's status (those of services that left dropped), and each SIPCluster's `Ready`
+/// condition (upstream's reasons). Returns, per SIPCluster, one line for people and whether
+/// it is ready.
+pub fn record_services(
+    world: &mut World,
+    reports: &[SipReport],
+    plans: &[SipServices],
+    results: &[SipServicesResult],
+    now: time::OffsetDateTime,
+) -> Vec<(ObjectKey, String, bool)> {
+    use oi_api::common::ConditionStatus;
+    use oi_api::sip::{CONDITION_READY, REASON_INFRA_SERVICE_FAILURE, REASON_RECONCILIATION_SUCCEEDED};
+    let mut lines = Vec::new();
+    for plan in plans {
+        let key = &plan.key;
+        let owner = owner_cluster(&key.name);
+        let result = results.iter().find(|r| &r.key == key);
+        if plan.error.is_none() {
+            for h in world.hypervisors.values_mut() {
+                let name = h.metadata.name.clone();
+                let Some(clusters) = h.status.files.get_mut(&key.namespace) else {
+                    continue;
+                };
+                if let Some(services) = clusters.get_mut(&owner) {
+                    services.retain(|s, _| {
+                        plan.services
+                            .iter()
+                            .any(|p| &p.name == s && p.hypervisor == name)
+                    });
+                    if services.is_empty() {
+                        clusters.remove(&owner);
+                    }
+                }
+                if clusters.is_empty() {
+                    h.status.files.remove(&key.namespace);
+                }
+            }
+            for s in result.map(|r| r.services.as_slice()).unwrap_or_default() {
+                let Some(hashes) = &s.hashes else { continue };
+                if let Some(h) = world
+                    .hypervisors
+                    .get_mut(&ObjectKey::cluster_scoped(s.hypervisor.clone()))
+                {
+                    h.status
+                        .files
+                        .entry(key.namespace.clone())
+                        .or_default()
+                        .entry(owner.clone())
+                        .or_default()
+                        .insert(s.name.clone(), hashes.clone());
+                }
+            }
+        }
+        if plan.deleted {
+            continue;
+        }
+        let held = reports
+            .iter()
+            .find(|r| &r.key == key)
+            .map(|r| super::describe_hosts(&r.selection))
+            .unwrap_or_default();
+        let running: Vec<String> = plan
+            .services
+            .iter()
+            .map(|s| format!("{} {} at {}", s.kind.describe(), s.name, s.endpoint()))
+            .collect();
+        let mut failing: Vec<String> = Vec::new();
+        if let Some(e) = &plan.error {
+            failing.push(format!("cannot be placed: {e}"));
+        }
+        if let Some(r) = result {
+            if let Some(e) = &r.sweep_error {
+                failing.push(format!("removing what left: {e}"));
+            }
+            for s in r.services.iter().filter(|s| !s.running) {
+                failing.push(format!("{}: {}", s.name, s.message));
+            }
+        } else if plan.error.is_none() && !plan.services.is_empty() {
+            failing.push("not run".into());
+        }
+        failing.extend(plan.unsupported.iter().cloned());
+        let mut message = format!("hosts {held}");
+        if !running.is_empty() && plan.error.is_none() {
+            message.push_str(&format!("; services: {}", running.join(", ")));
+        }
+        for note in &plan.notes {
+            message.push_str(&format!("; {note}"));
+        }
+        let ready = failing.is_empty();
+        if !ready {
+            message.push_str(&format!("; failing: {}", failing.join("; ")));
+        }
+        let (status, reason) = if ready {
+            (ConditionStatus::True, REASON_RECONCILIATION_SUCCEEDED)
+        } else {
+            (ConditionStatus::False, REASON_INFRA_SERVICE_FAILURE)
+        };
+        if let Some(sip) = world.sip_clusters.get_mut(key) {
+            sip.set_condition(CONDITION_READY, status, reason, &message, now);
+        }
+        lines.push((key.clone(), format!("sipcluster {key}: {message}"), ready));
+    }
+    lines
+}

@@ -82,11 +82,36 @@ impl NodeHost {
         };
         let inside = format!("ohi{tag}");
         ok("ip", &["netns", "add", &host.netns]);
-        ok("ip", &["link", "add", &host.host_veth, "type", "veth", "peer", "name", &inside]);
+        ok(
+            "ip",
+            &[
+                "link",
+                "add",
+                &host.host_veth,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &inside,
+            ],
+        );
         ok("ip", &["link", "set", &inside, "netns", &host.netns]);
-        ok("ip", &["link", "set", &host.host_veth, "master", &state.bridge, "up"]);
+        ok(
+            "ip",
+            &[
+                "link",
+                "set",
+                &host.host_veth,
+                "master",
+                &state.bridge,
+                "up",
+            ],
+        );
         let cidr = format!("{}/{}", host.ip, state.subnet.prefix_len());
-        ok("ip", &["-n", &host.netns, "addr", "add", &cidr, "dev", &inside]);
+        ok(
+            "ip",
+            &["-n", &host.netns, "addr", "add", &cidr, "dev", &inside],
+        );
         ok("ip", &["-n", &host.netns, "link", "set", &inside, "up"]);
         ok("ip", &["-n", &host.netns, "link", "set", "lo", "up"]);
         host
@@ -117,7 +142,10 @@ impl NodeHost {
         std::fs::write(dir.join("passwd"), passwd).unwrap();
         std::fs::write(dir.join("authorized_keys"), authorized).unwrap();
         let key = dir.join("host_key");
-        ok("ssh-keygen", &["-q", "-t", "ed25519", "-N", "", "-f", key.to_str().unwrap()]);
+        ok(
+            "ssh-keygen",
+            &["-q", "-t", "ed25519", "-N", "", "-f", key.to_str().unwrap()],
+        );
         let config = dir.join("sshd_config");
         std::fs::write(
             &config,
@@ -137,7 +165,15 @@ impl NodeHost {
             config.display()
         );
         self.spawn(
-            &["unshare", "-m", "--propagation", "private", "sh", "-c", &script],
+            &[
+                "unshare",
+                "-m",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                &script,
+            ],
             &dir.join("sshd.log"),
         );
         wait_port(self.ip, 22, &dir.join("sshd.log"));
@@ -171,7 +207,20 @@ fn poll<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
 }
 
 fn keygen(path: &Path) -> String {
-    ok("ssh-keygen", &["-q", "-t", "ed25519", "-N", "", "-C", "e2e", "-f", path.to_str().unwrap()]);
+    ok(
+        "ssh-keygen",
+        &[
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            "e2e",
+            "-f",
+            path.to_str().unwrap(),
+        ],
+    );
     std::fs::read_to_string(path.with_extension("pub")).unwrap()
 }
 
@@ -182,10 +231,26 @@ fn ssh(key: &Path, user: &str, ip: Ipv4Addr, port: u16, command: &str) -> std::p
     run(
         "ssh",
         &[
-            "-F", "/dev/null", "-i", key.to_str().unwrap(), "-p", &port,
-            "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "ConnectTimeout=10",
-            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-            "-o", "LogLevel=ERROR", &target, command,
+            "-F",
+            "/dev/null",
+            "-i",
+            key.to_str().unwrap(),
+            "-p",
+            &port,
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "ConnectTimeout=10",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+            &target,
+            command,
         ],
     )
 }
@@ -215,7 +280,13 @@ fn sip_cluster(authorized: &str, node_key: &str) -> String {
 
 fn reconcile(world: &str) -> oi_e2e::Run {
     oi(
-        &["reconcile", "--image-repository", "localhost/oneinfra", "--max-wait", "60s"],
+        &[
+            "reconcile",
+            "--image-repository",
+            "localhost/oneinfra",
+            "--max-wait",
+            "60s",
+        ],
         world,
     )
     .unwrap()
@@ -226,7 +297,8 @@ fn http_get(ip: Ipv4Addr, port: u16, path: &str) -> Result<String, String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect_timeout(&(ip, port).into(), Duration::from_secs(2))
         .map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
     write!(s, "GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n").map_err(|e| e.to_string())?;
     let mut answer = String::new();
     s.read_to_string(&mut answer).map_err(|e| e.to_string())?;
@@ -239,9 +311,15 @@ fn sip_services_run_on_a_public_hypervisor() {
         || !oi_testsupport::require(
             TEST,
             "OpenSSH's sshd, ssh and ssh-keygen, openssl and curl (scripts/setup.sh installs them)",
-            ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/bin/ssh-keygen", "/usr/bin/openssl", "/usr/bin/curl"]
-                .iter()
-                .all(|p| Path::new(p).is_file()),
+            [
+                "/usr/sbin/sshd",
+                "/usr/bin/ssh",
+                "/usr/bin/ssh-keygen",
+                "/usr/bin/openssl",
+                "/usr/bin/curl",
+            ]
+            .iter()
+            .all(|p| Path::new(p).is_file()),
         )
     {
         return;
@@ -282,9 +360,21 @@ fn sip_services_run_on_a_public_hypervisor() {
     ok(
         "openssl",
         &[
-            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-            "-days", "1", "-subj", "/CN=cp-1", "-keyout", d("tls.key").to_str().unwrap(),
-            "-out", d("tls.crt").to_str().unwrap(),
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=cp-1",
+            "-keyout",
+            d("tls.key").to_str().unwrap(),
+            "-out",
+            d("tls.crt").to_str().unwrap(),
         ],
     );
     let serve = format!(
@@ -299,7 +389,15 @@ fn sip_services_run_on_a_public_hypervisor() {
     let node_port = format!("{}:{NODE_PORT}", worker.ip);
     let worker_www = d("w-1");
     worker.spawn(
-        &["busybox", "httpd", "-f", "-p", &node_port, "-h", worker_www.to_str().unwrap()],
+        &[
+            "busybox",
+            "httpd",
+            "-f",
+            "-p",
+            &node_port,
+            "-h",
+            worker_www.to_str().unwrap(),
+        ],
         &d("httpd.log"),
     );
     wait_port(worker.ip, NODE_PORT, &d("httpd.log"));
@@ -333,12 +431,24 @@ fn sip_services_run_on_a_public_hypervisor() {
 
     // The jump host: the authorized key logs in as ubuntu; an unlisted key, and root, are
     // refused.
-    let hello = ssh(&d("user"), "ubuntu", public_ip, JUMP_PORT, "echo hello from $(id -un)");
+    let hello = ssh(
+        &d("user"),
+        "ubuntu",
+        public_ip,
+        JUMP_PORT,
+        "echo hello from $(id -un)",
+    );
     assert!(hello.status.success(), "{hello:?}");
-    assert_eq!(String::from_utf8_lossy(&hello.stdout), "hello from ubuntu\n");
+    assert_eq!(
+        String::from_utf8_lossy(&hello.stdout),
+        "hello from ubuntu\n"
+    );
     let stranger = ssh(&d("stranger"), "ubuntu", public_ip, JUMP_PORT, "true");
     assert_eq!(stranger.status.code(), Some(255), "{stranger:?}");
-    assert!(String::from_utf8_lossy(&stranger.stderr).contains("Permission denied"), "{stranger:?}");
+    assert!(
+        String::from_utf8_lossy(&stranger.stderr).contains("Permission denied"),
+        "{stranger:?}"
+    );
     let root = ssh(&d("user"), "root", public_ip, JUMP_PORT, "true");
     assert_eq!(root.status.code(), Some(255), "{root:?}");
 
@@ -347,32 +457,53 @@ fn sip_services_run_on_a_public_hypervisor() {
         let command = format!("ssh {name} cat {}", d(name).join("marker").display());
         let out = ssh(&d("user"), "ubuntu", public_ip, JUMP_PORT, &command);
         assert!(out.status.success(), "{command}: {out:?}");
-        assert_eq!(String::from_utf8_lossy(&out.stdout), format!("this is {name}\n"));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("this is {name}\n")
+        );
     }
 
     // `host list` and `host reboot cp-1`: that system, and no other, power-cycled.
     let list = ssh(&d("user"), "ubuntu", public_ip, JUMP_PORT, "host list");
     assert!(list.status.success(), "{list:?}");
     let list = String::from_utf8_lossy(&list.stdout).into_owned();
-    let rows: Vec<Vec<&str>> = list.lines().skip(1).map(|l| l.split_whitespace().collect()).collect();
+    let rows: Vec<Vec<&str>> = list
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
     let (cp_ip, w_ip) = (cp.ip.to_string(), worker.ip.to_string());
     assert_eq!(
         rows.iter().map(|r| (r[0], r[1], r[3])).collect::<Vec<_>>(),
         [("cp-1", cp_ip.as_str(), "On"), ("w-1", w_ip.as_str(), "On")],
         "{list}"
     );
-    let reboot = ssh(&d("user"), "ubuntu", public_ip, JUMP_PORT, "host reboot cp-1");
+    let reboot = ssh(
+        &d("user"),
+        "ubuntu",
+        public_ip,
+        JUMP_PORT,
+        "host reboot cp-1",
+    );
     assert!(reboot.status.success(), "{reboot:?}");
     assert!(
         String::from_utf8_lossy(&reboot.stdout).contains("cp-1: ForceRestart accepted (was On)"),
         "{reboot:?}"
     );
-    assert_eq!(emulator.wait_resets(1), [(CP.to_string(), "204".to_string())]);
+    assert_eq!(
+        emulator.wait_resets(1),
+        [(CP.to_string(), "204".to_string())]
+    );
 
     // The worker load balancer forwards the node port to the worker host.
     let answer = poll("the node port through the worker load balancer", || {
-        http_get(public_ip, NODE_PORT, "/marker")
-            .and_then(|a| if a.contains("this is w-1") { Ok(a) } else { Err(a) })
+        http_get(public_ip, NODE_PORT, "/marker").and_then(|a| {
+            if a.contains("this is w-1") {
+                Ok(a)
+            } else {
+                Err(a)
+            }
+        })
     });
     assert!(answer.starts_with("HTTP/1."), "{answer}");
     // A port of the range nobody serves: the connection is closed, nothing answers.
@@ -382,7 +513,11 @@ fn sip_services_run_on_a_public_hypervisor() {
     poll("/readyz through the control plane load balancer", || {
         let out = run("curl", &["-sk", "--max-time", "5", &url]);
         let body = String::from_utf8_lossy(&out.stdout).into_owned();
-        if body == "ok" { Ok(()) } else { Err(format!("{out:?}")) }
+        if body == "ok" {
+            Ok(())
+        } else {
+            Err(format!("{out:?}"))
+        }
     });
 
     // A second run over the output changes nothing.
@@ -393,16 +528,38 @@ fn sip_services_run_on_a_public_hypervisor() {
     assert_eq!(second.stdout, first.stdout);
 
     // Deleted: its pods, ports and labels go.
-    let deleted = oi(&["sipcluster", "delete", "--name", "t1", "--namespace", NS], &first.stdout)
-        .unwrap()
-        .ok("oi sipcluster delete")
+    let deleted = oi(
+        &["sipcluster", "delete", "--name", "t1", "--namespace", NS],
+        &first.stdout,
+    )
+    .unwrap()
+    .ok("oi sipcluster delete")
+    .unwrap();
+    let gone = reconcile(&deleted.stdout)
+        .ok("oi reconcile after delete")
         .unwrap();
-    let gone = reconcile(&deleted.stdout).ok("oi reconcile after delete").unwrap();
-    assert!(gone.stderr.contains("removed pod t1-jump-host-0"), "{}", gone.stderr);
+    assert!(
+        gone.stderr.contains("removed pod t1-jump-host-0"),
+        "{}",
+        gone.stderr
+    );
     assert!(!gone.stdout.contains("SIPCluster/t1"), "{}", gone.stdout);
-    assert!(!gone.stdout.contains("sip.airshipit.org/cluster-name"), "{}", gone.stdout);
+    assert!(
+        !gone.stdout.contains("sip.airshipit.org/cluster-name"),
+        "{}",
+        gone.stdout
+    );
     // No cluster here: nothing at all is left in the hypervisor's containerd.
     let left = set.containers().unwrap();
-    assert!(left.iter().all(|(_, listing)| listing.lines().count() == 1), "{left:?}");
-    assert!(!set.etc_oneinfra(&state.hypervisors[0].name).join("_sip").join(NS).join("t1").exists());
+    assert!(
+        left.iter().all(|(_, listing)| listing.lines().count() == 1),
+        "{left:?}"
+    );
+    assert!(
+        !set.etc_oneinfra(&state.hypervisors[0].name)
+            .join("_sip")
+            .join(NS)
+            .join("t1")
+            .exists()
+    );
 }

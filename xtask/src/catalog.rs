@@ -32,7 +32,8 @@ pub const HOST_TOOL_PATH: &str = "/usr/local/bin/oi-host";
 pub const JUMP_HOST_USER: &str = "ubuntu";
 /// `host list`, `host reboot <name>`: the tool over the inventory the jump host's start puts
 /// in the user's home.
-const HOST_WRAPPER: &str = "#!/bin/sh\nexec /usr/local/bin/oi-host --inventory \"$HOME/hosts.json\" \"$@\"\n";
+const HOST_WRAPPER: &str =
+    "#!/bin/sh\nexec /usr/local/bin/oi-host --inventory \"$HOME/hosts.json\" \"$@\"\n";
 /// Where the VPN endpoint's binary is in its image.
 pub const VPN_ENDPOINT_PATH: &str = "/usr/local/bin/oi-vpn-endpoint";
 
@@ -255,7 +256,9 @@ impl ImageDef {
                 fs.bytes(
                     "/etc/shadow",
                     0o640,
-                    format!("root:*:19000::::::\nsshd:*:19000::::::\n{JUMP_HOST_USER}:*:19000::::::\n"),
+                    format!(
+                        "root:*:19000::::::\nsshd:*:19000::::::\n{JUMP_HOST_USER}:*:19000::::::\n"
+                    ),
                 )?;
                 fs.bytes(
                     "/etc/nsswitch.conf",

@@ -50,9 +50,9 @@ mod membership;
 mod observe;
 mod progress;
 pub mod restore;
-pub mod sip;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
+pub mod sip;
 mod teardown;
 
 use std::collections::BTreeMap;

@@ -73,7 +73,10 @@ fn runtime<'r, R>(runtimes: &'r Runtimes<R>, hypervisor: &str) -> Result<&'r R, 
 
 fn selector(key: &oi_api::ObjectKey, service: Option<&str>) -> BTreeMap<String, String> {
     let mut s = BTreeMap::from([
-        (labels::SIP_CLUSTER_NAMESPACE.to_string(), key.namespace.clone()),
+        (
+            labels::SIP_CLUSTER_NAMESPACE.to_string(),
+            key.namespace.clone(),
+        ),
         (labels::SIP_CLUSTER.to_string(), key.name.clone()),
     ]);
     if let Some(service) = service {
@@ -113,11 +116,25 @@ async fn run_one<R: HypervisorRuntime>(
                 .map_err(|e| e.to_string())?;
             for pod in pods.iter().filter(|p| !wanted.contains(p.name.as_str())) {
                 rt.remove_pod(&pod.id).await.map_err(|e| e.to_string())?;
-                emit(progress, key, h, None, format!("removed pod {} (no longer wanted)", pod.name));
+                emit(
+                    progress,
+                    key,
+                    h,
+                    None,
+                    format!("removed pod {} (no longer wanted)", pod.name),
+                );
             }
             if let Some(dirs) = plan.leaving.get(h) {
-                rt.remove_host_paths(dirs).await.map_err(|e| e.to_string())?;
-                emit(progress, key, h, None, "removed the directories of services that left".into());
+                rt.remove_host_paths(dirs)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                emit(
+                    progress,
+                    key,
+                    h,
+                    None,
+                    "removed the directories of services that left".into(),
+                );
             }
             Ok::<(), String>(())
         }
@@ -130,7 +147,9 @@ async fn run_one<R: HypervisorRuntime>(
         result.sweep_error = Some(sweep_errors.join("; "));
     }
     for s in &plan.services {
-        result.services.push(run_service(key, s, runtimes, options, deadline, progress).await);
+        result
+            .services
+            .push(run_service(key, s, runtimes, options, deadline, progress).await);
     }
     result
 }
@@ -158,7 +177,9 @@ async fn run_service<R: HypervisorRuntime>(
         }
     };
     let h = s.hypervisor.as_str();
-    let changed = oi_cri::requests::file_writes(&s.files, &s.known_files).0.len();
+    let changed = oi_cri::requests::file_writes(&s.files, &s.known_files)
+        .0
+        .len();
     match rt.write_files(&s.files, &s.known_files).await {
         Ok(hashes) => out.hashes = Some(hashes),
         Err(e) => {
@@ -167,7 +188,13 @@ async fn run_service<R: HypervisorRuntime>(
         }
     }
     if changed > 0 {
-        emit(progress, key, h, Some(&s.name), format!("wrote {changed} files"));
+        emit(
+            progress,
+            key,
+            h,
+            Some(&s.name),
+            format!("wrote {changed} files"),
+        );
     }
     let mut outcome = match rt.ensure_pod(&s.pod).await {
         Ok(o) => o,
@@ -194,8 +221,20 @@ async fn run_service<R: HypervisorRuntime>(
         }
     }
     match outcome {
-        Outcome::Created => emit(progress, key, h, Some(&s.name), format!("created pod {}", s.pod.name)),
-        Outcome::Replaced => emit(progress, key, h, Some(&s.name), format!("replaced pod {}", s.pod.name)),
+        Outcome::Created => emit(
+            progress,
+            key,
+            h,
+            Some(&s.name),
+            format!("created pod {}", s.pod.name),
+        ),
+        Outcome::Replaced => emit(
+            progress,
+            key,
+            h,
+            Some(&s.name),
+            format!("replaced pod {}", s.pod.name),
+        ),
         Outcome::Unchanged => {}
     }
     // Running: every container of the pod runs, seen twice a poll apart (an sshd refusing

@@ -87,7 +87,9 @@ pub fn sip_unschedulable(
                 .iter()
                 .filter(|(_, _, ready)| !ready)
                 .map(|(key, line, _)| {
-                    let why = line.split_once("; failing: ").map_or(line.as_str(), |(_, w)| w);
+                    let why = line
+                        .split_once("; failing: ")
+                        .map_or(line.as_str(), |(_, w)| w);
                     format!("sipcluster {key} is not ready: its support services: {why}")
                 }),
         )
@@ -256,7 +258,8 @@ impl Runner {
             &self.connector,
             &progress,
         ));
-        let lines = oi_planner::sip::services::record_services(world, reports, plans, &results, now);
+        let lines =
+            oi_planner::sip::services::record_services(world, reports, plans, &results, now);
         if !quiet {
             for (_, line, _) in &lines {
                 eprintln!("{line}");

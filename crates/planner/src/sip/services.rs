@@ -273,7 +273,15 @@ fn plan_one(world: &mut World, report: &SipReport, options: &RenderOptions) -> S
     }
     let mut chosen: Vec<(String, &Wanted)> = Vec::new();
     for w in &wanted {
-        match place(world, &mut allocators, key, &owner_name, w, placed.get(&w.name), &chosen) {
+        match place(
+            world,
+            &mut allocators,
+            key,
+            &owner_name,
+            w,
+            placed.get(&w.name),
+            &chosen,
+        ) {
             Ok(h) => chosen.push((h, w)),
             Err(e) => {
                 out.error = Some(e);
@@ -537,12 +545,10 @@ fn place(
         }
         return Ok(name);
     }
-    let field = w
-        .ports
-        .first()
-        .map_or(format!("spec.services.{}[{}]", w.kind.field(), w.index), |(_, _, f)| {
-            f.clone()
-        });
+    let field = w.ports.first().map_or(
+        format!("spec.services.{}[{}]", w.kind.field(), w.index),
+        |(_, _, f)| f.clone(),
+    );
     Err(format!(
         "{field}: no public hypervisor can run the {} {} ({})",
         w.kind.describe(),
@@ -617,15 +623,20 @@ fn render(
         }
         ServiceKind::JumpHost => {
             let jump = &s.jump_host[w.index];
-            let secret_key = ObjectKey::new(key.namespace.clone(), jump.node_ssh_private_keys.clone());
+            let secret_key =
+                ObjectKey::new(key.namespace.clone(), jump.node_ssh_private_keys.clone());
             let at = format!("spec.services.jumpHost[{}].nodeSSHPrivateKeys", w.index);
-            let secret = world.secrets.get(&secret_key).ok_or_else(|| {
-                format!("{at}: Secret {secret_key} does not exist")
-            })?;
+            let secret = world
+                .secrets
+                .get(&secret_key)
+                .ok_or_else(|| format!("{at}: Secret {secret_key} does not exist"))?;
             let mut files = Vec::new();
             let mut identities = Vec::new();
-            let names: BTreeSet<&String> =
-                secret.data.keys().chain(secret.string_data.keys()).collect();
+            let names: BTreeSet<&String> = secret
+                .data
+                .keys()
+                .chain(secret.string_data.keys())
+                .collect();
             for name in names {
                 if name.contains('/') || name.starts_with('.') {
                     return Err(format!(
@@ -635,9 +646,7 @@ fn render(
                 let value = match secret.value(name) {
                     Some(Ok(v)) => v,
                     _ => {
-                        return Err(format!(
-                            "{at}: Secret {secret_key} key {name}: not base64"
-                        ));
+                        return Err(format!("{at}: Secret {secret_key} key {name}: not base64"));
                     }
                 };
                 identities.push(name.clone());
@@ -673,7 +682,11 @@ fn render(
             let container = ContainerSpec {
                 name: "sshd".into(),
                 image: image(INFRA.jump_host),
-                command: vec!["/bin/sh".into(), "-c".into(), jump_host_start(&config, &state)],
+                command: vec![
+                    "/bin/sh".into(),
+                    "-c".into(),
+                    jump_host_start(&config, &state),
+                ],
                 args: Vec::new(),
                 env: BTreeMap::new(),
                 mounts: vec![
@@ -696,7 +709,10 @@ fn render(
         namespace: key.namespace.clone(),
         name: format!("{}-{}", key.name, w.name),
         labels: BTreeMap::from([
-            (labels::SIP_CLUSTER_NAMESPACE.to_string(), key.namespace.clone()),
+            (
+                labels::SIP_CLUSTER_NAMESPACE.to_string(),
+                key.namespace.clone(),
+            ),
             (labels::SIP_CLUSTER.to_string(), key.name.clone()),
             (labels::SERVICE.to_string(), w.name.clone()),
         ]),
@@ -845,6 +861,9 @@ pub fn jump_host_start(config: &str, state: &str) -> String {
     )
 }
 
+#[cfg(test)]
+mod tests;
+
 /// Records what a run did with the SIPClusters' services: each service's file hashes in its
 /// hypervisor's status (those of services that left dropped), and each SIPCluster's `Ready`
 /// condition (upstream's reasons). Returns, per SIPCluster, one line for people and whether
@@ -857,7 +876,9 @@ pub fn record_services(
     now: time::OffsetDateTime,
 ) -> Vec<(ObjectKey, String, bool)> {
     use oi_api::common::ConditionStatus;
-    use oi_api::sip::{CONDITION_READY, REASON_INFRA_SERVICE_FAILURE, REASON_RECONCILIATION_SUCCEEDED};
+    use oi_api::sip::{
+        CONDITION_READY, REASON_INFRA_SERVICE_FAILURE, REASON_RECONCILIATION_SUCCEEDED,
+    };
     let mut lines = Vec::new();
     for plan in plans {
         let key = &plan.key;

@@ -18,10 +18,10 @@ use time::macros::datetime;
 
 use super::*;
 
-const NOW: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
-const NS: &str = "tenants";
+pub(crate) const NOW: OffsetDateTime = datetime!(2026-11-25 12:00 UTC);
+pub(crate) const NS: &str = "tenants";
 
-fn b64(s: &str) -> String {
+pub(crate) fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
 }
 
@@ -87,7 +87,12 @@ data: {{networkData: {nd}}}
     )
 }
 
-fn sip_doc(name: &str, cp: (i64, i64, &str), worker: (i64, i64, &str), services: &str) -> String {
+pub(crate) fn sip_doc(
+    name: &str,
+    cp: (i64, i64, &str),
+    worker: (i64, i64, &str),
+    services: &str,
+) -> String {
     format!(
         r"apiVersion: airship.airshipit.org/v1
 kind: SIPCluster
@@ -111,7 +116,7 @@ spec:
 
 /// Six hosts as upstream's samples have them: control plane r006 x2, r007 x1; workers on
 /// r007, r008, r009, each its own host.
-fn inventory() -> String {
+pub(crate) fn inventory() -> String {
     [
         Host {
             name: "cp-r006-1",
@@ -164,11 +169,11 @@ fn inventory() -> String {
 
 const JUMP_ONLY: &str = "{jumpHost: [{image: jump, nodePort: 30000, nodeInterfaceId: oam-ipv4, nodeSSHPrivateKeys: keys}]}";
 
-fn load(parts: &[&str]) -> World {
+pub(crate) fn load(parts: &[&str]) -> World {
     World::load(&parts.join("\n---\n"), "test").unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn key(name: &str) -> ObjectKey {
+pub(crate) fn key(name: &str) -> ObjectKey {
     ObjectKey::new(NS, name)
 }
 

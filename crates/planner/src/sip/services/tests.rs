@@ -1,0 +1,504 @@
+use std::collections::BTreeMap;
+
+use oi_api::{ObjectKey, World};
+use pretty_assertions::assert_eq;
+
+use super::*;
+use crate::sip::reconcile_sip;
+use crate::sip::tests::{NOW, NS, b64, inventory, key, load, sip_doc};
+
+const ALL: &str = "{jumpHost: [{image: jump, nodePort: 30000, nodeInterfaceId: oam-ipv4, nodeSSHPrivateKeys: keys, sshAuthorizedKeys: ['ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGFu4aD6Qg2jhyY5fba9gqFO5quRH/2GbGT/qO/VrDt5 ops@example']}], loadBalancerControlPlane: [{image: haproxy, nodePort: 30001, nodeInterfaceId: oam-ipv4}], loadBalancerWorker: [{image: haproxy, nodeInterfaceId: oam-ipv4, nodePortRange: {start: 30002, end: 30004}}]}";
+
+fn hypervisor(name: &str, public: bool, ip: &str, range: (u32, u32)) -> String {
+    format!(
+        "apiVersion: infra.oneinfra.ereslibre.es/v1alpha1\nkind: Hypervisor\nmetadata: {{name: {name}, labels: {{site: a}}}}\nspec: {{localCRIEndpoint: {{criEndpointPath: /run/{name}.sock}}, public: {public}, ipAddress: {ip}, portRange: {{low: {}, high: {}}}}}\n",
+        range.0, range.1
+    )
+}
+
+fn keys() -> String {
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: keys, namespace: {NS}}}\ndata: {{id_ed25519: {}, id_rsa: {}}}\n",
+        b64("-----BEGIN OPENSSH PRIVATE KEY-----\nnode key one\n"),
+        b64("-----BEGIN OPENSSH PRIVATE KEY-----\nnode key two\n"),
+    )
+}
+
+fn world(services: &str, hypervisors: &[String]) -> World {
+    let mut parts: Vec<String> = hypervisors.to_vec();
+    parts.push(inventory());
+    parts.push(sip_doc("s1", (1, 1, "rack"), (2, 0, "host"), services));
+    parts.push(keys());
+    let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+    load(&refs)
+}
+
+fn options() -> RenderOptions {
+    RenderOptions {
+        image_repository: Some("localhost/oneinfra".into()),
+    }
+}
+
+/// Selection then services, as `oi reconcile` runs them.
+fn plan(world: &mut World) -> (Vec<SipReport>, Vec<SipServices>) {
+    let reports = reconcile_sip(world, NOW);
+    let plans = plan_services(world, &reports, &options());
+    (reports, plans)
+}
+
+fn ports_of(world: &World, hypervisor: &str) -> Vec<(String, u16)> {
+    world.hypervisors[&ObjectKey::cluster_scoped(hypervisor)]
+        .status
+        .allocated_ports
+        .iter()
+        .map(|a| {
+            (
+                format!("{}/{}/{}", a.cluster_namespace, a.cluster, a.component),
+                a.port,
+            )
+        })
+        .collect()
+}
+
+fn file<'a>(s: &'a ServicePlan, name: &str) -> &'a HostFile {
+    s.files
+        .iter()
+        .find(|f| f.path.ends_with(&format!("/{name}")))
+        .unwrap_or_else(|| panic!("{name} not in {:?}", s.files))
+}
+
+fn text(f: &HostFile) -> String {
+    String::from_utf8(f.content.clone()).unwrap()
+}
+
+#[test]
+fn services_run_on_a_public_hypervisor_with_the_ports_they_ask_for() {
+    let mut w = world(
+        ALL,
+        &[
+            hypervisor("private-1", false, "10.1.0.1", (30000, 30100)),
+            hypervisor("public-1", true, "10.1.0.2", (30000, 30100)),
+        ],
+    );
+    let (_, plans) = plan(&mut w);
+    assert_eq!(plans.len(), 1);
+    let p = &plans[0];
+    assert_eq!(p.error, None);
+    let placed: Vec<(&str, &str, String)> = p
+        .services
+        .iter()
+        .map(|s| (s.name.as_str(), s.hypervisor.as_str(), s.endpoint()))
+        .collect();
+    assert_eq!(
+        placed,
+        [
+            (
+                "lb-control-plane-0",
+                "public-1",
+                "10.1.0.2:30001".to_string()
+            ),
+            (
+                "lb-worker-0",
+                "public-1",
+                "10.1.0.2:30002-30004".to_string()
+            ),
+            ("jump-host-0", "public-1", "10.1.0.2:30000".to_string()),
+        ]
+    );
+    let owner = "tenants/SIPCluster/s1";
+    assert_eq!(
+        ports_of(&w, "public-1"),
+        [
+            (format!("{owner}/jump-host-0-ssh"), 30000),
+            (format!("{owner}/lb-control-plane-0-apiserver"), 30001),
+            (format!("{owner}/lb-worker-0-30002"), 30002),
+            (format!("{owner}/lb-worker-0-30003"), 30003),
+            (format!("{owner}/lb-worker-0-30004"), 30004),
+        ]
+    );
+    assert!(ports_of(&w, "private-1").is_empty());
+
+    // The control plane load balancer: the active control plane host's API server, TLS
+    // /readyz checks; the standby host is not a backend.
+    let cp = text(file(&p.services[0], "haproxy.cfg"));
+    assert!(cp.contains("bind :::30001 v4v6"), "{cp}");
+    assert!(cp.contains("http-check send meth GET uri /readyz"), "{cp}");
+    assert!(cp.contains("check check-ssl verify none"), "{cp}");
+    let servers: Vec<&str> = cp
+        .lines()
+        .filter(|l| l.trim_start().starts_with("server "))
+        .collect();
+    assert_eq!(servers, ["  server cp-r006-1 10.0.0.1:6443"], "{cp}");
+    // The worker load balancer: each port of the range to the same port of each worker.
+    let wk = text(file(&p.services[1], "haproxy.cfg"));
+    for port in 30002..=30004 {
+        assert!(wk.contains(&format!("bind :::{port} v4v6")), "{wk}");
+        for ip in ["10.0.1.1", "10.0.1.2"] {
+            assert_eq!(wk.matches(&format!("{ip}:{port}\n")).count(), 1, "{wk}");
+        }
+    }
+    assert_eq!(
+        p.services[1].pod.containers[0].image,
+        "localhost/oneinfra/haproxy:2.6.12"
+    );
+
+    // The jump host: the authorized keys, every node key (0600) offered to every held host
+    // by name, the inventory with BMC passwords (0600), sshd refusing passwords and root.
+    let jump = &p.services[2];
+    assert_eq!(jump.pod.name, "s1-jump-host-0");
+    assert_eq!(jump.pod.namespace, NS);
+    assert_eq!(
+        jump.pod.containers[0].image,
+        "localhost/oneinfra/jump-host:0.1.0"
+    );
+    assert_eq!(
+        text(file(jump, "authorized_keys")),
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGFu4aD6Qg2jhyY5fba9gqFO5quRH/2GbGT/qO/VrDt5 ops@example\n"
+    );
+    for (name, content) in [("id_ed25519", "node key one"), ("id_rsa", "node key two")] {
+        let f = file(jump, name);
+        assert_eq!(f.mode, 0o600);
+        assert!(text(f).contains(content));
+        assert!(f.path.ends_with(&format!("/node-keys/{name}")));
+    }
+    let inventory = file(jump, "hosts.json");
+    assert_eq!(inventory.mode, 0o600);
+    assert!(text(inventory).contains("s3cret-bmc-password"));
+    let ssh = text(file(jump, "ssh_config"));
+    assert!(
+        ssh.contains("IdentityFile ~/.ssh/keys/id_ed25519\n  IdentityFile ~/.ssh/keys/id_rsa\n"),
+        "{ssh}"
+    );
+    // Held hosts only, standby included: three control plane hosts exist, two are held.
+    for (host, ip) in [
+        ("cp-r006-1", "10.0.0.1"),
+        ("cp-r007-1", "10.0.0.3"),
+        ("w-r007-1", "10.0.1.1"),
+        ("w-r008-1", "10.0.1.2"),
+    ] {
+        assert!(
+            ssh.contains(&format!("Host {host}\n  HostName {ip}\n")),
+            "{ssh}"
+        );
+    }
+    assert!(!ssh.contains("cp-r006-2"), "{ssh}");
+    let sshd = text(file(jump, "sshd_config"));
+    for line in [
+        "Port 30000",
+        "ListenAddress 10.1.0.2",
+        "PasswordAuthentication no",
+        "PermitRootLogin no",
+        "AllowUsers ubuntu",
+        "KbdInteractiveAuthentication no",
+    ] {
+        assert!(sshd.lines().any(|l| l == line), "{line} not in {sshd}");
+    }
+    // Nothing secret is ever in the pod spec (it is logged and hashed into annotations).
+    assert!(!format!("{:?}", jump.pod).contains("node key"));
+    assert!(!format!("{:?}", jump.pod).contains("s3cret"));
+
+    // A second plan over the planned world changes nothing.
+    let before = w.clone();
+    let (_, again) = plan(&mut w);
+    assert_eq!(w.hypervisors, before.hypervisors);
+    assert_eq!(again[0].services, p.services);
+}
+
+#[test]
+fn a_node_port_outside_every_range_or_taken_is_an_error_naming_it_and_nothing_is_claimed() {
+    let mut w = world(
+        ALL,
+        &[
+            hypervisor("public-1", true, "10.1.0.2", (31000, 31100)),
+            hypervisor("private-1", false, "10.1.0.1", (30000, 30100)),
+        ],
+    );
+    let before = w.hypervisors.clone();
+    let (_, plans) = plan(&mut w);
+    assert_eq!(
+        plans[0].error.as_deref(),
+        Some(
+            "spec.services.loadBalancerControlPlane[0].nodePort: no public hypervisor can run the \
+             control plane load balancer lb-control-plane-0 (public-1: \
+             spec.services.loadBalancerControlPlane[0].nodePort: port 30001 is outside its port range 31000-31100)"
+        )
+    );
+    assert!(plans[0].services.is_empty());
+    assert_eq!(w.hypervisors, before);
+
+    // Taken by a cluster's ingress: named; the services placed before it are not claimed
+    // either (all or nothing).
+    let mut w = world(
+        ALL,
+        &[hypervisor("public-1", true, "10.1.0.2", (30000, 30100))],
+    );
+    w.hypervisors
+        .get_mut(&ObjectKey::cluster_scoped("public-1"))
+        .unwrap()
+        .status
+        .allocated_ports
+        .push(oi_api::HypervisorPortAllocation {
+            cluster: "c1".into(),
+            cluster_namespace: "default".into(),
+            component: "c1-ingress-apiserver".into(),
+            port: 30000,
+        });
+    let before = w.hypervisors.clone();
+    let (_, plans) = plan(&mut w);
+    let error = plans[0].error.clone().unwrap();
+    assert!(
+        error.ends_with(
+            "(public-1: spec.services.jumpHost[0].nodePort: port 30000 is held by default/c1 (c1-ingress-apiserver))"
+        ),
+        "{error}"
+    );
+    assert_eq!(w.hypervisors, before);
+
+    // No public hypervisor at all.
+    let mut w = world(
+        ALL,
+        &[hypervisor("private-1", false, "10.1.0.1", (30000, 30100))],
+    );
+    let (_, plans) = plan(&mut w);
+    assert!(
+        plans[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .ends_with("(there is none)")
+    );
+}
+
+#[test]
+fn node_labels_and_cordons_choose_among_public_hypervisors() {
+    let services = "{jumpHost: [{image: jump, nodePort: 30000, nodeInterfaceId: oam-ipv4, nodeSSHPrivateKeys: keys, nodeLabels: {site: b}}]}";
+    let mut b = hypervisor("public-b", true, "10.1.0.3", (30000, 30100));
+    b = b.replace("site: a", "site: b");
+    let mut w = world(
+        services,
+        &[
+            hypervisor("public-a", true, "10.1.0.2", (30000, 30100)),
+            b.clone(),
+        ],
+    );
+    let (_, plans) = plan(&mut w);
+    assert_eq!(plans[0].services[0].hypervisor, "public-b");
+    // Cordoned: not chosen, and said so.
+    let cordoned = b.replace("public: true", "public: true, unschedulable: true");
+    let mut w = world(
+        services,
+        &[
+            hypervisor("public-a", true, "10.1.0.2", (30000, 30100)),
+            cordoned,
+        ],
+    );
+    let (_, plans) = plan(&mut w);
+    assert_eq!(
+        plans[0].error.as_deref(),
+        Some(
+            "spec.services.jumpHost[0].nodePort: no public hypervisor can run the jump host \
+             jump-host-0 (public-a: no label site=b; public-b: cordoned)"
+        )
+    );
+}
+
+#[test]
+fn placed_services_stay_and_services_no_longer_asked_for_let_their_ports_go() {
+    let mut w = world(
+        ALL,
+        &[hypervisor("public-1", true, "10.1.0.2", (30000, 30100))],
+    );
+    plan(&mut w);
+    // A less loaded public hypervisor appears: nothing moves.
+    let public2 = load(&[&hypervisor("public-2", true, "10.1.0.3", (30000, 30100))]);
+    w.hypervisors.extend(public2.hypervisors);
+    let (_, plans) = plan(&mut w);
+    assert!(plans[0].services.iter().all(|s| s.hypervisor == "public-1"));
+    assert!(plans[0].leaving.is_empty());
+    // The jump host's port changes: the same hypervisor, the new port, the old one freed.
+    let moved = ALL.replace("nodePort: 30000", "nodePort: 30050");
+    w.sip_clusters.get_mut(&key("s1")).unwrap().spec =
+        world(&moved, &[]).sip_clusters[&key("s1")].spec.clone();
+    let (_, plans) = plan(&mut w);
+    assert_eq!(plans[0].services[2].endpoint(), "10.1.0.2:30050");
+    let h1 = &w.hypervisors[&ObjectKey::cluster_scoped("public-1")].status;
+    assert!(h1.freed_ports.contains(&30000));
+    // The worker load balancer is no longer asked for: its ports go, its directories too.
+    let fewer = moved.replace(
+        ", loadBalancerWorker: [{image: haproxy, nodeInterfaceId: oam-ipv4, nodePortRange: {start: 30002, end: 30004}}]",
+        "",
+    );
+    w.sip_clusters.get_mut(&key("s1")).unwrap().spec =
+        world(&fewer, &[]).sip_clusters[&key("s1")].spec.clone();
+    let (_, plans) = plan(&mut w);
+    assert_eq!(plans[0].services.len(), 2);
+    assert_eq!(
+        plans[0].leaving,
+        BTreeMap::from([(
+            "public-1".to_string(),
+            vec![
+                "/etc/oneinfra/_sip/tenants/s1/lb-worker-0".to_string(),
+                "/var/lib/oneinfra/_sip/tenants/s1/lb-worker-0".to_string()
+            ]
+        )])
+    );
+    assert!(
+        !ports_of(&w, "public-1")
+            .iter()
+            .any(|(o, _)| o.contains("lb-worker"))
+    );
+    // Deleted: every port goes, and its whole directories.
+    w.sip_clusters
+        .get_mut(&key("s1"))
+        .unwrap()
+        .metadata
+        .deletion_timestamp = Some(NOW);
+    let (_, plans) = plan(&mut w);
+    assert!(plans[0].deleted);
+    assert!(plans[0].services.is_empty());
+    assert_eq!(
+        plans[0].leaving["public-1"],
+        [
+            "/etc/oneinfra/_sip/tenants/s1",
+            "/var/lib/oneinfra/_sip/tenants/s1"
+        ]
+    );
+    assert!(ports_of(&w, "public-1").is_empty());
+}
+
+#[test]
+fn the_control_plane_of_a_cluster_of_ours_is_its_ingress_and_oidc_is_not_run_yet() {
+    let services = ALL.replace('}', "}").replacen(
+        "{jumpHost",
+        "{oidcProvider: [{image: dex, nodePort: 30090, nodeInterfaceId: oam-ipv4}], jumpHost",
+        1,
+    );
+    let mut w = world(
+        &services,
+        &[hypervisor("public-1", true, "10.1.0.2", (30000, 30100))],
+    );
+    let cluster = format!(
+        "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Cluster\nmetadata: {{name: c1, namespace: {NS}}}\nspec: {{}}\n"
+    );
+    w.clusters.extend(load(&[&cluster]).clusters);
+    w.sip_clusters.get_mut(&key("s1")).unwrap().spec.cluster_ref =
+        Some(oi_api::sip::LocalObjectReference { name: "c1".into() });
+    let (reports, plans) = plan(&mut w);
+    let p = &plans[0];
+    assert!(
+        p.services
+            .iter()
+            .all(|s| s.kind != ServiceKind::LoadBalancerControlPlane)
+    );
+    assert_eq!(
+        p.notes,
+        [
+            "spec.services.loadBalancerControlPlane[0]: the control plane is cluster tenants/c1's, behind its own ingress"
+        ]
+    );
+    assert_eq!(
+        p.unsupported,
+        ["spec.services.oidcProvider[0]: an OIDC provider is not run by this version yet"]
+    );
+    // Every service runs, but the OIDC provider asked for is not: not ready, and said why.
+    let results = vec![SipServicesResult {
+        key: key("s1"),
+        services: p
+            .services
+            .iter()
+            .map(|s| ServiceResult {
+                name: s.name.clone(),
+                hypervisor: s.hypervisor.clone(),
+                running: true,
+                message: String::new(),
+                hashes: Some(BTreeMap::new()),
+            })
+            .collect(),
+        sweep_error: None,
+    }];
+    let lines = record_services(&mut w, &reports, &plans, &results, NOW);
+    assert!(!lines[0].2);
+    let ready = w.sip_clusters[&key("s1")].condition("Ready").unwrap();
+    assert_eq!(ready.reason, "InfraServiceFailure");
+    assert!(ready.message.ends_with("; failing: spec.services.oidcProvider[0]: an OIDC provider is not run by this version yet"), "{}", ready.message);
+}
+
+#[test]
+fn records_set_ready_from_the_services_and_keep_the_transition_time() {
+    let mut w = world(
+        ALL,
+        &[hypervisor("public-1", true, "10.1.0.2", (30000, 30100))],
+    );
+    let (reports, plans) = plan(&mut w);
+    let result = |running: bool| {
+        vec![SipServicesResult {
+            key: key("s1"),
+            services: plans[0]
+                .services
+                .iter()
+                .map(|s| ServiceResult {
+                    name: s.name.clone(),
+                    hypervisor: s.hypervisor.clone(),
+                    running: running || s.kind != ServiceKind::JumpHost,
+                    message: if running {
+                        String::new()
+                    } else {
+                        "pod s1-jump-host-0 on public-1: container sshd exited with code 255".into()
+                    },
+                    hashes: Some(
+                        s.files
+                            .iter()
+                            .map(|f| (f.path.clone(), f.content_hash()))
+                            .collect(),
+                    ),
+                })
+                .collect(),
+            sweep_error: None,
+        }]
+    };
+    let lines = record_services(&mut w, &reports, &plans, &result(false), NOW);
+    assert_eq!(lines[0].0, key("s1"));
+    assert!(!lines[0].2);
+    let ready = w.sip_clusters[&key("s1")]
+        .condition("Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready.status, oi_api::common::ConditionStatus::False);
+    assert!(ready.message.ends_with("; failing: jump-host-0: pod s1-jump-host-0 on public-1: container sshd exited with code 255"), "{}", ready.message);
+
+    let later = NOW + time::Duration::minutes(1);
+    let lines = record_services(&mut w, &reports, &plans, &result(true), later);
+    assert!(lines[0].2);
+    let ready = w.sip_clusters[&key("s1")]
+        .condition("Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready.status, oi_api::common::ConditionStatus::True);
+    assert_eq!(ready.reason, "ReconciliationSucceeded");
+    assert_eq!(ready.last_transition_time, later);
+    // Files placed are recorded under the SIPCluster's owner, per service.
+    let files = &w.hypervisors[&ObjectKey::cluster_scoped("public-1")]
+        .status
+        .files[NS]["SIPCluster/s1"];
+    assert_eq!(
+        files.keys().collect::<Vec<_>>(),
+        ["jump-host-0", "lb-control-plane-0", "lb-worker-0"]
+    );
+    // The next run: known files are the recorded ones, the condition keeps its time.
+    let (reports, plans) = plan(&mut w);
+    assert!(
+        plans[0]
+            .services
+            .iter()
+            .all(|s| s.known_files.len() == s.files.len())
+    );
+    record_services(
+        &mut w,
+        &reports,
+        &plans,
+        &result(true),
+        later + time::Duration::minutes(1),
+    );
+    let again = w.sip_clusters[&key("s1")].condition("Ready").unwrap();
+    assert_eq!(again.last_transition_time, later);
+}

@@ -157,6 +157,12 @@ pub enum ReconcileError {
         reason: oi_planner::Reason,
         message: String,
     },
+    /// The support services of a SIPCluster being deleted could not all be torn down.
+    #[error("cannot tear down the support services of SIPCluster {sip_cluster}: {message}")]
+    SipTeardown {
+        sip_cluster: ObjectKey,
+        message: String,
+    },
 }
 
 impl ReconcileError {
@@ -164,7 +170,9 @@ impl ReconcileError {
     pub fn reason(&self) -> &'static str {
         match self {
             ReconcileError::Store(e) => e.reason(),
-            ReconcileError::Teardown { .. } => "TeardownFailed",
+            ReconcileError::Teardown { .. } | ReconcileError::SipTeardown { .. } => {
+                "TeardownFailed"
+            }
         }
     }
 }

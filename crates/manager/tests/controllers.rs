@@ -1823,3 +1823,105 @@ async fn an_unschedulable_sip_cluster_says_why_and_a_new_host_lets_it_through() 
         "ReconciliationSucceeded"
     );
 }
+
+#[tokio::test]
+async fn the_sip_cluster_controller_runs_its_services_beside_clusters_and_tears_them_down() {
+    let h = Harness::new();
+    let mut world = sip_world(&[("a1", "cp", "r1"), ("b1", "cp", "r2")]);
+    let services: oi_api::SipCluster = World::load(
+        &format!(
+            "apiVersion: airship.airshipit.org/v1\nkind: SIPCluster\nmetadata: {{name: s1, namespace: {TENANTS}}}\nspec:\n  nodes:\n    ControlPlane:\n      labelSelector: {{matchLabels: {{flavor: cp}}}}\n      topologyKey: rack\n      count: {{active: 1, standby: 1}}\n  services:\n    jumpHost: [{{image: jump, nodePort: 30090, nodeInterfaceId: oam-ipv4, nodeSSHPrivateKeys: keys}}]\n    loadBalancerControlPlane: [{{image: haproxy, nodePort: 30091, nodeInterfaceId: oam-ipv4}}]\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: keys, namespace: {TENANTS}}}\ndata: {{id_ed25519: {}}}\n",
+            b64("a node key")
+        ),
+        "sip",
+    )
+    .map(|mut w| {
+        world.secrets.append(&mut w.secrets);
+        w.sip_clusters.into_values().next().unwrap()
+    })
+    .unwrap();
+    world.sip_clusters = [(services.key(), services)].into();
+    seed(&h, &world);
+    let k = ObjectKey::new(TENANTS, "s1");
+    assert_eq!(
+        reconcile_sip_cluster(&k, &h.ctx).await.unwrap(),
+        Action::Requeue(Duration::from_secs(300))
+    );
+    let sip: oi_api::SipCluster = h.store.object(&k).unwrap();
+    let ready = sip.condition("Ready").unwrap();
+    assert_eq!(
+        (ready.status, ready.reason.as_str()),
+        (ConditionStatus::True, "ReconciliationSucceeded"),
+        "{}",
+        ready.message
+    );
+    assert!(
+        ready.message.contains(
+            "services: control plane load balancer lb-control-plane-0 at 10.0.1.1:30091, jump host jump-host-0 at 10.0.1.1:30090"
+        ),
+        "{}",
+        ready.message
+    );
+    let sip_ports = |h: &Harness| -> Vec<(String, String, u16)> {
+        h.allocations()
+            .into_iter()
+            .filter(|a| a.1 == "SIPCluster/s1")
+            .map(|(hv, _, c, p)| (hv, c, p))
+            .collect()
+    };
+    let placed = vec![
+        ("public-1".to_string(), "jump-host-0-ssh".to_string(), 30090),
+        (
+            "public-1".to_string(),
+            "lb-control-plane-0-apiserver".to_string(),
+            30091,
+        ),
+    ];
+    assert_eq!(sip_ports(&h), placed);
+    let pods = h.pods();
+    for pod in ["public-1/s1-jump-host-0", "public-1/s1-lb-control-plane-0"] {
+        assert!(pods.contains(&pod.to_string()), "{pods:?}");
+    }
+    let files = &h.hypervisor("public-1").status.files[TENANTS]["SIPCluster/s1"];
+    assert_eq!(files.len(), 2);
+
+    // Converged: nothing written, nothing done on the hypervisor.
+    h.store.clear_writes();
+    let calls = h.mutating_calls();
+    reconcile_sip_cluster(&k, &h.ctx).await.unwrap();
+    assert_eq!(h.store.writes(), []);
+    assert_eq!(h.mutating_calls(), calls);
+
+    // A cluster placed on the same public hypervisor keeps away from the services' ports,
+    // and its write-back keeps their share.
+    h.ready("c", 1).await;
+    assert_eq!(sip_ports(&h), placed);
+    let cluster_ports: Vec<u16> = h
+        .allocations()
+        .into_iter()
+        .filter(|a| a.1 == "c")
+        .map(|a| a.3)
+        .collect();
+    assert!(!cluster_ports.contains(&30090) && !cluster_ports.contains(&30091));
+
+    // Deleted: its pods and ports go before the finalizer does.
+    h.store.delete::<oi_api::SipCluster>(&k).await.unwrap();
+    assert_eq!(
+        reconcile_sip_cluster(&k, &h.ctx).await.unwrap(),
+        Action::AwaitChange
+    );
+    assert!(h.store.object::<oi_api::SipCluster>(&k).is_none());
+    assert_eq!(sip_ports(&h), []);
+    assert!(
+        !h.pods().iter().any(|p| p.contains("s1-")),
+        "{:?}",
+        h.pods()
+    );
+    assert!(
+        !h.hypervisor("public-1")
+            .status
+            .files
+            .get(TENANTS)
+            .is_some_and(|c| c.contains_key("SIPCluster/s1"))
+    );
+}

@@ -16,7 +16,9 @@
 use std::time::Duration;
 
 use oi_api::sip::SIP_FINALIZER;
-use oi_api::{BareMetalHost, Kind, ObjectKey, Resource, Secret, SipCluster, World};
+use oi_api::{
+    BareMetalHost, Cluster, Hypervisor, Kind, ObjectKey, Resource, Secret, SipCluster, World,
+};
 use oi_engine::{Connector, Network};
 
 use super::{Action, Context, Event, Next, ReconcileError, event_reasons, now};
@@ -70,7 +72,15 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
         }
     }
     let uid = sip.metadata.uid.clone();
+    let services = run_services(ctx, key, &sip, &mut world, &report).await?;
     if report.deleted {
+        if let Some(why) = services.as_ref().and_then(|s| s.failure.clone()) {
+            // Its services are not all gone: the finalizer stays and the next try goes on.
+            return Err(ReconcileError::SipTeardown {
+                sip_cluster: key.clone(),
+                message: why,
+            });
+        }
         sip.metadata.finalizers.retain(|f| f != SIP_FINALIZER);
         store.update(&sip).await?;
         tracing::info!(sipcluster = %key, hosts = report.relabelled.len(), "deleted, hosts let go");
@@ -86,6 +96,20 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
         .await;
         return Ok(Next::Done(Action::AwaitChange));
     }
+    // With services, their run decides readiness ([`oi_planner::sip::services::record_services`]).
+    let (ready, reason, message) = match services.as_ref().and_then(|s| s.line.clone()) {
+        Some((line, true)) => (
+            true,
+            oi_api::sip::REASON_RECONCILIATION_SUCCEEDED.to_string(),
+            line,
+        ),
+        Some((line, false)) => (
+            false,
+            oi_api::sip::REASON_INFRA_SERVICE_FAILURE.to_string(),
+            line,
+        ),
+        None => (report.ready, report.reason.clone(), report.message.clone()),
+    };
     if !report.selection.released.is_empty()
         || !report.selection.promoted.is_empty()
         || !report.selection.chosen.is_empty()
@@ -111,21 +135,134 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
             .condition(oi_api::sip::CONDITION_READY)
             .map(|c| (c.status, c.reason.clone()));
         if was_ready != now_ready {
-            let event = if report.ready {
-                Event::normal(event_reasons::SIP_CLUSTER_READY, report.message.clone())
+            let event = if ready {
+                Event::normal(event_reasons::SIP_CLUSTER_READY, message.clone())
             } else {
                 Event::warning(
                     event_reasons::SIP_CLUSTER_NOT_READY,
-                    format!("{}: {}", report.reason, report.message),
+                    format!("{reason}: {message}"),
                 )
             };
             ctx.publish(Kind::SipCluster, key, uid.as_deref(), event)
                 .await;
         }
     }
-    Ok(Next::Done(if report.ready {
+    Ok(Next::Done(if ready {
         Action::Requeue(ctx.options.requeue_ready)
     } else {
         Action::Requeue(REQUEUE_NOT_READY)
     }))
+}
+
+/// What running a SIPCluster's services gave: its line and readiness (none when deleted),
+/// and why something failed.
+struct ServicesOutcome {
+    line: Option<(String, bool)>,
+    failure: Option<String>,
+}
+
+/// Runs the services of the SIPCluster `key` as `oi reconcile` does
+/// ([`oi_planner::sip::services`]): placement and ports under the write lock, the engine
+/// run outside it, the record under it again; each hypervisor status written as the
+/// SIPCluster's share only (`SIPCluster/<name>`, [`super::writeback::write_share`]).
+/// `None` when its hosts could not be selected (its services are left as they are).
+async fn run_services<S: Store, C: Connector, N: Network>(
+    ctx: &Context<S, C, N>,
+    key: &ObjectKey,
+    sip: &SipCluster,
+    world: &mut World,
+    report: &oi_planner::sip::SipReport,
+) -> Result<Option<ServicesOutcome>, ReconcileError> {
+    use oi_planner::sip::services::{owner_cluster, plan_services, record_services};
+    let store = &*ctx.store;
+    let reports = std::slice::from_ref(report);
+    let owner = ObjectKey::new(key.namespace.clone(), owner_cluster(&key.name));
+    let (plans, placed) = {
+        let _lock = ctx.write_lock.lock().await;
+        for h in store.list::<Hypervisor>(None).await? {
+            world.hypervisors.insert(h.key(), h);
+        }
+        for jump in &sip.spec.services.jump_host {
+            let secret = ObjectKey::new(key.namespace.clone(), jump.node_ssh_private_keys.clone());
+            if !world.secrets.contains_key(&secret)
+                && let Some(s) = store.get::<Secret>(&secret).await?
+            {
+                world.secrets.insert(secret, s);
+            }
+        }
+        if let Some(r) = &sip.spec.cluster_ref {
+            let cluster = ObjectKey::new(key.namespace.clone(), r.name.clone());
+            if let Some(c) = store.get::<Cluster>(&cluster).await? {
+                world.clusters.insert(cluster, c);
+            }
+        }
+        let before = world.hypervisors.clone();
+        let plans = plan_services(world, reports, &ctx.options.plan.render);
+        write_shares(store, &before, world, &owner).await?;
+        (plans, world.hypervisors.clone())
+    };
+    let Some(plan) = plans.first() else {
+        return Ok(None);
+    };
+    let progress = |e: &oi_engine::Event| {
+        tracing::info!(
+            sipcluster = %key,
+            hypervisor = e.hypervisor.as_deref().unwrap_or(""),
+            service = e.component.as_deref().unwrap_or(""),
+            "{}",
+            e.message
+        );
+    };
+    let results = {
+        let _run = ctx.engine_runs.read().await;
+        oi_engine::sip::execute_services(
+            world,
+            &plans,
+            &ctx.execute_options(),
+            &ctx.connector,
+            &progress,
+        )
+        .await
+    };
+    let _lock = ctx.write_lock.lock().await;
+    let lines = record_services(world, reports, &plans, &results, now());
+    write_shares(store, &placed, world, &owner).await?;
+    let mut failure = plan.error.clone();
+    if let Some(r) = results.first()
+        && !r.all_running()
+    {
+        let mut why: Vec<String> = r.sweep_error.iter().cloned().collect();
+        why.extend(
+            r.services
+                .iter()
+                .filter(|s| !s.running)
+                .map(|s| format!("{}: {}", s.name, s.message)),
+        );
+        failure = Some(why.join("; "));
+    }
+    Ok(Some(ServicesOutcome {
+        line: lines.into_iter().next().map(|(_, line, ready)| {
+            let line = line
+                .strip_prefix(&format!("sipcluster {key}: "))
+                .map_or(line.clone(), str::to_string);
+            (line, ready)
+        }),
+        failure,
+    }))
+}
+
+/// Writes the SIPCluster's share (`owner`) of every hypervisor status that changed from
+/// `before` to `after`.
+async fn write_shares<S: Store>(
+    store: &S,
+    before: &std::collections::BTreeMap<ObjectKey, Hypervisor>,
+    after: &World,
+    owner: &ObjectKey,
+) -> Result<(), ReconcileError> {
+    for (hk, h) in &after.hypervisors {
+        if let Some(b) = before.get(hk) {
+            super::writeback::write_share(store, hk, &b.status, &h.status, owner).await?;
+        }
+    }
+    Ok(())
 }

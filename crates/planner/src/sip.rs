@@ -214,7 +214,7 @@ pub fn reconcile_sip(world: &mut World, now: OffsetDateTime) -> Vec<SipReport> {
                 false,
                 REASON_INFRA_SERVICE_FAILURE,
                 format!(
-                    "hosts {held}; support services ({}) not running yet",
+                    "hosts {held}; support services asked for: {}",
                     requested_services(&sip).join(", ")
                 ),
             )

@@ -284,12 +284,12 @@ fn addresses_come_from_json_and_yaml_network_data_and_the_bmc_keeps_its_path() {
         super::jump_host_inventory(&r, "no-such-network").hosts[0].ip,
         None
     );
-    // Its services are not running yet; their run sets the condition, selection does not.
+    // Services asked for: their run sets the condition, selection does not.
     assert!(!r.ready);
     assert_eq!(r.reason, "InfraServiceFailure");
     assert!(
         r.message
-            .contains("support services (jumpHost) not running yet"),
+            .contains("support services asked for: jumpHost"),
         "{}",
         r.message
     );

@@ -301,6 +301,44 @@ pub struct KubeApiServer {
     pub extra_sans: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account: Option<KeyPair>,
+    /// Ours, optional: an OpenID Connect issuer whose ID tokens the API servers accept
+    /// (kube-apiserver's `--oidc-*` flags).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oidc: Option<ApiServerOidc>,
+}
+
+/// The claim a user's name comes from when `usernameClaim` is absent (kube-apiserver's).
+pub const DEFAULT_OIDC_USERNAME_CLAIM: &str = "sub";
+
+/// An OpenID Connect issuer the API servers trust (ours), as kube-apiserver's `--oidc-*`
+/// flags take it: ID tokens signed by the issuer's keys (found through its discovery
+/// document), issued by `issuerURL`, for `clientID`, unexpired, are accepted as the user their
+/// `usernameClaim` names, in the groups their `groupsClaim` lists.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApiServerOidc {
+    /// `https://...`, exactly the tokens' `iss`.
+    #[serde(rename = "issuerURL", default)]
+    pub issuer_url: String,
+    /// Tokens must name it in `aud`.
+    #[serde(rename = "clientID", default)]
+    pub client_id: String,
+    /// `sub` when absent.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub username_claim: String,
+    /// Put before every user name; absent: `<issuerURL>#` unless the claim is `email`; `-`:
+    /// nothing (kube-apiserver's rule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username_prefix: Option<String>,
+    /// The claim listing the user's groups; none when absent.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub groups_claim: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups_prefix: Option<String>,
+    /// PEM certificates the issuer's TLS certificate is checked against (the API servers'
+    /// system trust when absent).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ca: String,
 }
 
 /// VPN CIDR when the VPN is enabled and no CIDR is given.

@@ -284,6 +284,18 @@ fn cluster_spec() -> Value {
                 ("ca", certificate()),
                 ("extraSANs", array(string())),
                 ("serviceAccount", key_pair()),
+                (
+                    "oidc",
+                    object(&[
+                        ("issuerURL", string()),
+                        ("clientID", string()),
+                        ("usernameClaim", string()),
+                        ("usernamePrefix", string()),
+                        ("groupsClaim", string()),
+                        ("groupsPrefix", string()),
+                        ("ca", string()),
+                    ]),
+                ),
             ]),
         ),
         ("joinKey", key_pair()),

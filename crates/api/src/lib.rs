@@ -41,8 +41,8 @@ pub mod versions;
 pub mod world;
 
 pub use cluster::{
-    CaRotation, CertificateAuthorities, Cluster, ClusterIngress, ClusterNetworking, ClusterSpec,
-    ClusterStatus, EtcdServer, KubeApiServer, ROTATE_CA_ANNOTATION, SnapshotRecord,
+    ApiServerOidc, CaRotation, CertificateAuthorities, Cluster, ClusterIngress, ClusterNetworking,
+    ClusterSpec, ClusterStatus, EtcdServer, KubeApiServer, ROTATE_CA_ANNOTATION, SnapshotRecord,
     SnapshotSchedule, Vpn, VpnPeer,
 };
 pub use common::{

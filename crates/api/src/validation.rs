@@ -385,7 +385,53 @@ pub fn validate_hypervisor(hypervisor: &Hypervisor) -> Vec<FieldError> {
     errors
 }
 
-/// Validates a cluster: name, Kubernetes version, replicas, CIDRs.
+/// `spec.apiServer.oidc`: an `https` issuer URL without query or fragment (kube-apiserver
+/// refuses others), a client ID, claims without blanks, a CA of PEM certificates.
+fn check_oidc(errors: &mut Vec<FieldError>, oidc: &crate::cluster::ApiServerOidc) {
+    let at = "spec.apiServer.oidc";
+    let problem = |field: &str, problem: String| {
+        FieldError::new(format!("{at}.{field}"), Reason::Invalid { problem })
+    };
+    let url = &oidc.issuer_url;
+    if url.is_empty() {
+        errors.push(FieldError::new(format!("{at}.issuerURL"), Reason::Required));
+    } else {
+        let rest = url.strip_prefix("https://");
+        let host = rest.map(|r| r.split(['/', ':']).next().unwrap_or_default());
+        if rest.is_none() || host.is_none_or(str::is_empty) {
+            errors.push(problem(
+                "issuerURL",
+                format!("{url:?} is not an https:// URL"),
+            ));
+        } else if url.contains(['?', '#']) || url.contains(char::is_whitespace) {
+            errors.push(problem(
+                "issuerURL",
+                format!("{url:?} has a query, a fragment or blanks"),
+            ));
+        }
+    }
+    if oidc.client_id.is_empty() {
+        errors.push(FieldError::new(format!("{at}.clientID"), Reason::Required));
+    } else if oidc.client_id.contains(char::is_whitespace) {
+        errors.push(problem(
+            "clientID",
+            format!("{:?} has blanks", oidc.client_id),
+        ));
+    }
+    for (field, claim) in [
+        ("usernameClaim", &oidc.username_claim),
+        ("groupsClaim", &oidc.groups_claim),
+    ] {
+        if claim.contains(char::is_whitespace) || claim.contains(',') {
+            errors.push(problem(field, format!("{claim:?} is not a claim name")));
+        }
+    }
+    if !oidc.ca.is_empty() && !oidc.ca.contains("-----BEGIN CERTIFICATE-----") {
+        errors.push(problem("ca", "holds no PEM certificate".to_string()));
+    }
+}
+
+/// Validates a cluster: name, Kubernetes version, replicas, CIDRs, its OIDC issuer.
 pub fn validate_cluster(cluster: &Cluster) -> Vec<FieldError> {
     let mut errors = Vec::new();
     check_meta(
@@ -447,6 +493,9 @@ pub fn validate_cluster(cluster: &Cluster) -> Vec<FieldError> {
     }
     if let Some(ingress) = &spec.ingress {
         check_ingress(&mut errors, ingress);
+    }
+    if let Some(oidc) = &spec.api_server.oidc {
+        check_oidc(&mut errors, oidc);
     }
     let cluster_cidr = check_cidr(
         &mut errors,

@@ -709,6 +709,31 @@ impl ComponentRenderer<'_> {
             ("tls-cert-file", self.path("apiserver.crt")),
             ("tls-private-key-file", self.path("apiserver.key")),
         ]);
+        if let Some(oidc) = &spec.api_server.oidc {
+            apiserver_flags.insert("oidc-issuer-url", oidc.issuer_url.clone());
+            apiserver_flags.insert("oidc-client-id", oidc.client_id.clone());
+            apiserver_flags.insert(
+                "oidc-username-claim",
+                if oidc.username_claim.is_empty() {
+                    oi_api::cluster::DEFAULT_OIDC_USERNAME_CLAIM.to_string()
+                } else {
+                    oidc.username_claim.clone()
+                },
+            );
+            if let Some(prefix) = &oidc.username_prefix {
+                apiserver_flags.insert("oidc-username-prefix", prefix.clone());
+            }
+            if !oidc.groups_claim.is_empty() {
+                apiserver_flags.insert("oidc-groups-claim", oidc.groups_claim.clone());
+            }
+            if let Some(prefix) = &oidc.groups_prefix {
+                apiserver_flags.insert("oidc-groups-prefix", prefix.clone());
+            }
+            if !oidc.ca.is_empty() {
+                files.push(self.file(OIDC_CA, &oidc.ca, 0o644));
+                apiserver_flags.insert("oidc-ca-file", self.path(OIDC_CA));
+            }
+        }
         if let Some(url) = self.egress_proxy_url()? {
             let egress = egress_selector_config(
                 &url,
@@ -949,6 +974,8 @@ pub fn keepalived_config(c: &KeepalivedConfig<'_>) -> String {
 pub const VPN_CONFIG: &str = "vpn.conf";
 /// The file name of kube-apiserver's egress selector configuration, with the VPN on.
 pub const EGRESS_SELECTOR: &str = "egress-selector.yaml";
+/// The OIDC issuer's CA bundle beside an API server ([`oi_api::ApiServerOidc::ca`]).
+pub const OIDC_CA: &str = "oidc-ca.crt";
 
 /// kube-apiserver's `EgressSelectorConfiguration` with the VPN on: traffic to the cluster
 /// (kubelets: logs, exec, the node proxy) through the ingress's egress proxy, HTTP

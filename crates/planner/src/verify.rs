@@ -154,6 +154,25 @@ fn check_key_pair(errors: &mut Vec<FieldError>, field: &str, pair: &KeyPair) {
     }
 }
 
+/// Each `CERTIFICATE` block of a PEM bundle, as a PEM document of its own.
+fn pem_certificates(bundle: &str) -> Vec<String> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let mut out = Vec::new();
+    let mut rest = bundle;
+    while let Some(start) = rest.find(BEGIN) {
+        let Some(len) = rest[start..].find(END) else {
+            // An unterminated block: as it is, so that parsing it says what is wrong.
+            out.push(rest[start..].to_string());
+            break;
+        };
+        let end = start + len + END.len();
+        out.push(format!("{}\n", &rest[start..end]));
+        rest = &rest[end..];
+    }
+    out
+}
+
 /// The key material of a hypervisor's remote CRI endpoint.
 pub fn verify_hypervisor(hypervisor: &Hypervisor) -> Vec<FieldError> {
     let mut errors = Vec::new();
@@ -194,6 +213,14 @@ pub fn verify_cluster(cluster: &Cluster, now: OffsetDateTime) -> Vec<FieldError>
     }
     if let Some(pair) = &spec.join_key {
         check_key_pair(&mut errors, oi_pki::JOIN_KEY_FIELD, pair);
+    }
+    // The OIDC issuer's CA bundle: every certificate of it parses.
+    if let Some(oidc) = spec.api_server.oidc.as_ref().filter(|o| !o.ca.is_empty()) {
+        for block in pem_certificates(&oidc.ca) {
+            if let Err(e) = oi_pki::inspect_certificate(&block) {
+                errors.push(key_material("spec.apiServer.oidc.ca".to_string(), &e));
+            }
+        }
     }
     let wireguard = |errors: &mut Vec<FieldError>, at: &str, private: &str, public: &str| {
         if let Err(e) = oi_pki::check_wireguard_keys(private, public) {

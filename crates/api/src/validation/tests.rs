@@ -828,3 +828,66 @@ fn snapshot_schedules_name_what_is_wrong() {
         time::Duration::minutes(90)
     );
 }
+
+#[test]
+fn an_oidc_issuer_needs_https_a_client_id_and_claim_names() {
+    let ok = cluster(
+        "c",
+        &format!(
+            "  apiServer:\n    oidc:\n      issuerURL: https://idp.example/realms/ops\n      clientID: kubernetes\n      usernameClaim: email\n      groupsClaim: groups\n      ca: |\n{}",
+            CA.lines()
+                .map(|l| format!("        {l}\n"))
+                .collect::<String>()
+        ),
+    );
+    assert_eq!(errors(&ok), []);
+    let invalid = |problem: &str| Reason::Invalid {
+        problem: problem.into(),
+    };
+    let bad = cluster(
+        "c",
+        "  apiServer:\n    oidc:\n      issuerURL: http://idp.example\n      usernameClaim: 'e mail'\n      ca: not a certificate\n",
+    );
+    assert_eq!(
+        errors(&bad),
+        [
+            cluster_error(
+                "c",
+                "spec.apiServer.oidc.issuerURL",
+                invalid("\"http://idp.example\" is not an https:// URL")
+            ),
+            cluster_error("c", "spec.apiServer.oidc.clientID", Reason::Required),
+            cluster_error(
+                "c",
+                "spec.apiServer.oidc.usernameClaim",
+                invalid("\"e mail\" is not a claim name")
+            ),
+            cluster_error(
+                "c",
+                "spec.apiServer.oidc.ca",
+                invalid("holds no PEM certificate")
+            ),
+        ]
+    );
+    let query = cluster(
+        "c",
+        "  apiServer:\n    oidc: {issuerURL: 'https://idp.example/?x=1', clientID: k}\n",
+    );
+    assert_eq!(
+        errors(&query),
+        [cluster_error(
+            "c",
+            "spec.apiServer.oidc.issuerURL",
+            invalid("\"https://idp.example/?x=1\" has a query, a fragment or blanks")
+        )]
+    );
+    let missing = cluster("c", "  apiServer:\n    oidc: {clientID: k}\n");
+    assert_eq!(
+        errors(&missing),
+        [cluster_error(
+            "c",
+            "spec.apiServer.oidc.issuerURL",
+            Reason::Required
+        )]
+    );
+}

@@ -368,3 +368,81 @@ fn with_the_vpn_the_ingress_runs_the_endpoint_and_api_servers_egress_through_it(
             .any(|f| f.path.ends_with("/egress-selector.yaml"))
     );
 }
+
+#[test]
+fn an_oidc_issuer_gives_the_api_servers_its_flags_and_ca() {
+    let mut w = prepared();
+    let key = ObjectKey::new("team-a", "c1");
+    let ca = w.clusters[&key]
+        .spec
+        .api_server
+        .ca
+        .clone()
+        .unwrap()
+        .certificate;
+    w.clusters.get_mut(&key).unwrap().spec.api_server.oidc = Some(oi_api::ApiServerOidc {
+        issuer_url: "https://idp.example:8443/realms/ops".into(),
+        client_id: "kubernetes".into(),
+        username_claim: "email".into(),
+        username_prefix: None,
+        groups_claim: "groups".into(),
+        groups_prefix: Some("oidc:".into()),
+        ca: ca.clone(),
+    });
+    let replica = render_component(
+        &w,
+        &ObjectKey::new("team-a", "c1-control-plane-0"),
+        &options(),
+    )
+    .unwrap();
+    let file = replica
+        .files
+        .iter()
+        .find(|f| f.path.ends_with("/oidc-ca.crt"))
+        .unwrap();
+    assert_eq!(std::str::from_utf8(&file.content).unwrap(), ca);
+    let apiserver = &replica
+        .pods
+        .iter()
+        .find(|p| p.name == "c1-control-plane-0")
+        .unwrap()
+        .containers[0];
+    let oidc: Vec<&str> = apiserver
+        .args
+        .iter()
+        .filter(|a| a.starts_with("--oidc-"))
+        .map(String::as_str)
+        .collect();
+    let ca_flag = format!("--oidc-ca-file={}", file.path);
+    assert_eq!(
+        oidc,
+        [
+            ca_flag.as_str(),
+            "--oidc-client-id=kubernetes",
+            "--oidc-groups-claim=groups",
+            "--oidc-groups-prefix=oidc:",
+            "--oidc-issuer-url=https://idp.example:8443/realms/ops",
+            "--oidc-username-claim=email",
+        ]
+    );
+    // A changed CA restarts the API server that reads it.
+    let changed = crate::restarts::pods_reading_changed_files(
+        &replica,
+        &replica
+            .files
+            .iter()
+            .filter(|f| f.path != file.path)
+            .map(|f| (f.path.clone(), f.content_hash()))
+            .collect(),
+    );
+    assert!(changed.contains("c1-control-plane-0"), "{changed:?}");
+    // Without one: no flag, no file.
+    let plain = render_component(
+        &prepared(),
+        &ObjectKey::new("team-a", "c1-control-plane-0"),
+        &options(),
+    )
+    .unwrap();
+    assert!(!plain.files.iter().any(|f| f.path.ends_with("/oidc-ca.crt")));
+    assert!(!format!("{:?}", plain.pods).contains("--oidc-"));
+}

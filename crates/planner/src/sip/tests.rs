@@ -288,8 +288,7 @@ fn addresses_come_from_json_and_yaml_network_data_and_the_bmc_keeps_its_path() {
     assert!(!r.ready);
     assert_eq!(r.reason, "InfraServiceFailure");
     assert!(
-        r.message
-            .contains("support services asked for: jumpHost"),
+        r.message.contains("support services asked for: jumpHost"),
         "{}",
         r.message
     );

@@ -424,3 +424,34 @@ fn a_cluster_being_deleted_is_not_verified() {
         .certificate = "broken".into();
     assert_eq!(findings(&w), []);
 }
+
+#[test]
+fn an_oidc_ca_bundle_must_hold_parsable_certificates() {
+    let mut w = prepared();
+    let good = other_ca("idp-ca");
+    cluster_mut(&mut w).spec.api_server.oidc = Some(oi_api::ApiServerOidc {
+        issuer_url: "https://idp.example".into(),
+        client_id: "kubernetes".into(),
+        ca: format!(
+            "{}{}",
+            good.certificate_pem(),
+            other_ca("second").certificate_pem()
+        ),
+        ..oi_api::ApiServerOidc::default()
+    });
+    assert_eq!(findings(&w), []);
+    cluster_mut(&mut w)
+        .spec
+        .api_server
+        .oidc
+        .as_mut()
+        .unwrap()
+        .ca = format!(
+        "{}-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+        good.certificate_pem()
+    );
+    let found = findings(&w);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].2, "spec.apiServer.oidc.ca");
+    assert!(found[0].3.starts_with("invalid certificate: "), "{found:?}");
+}

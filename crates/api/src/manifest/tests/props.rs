@@ -288,6 +288,7 @@ fn cluster() -> impl Strategy<Value = Cluster> {
                             ca,
                             extra_sans: join_tokens.clone(),
                             service_account: None,
+                            oidc: None,
                         },
                         join_key: join_key.map(|(public_key, private_key)| KeyPair {
                             public_key,

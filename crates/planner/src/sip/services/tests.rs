@@ -1,3 +1,5 @@
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
 use std::collections::BTreeMap;
 
 use oi_api::{ObjectKey, World};
@@ -368,7 +370,7 @@ fn placed_services_stay_and_services_no_longer_asked_for_let_their_ports_go() {
 
 #[test]
 fn the_control_plane_of_a_cluster_of_ours_is_its_ingress_and_oidc_is_not_run_yet() {
-    let services = ALL.replace('}', "}").replacen(
+    let services = ALL.replacen(
         "{jumpHost",
         "{oidcProvider: [{image: dex, nodePort: 30090, nodeInterfaceId: oam-ipv4}], jumpHost",
         1,

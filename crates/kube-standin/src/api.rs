@@ -63,6 +63,7 @@ pub mod jwt;
 pub mod kinds;
 pub mod maintenance;
 pub mod meta;
+pub mod oidc;
 pub mod patch;
 pub mod policy;
 pub mod protobuf;

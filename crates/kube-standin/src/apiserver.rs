@@ -261,6 +261,7 @@ pub async fn run(config: ApiServerConfig, version: String) -> Result<(), ApiServ
                 }),
                 static_tokens,
                 anonymous: config.anonymous_auth,
+                oidc: oidc_authenticator(&config)?,
             },
             modes,
             node_restriction: config.node_restriction,
@@ -305,6 +306,36 @@ pub async fn run(config: ApiServerConfig, version: String) -> Result<(), ApiServ
 
 /// How the node proxy reaches kubelets, from the `--kubelet-*` flags and the egress
 /// selector; `None` without a kubelet client certificate.
+/// The system's trust bundle, used for an OIDC issuer when `--oidc-ca-file` is not given.
+const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// The OIDC authenticator of `--oidc-*`: its issuer reached over TLS trusting `--oidc-ca-file`
+/// (else the system's bundle, if there is one). Its keys are fetched at the first token.
+fn oidc_authenticator(
+    config: &ApiServerConfig,
+) -> Result<Option<Arc<crate::api::oidc::Oidc>>, ApiServerError> {
+    let Some(oidc) = &config.oidc else {
+        return Ok(None);
+    };
+    let roots = match &config.oidc_ca {
+        Some(path) => tls::roots_from_pem(&tls::read(path)?, &shown(path))?,
+        None if Path::new(SYSTEM_CA_BUNDLE).is_file() => {
+            tls::roots_from_pem(&tls::read(Path::new(SYSTEM_CA_BUNDLE))?, SYSTEM_CA_BUNDLE)?
+        }
+        None => rustls::RootCertStore::empty(),
+    };
+    let client = tls::client_config(roots, None, "--oidc-ca-file")?;
+    tracing::info!(
+        issuer = %oidc.issuer_url,
+        client = %oidc.client_id,
+        "ID tokens of an OIDC issuer accepted"
+    );
+    Ok(Some(Arc::new(crate::api::oidc::Oidc::new(
+        oidc.clone(),
+        client,
+    ))))
+}
+
 fn kubelet_client(config: &ApiServerConfig) -> Result<Option<KubeletClient>, ApiServerError> {
     let Some((cert, key)) = config.kubelet_client() else {
         return Ok(None);
@@ -474,6 +505,8 @@ mod tests {
             anonymous_auth: true,
             authorization_modes: vec![],
             service_account_issuers: vec![],
+            oidc: None,
+            oidc_ca: None,
             service_account_key_files: vec![],
             service_account_signing_key: Default::default(),
             service_cluster_ip_ranges: vec![],

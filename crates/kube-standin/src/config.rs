@@ -148,6 +148,10 @@ pub struct ApiServerConfig {
     pub service_account_max_token_expiration: Option<std::time::Duration>,
     /// `--min-request-timeout` (default 1800 s): watches last between it and twice it.
     pub min_request_timeout: std::time::Duration,
+    /// `--oidc-issuer-url` and the rest of `--oidc-*`.
+    pub oidc: Option<crate::api::oidc::OidcConfig>,
+    /// `--oidc-ca-file`.
+    pub oidc_ca: Option<PathBuf>,
 }
 
 impl ApiServerConfig {
@@ -184,7 +188,6 @@ const UNSUPPORTED_APISERVER: &[(&str, &str)] = &[
         "authorization-config",
         "structured authorization configuration",
     ),
-    ("oidc-issuer-url", "OIDC authentication"),
     (
         "admission-control-config-file",
         "admission plugin configuration",
@@ -611,7 +614,68 @@ pub fn apiserver(flags: &Flags) -> Result<ApiServerConfig> {
         egress_selector_config: path(flags, "egress-selector-config-file"),
         service_account_max_token_expiration,
         min_request_timeout,
+        oidc: oidc_config(flags)?,
+        oidc_ca: path(flags, "oidc-ca-file"),
     })
+}
+
+/// `--oidc-*`, checked as kube-apiserver checks them: an `https` issuer and a client ID
+/// together; `none` is no signing algorithm.
+fn oidc_config(flags: &Flags) -> Result<Option<crate::api::oidc::OidcConfig>> {
+    let Some(issuer) = flags.get("oidc-issuer-url").filter(|v| !v.is_empty()) else {
+        if let Some(client) = flags.get("oidc-client-id").filter(|v| !v.is_empty()) {
+            return Err(invalid(
+                "oidc-client-id",
+                client,
+                "--oidc-issuer-url must be set with it",
+            ));
+        }
+        return Ok(None);
+    };
+    if !issuer.starts_with("https://") {
+        return Err(invalid("oidc-issuer-url", issuer, "must be an https URL"));
+    }
+    let client_id = flags.get("oidc-client-id").unwrap_or_default();
+    if client_id.is_empty() {
+        return Err(invalid(
+            "oidc-client-id",
+            client_id,
+            "must be set with --oidc-issuer-url",
+        ));
+    }
+    let signing_algs: Vec<String> = flags.items("oidc-signing-algs").to_vec();
+    if let Some(alg) = signing_algs
+        .iter()
+        .find(|a| !["RS256", "ES256", "ES384"].contains(&a.as_str()))
+    {
+        return Err(invalid(
+            "oidc-signing-algs",
+            alg,
+            "the kube-apiserver stand-in verifies RS256, ES256 and ES384",
+        ));
+    }
+    let required_claims = flags
+        .items("oidc-required-claim")
+        .iter()
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Ok(Some(crate::api::oidc::OidcConfig {
+        issuer_url: issuer.to_string(),
+        client_id: client_id.to_string(),
+        username_claim: flags
+            .get("oidc-username-claim")
+            .unwrap_or("sub")
+            .to_string(),
+        username_prefix: flags.get("oidc-username-prefix").map(str::to_string),
+        groups_claim: flags
+            .get("oidc-groups-claim")
+            .filter(|v| !v.is_empty())
+            .map(str::to_string),
+        groups_prefix: flags.get("oidc-groups-prefix").map(str::to_string),
+        required_claims,
+        signing_algs,
+    }))
 }
 
 /// Validates the kube-controller-manager or kube-scheduler flags.

@@ -236,6 +236,7 @@ impl LocalApiServer {
                 }),
                 static_tokens: Vec::new(),
                 anonymous: options.anonymous,
+                oidc: None,
             },
             modes: options.modes,
             node_restriction: options.node_restriction,

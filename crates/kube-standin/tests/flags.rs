@@ -250,6 +250,67 @@ fn apiserver_values_are_validated() {
 }
 
 #[test]
+fn oidc_flags_are_read_and_checked_as_kube_apiserver_checks_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    assert_eq!(apiserver_config(&[], d).unwrap().oidc, None);
+    let ok = apiserver_config(
+        &[
+            "--oidc-issuer-url=https://idp.example/realms/ops",
+            "--oidc-client-id=kubernetes",
+            "--oidc-username-claim=email",
+            "--oidc-groups-claim=groups",
+            "--oidc-groups-prefix=oidc:",
+            "--oidc-required-claim=hd=example.com",
+            "--oidc-signing-algs=RS256,ES256",
+        ],
+        d,
+    )
+    .unwrap()
+    .oidc
+    .unwrap();
+    assert_eq!(ok.issuer_url, "https://idp.example/realms/ops");
+    assert_eq!(ok.username_claim, "email");
+    assert_eq!(ok.username_prefix, None);
+    assert_eq!(ok.groups_claim.as_deref(), Some("groups"));
+    assert_eq!(ok.groups_prefix.as_deref(), Some("oidc:"));
+    assert_eq!(ok.required_claims["hd"], "example.com");
+    assert_eq!(ok.signing_algs, ["RS256", "ES256"]);
+    let defaults = apiserver_config(
+        &[
+            "--oidc-issuer-url=https://idp.example",
+            "--oidc-client-id=k",
+        ],
+        d,
+    )
+    .unwrap()
+    .oidc
+    .unwrap();
+    assert_eq!(defaults.username_claim, "sub");
+    let invalid_flag = |extra: &[&str]| match apiserver_config(extra, d) {
+        Err(ConfigError::Invalid { flag, .. }) => flag,
+        other => panic!("{extra:?}: expected an invalid value, got {other:?}"),
+    };
+    assert_eq!(
+        invalid_flag(&["--oidc-issuer-url=http://idp.example", "--oidc-client-id=k"]),
+        "oidc-issuer-url"
+    );
+    assert_eq!(
+        invalid_flag(&["--oidc-issuer-url=https://idp.example"]),
+        "oidc-client-id"
+    );
+    assert_eq!(invalid_flag(&["--oidc-client-id=k"]), "oidc-client-id");
+    assert_eq!(
+        invalid_flag(&[
+            "--oidc-issuer-url=https://idp.example",
+            "--oidc-client-id=k",
+            "--oidc-signing-algs=none"
+        ]),
+        "oidc-signing-algs"
+    );
+}
+
+#[test]
 fn controller_manager_values_are_validated() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");

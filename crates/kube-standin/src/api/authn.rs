@@ -8,6 +8,8 @@
 //!     │     Secret kube-system/bootstrap-token-<id>, type bootstrap.kubernetes.io/token,
 //!     │     usage-bootstrap-authentication "true", not expired, not being deleted
 //!     │                                  ─► system:bootstrap:<id>, system:bootstrappers + extras
+//!     ├─ JWT whose iss is --oidc-issuer-url: an ID token of that issuer (oidc.rs)
+//!     │                                  ─► its username and groups claims
 //!     └─ JWT signed by a --service-account-key-file key, issuer and audience ours, not
 //!        expired, its ServiceAccount (and pod) still there with the same uid
 //!                                        ─► system:serviceaccount:<ns>:<name>
@@ -159,6 +161,8 @@ pub struct AuthnConfig {
     pub static_tokens: Vec<StaticToken>,
     /// `--anonymous-auth`.
     pub anonymous: bool,
+    /// `--oidc-issuer-url` and the rest of `--oidc-*`.
+    pub oidc: Option<Arc<super::oidc::Oidc>>,
 }
 
 /// The authenticators.
@@ -168,6 +172,7 @@ pub struct Authenticator {
     service_accounts: Option<ServiceAccountTokens>,
     static_tokens: Vec<StaticToken>,
     anonymous: bool,
+    oidc: Option<Arc<super::oidc::Oidc>>,
 }
 
 /// Why credentials were refused (logged by the server; the client sees only 401).
@@ -196,6 +201,7 @@ impl Authenticator {
             service_accounts: config.service_accounts,
             static_tokens: config.static_tokens,
             anonymous: config.anonymous,
+            oidc: config.oidc,
         })
     }
 
@@ -274,6 +280,11 @@ impl Authenticator {
             && self.bootstrap_tokens
         {
             return bootstrap_token(storage, root, id, secret).await;
+        }
+        if let Some(oidc) = &self.oidc
+            && oidc.claims_to_be_ours(token)
+        {
+            return oidc.authenticate(token).await;
         }
         if token.matches('.').count() == 2
             && let Some(sa) = &self.service_accounts

@@ -397,6 +397,69 @@ fn from_spki(spki: &x509_parser::x509::SubjectPublicKeyInfo<'_>) -> Option<Publi
     None
 }
 
+/// A verification key from a JWK (`kty` `RSA` with `n` and `e`, or `EC` on `P-256`/`P-384`
+/// with `x` and `y`), as an issuer's JWKS lists them; `None` for any other key or a key not
+/// meant for signatures (`use` other than `sig`).
+pub fn from_jwk(jwk: &Value) -> Option<PublicKey> {
+    if jwk["use"].as_str().is_some_and(|u| u != "sig") {
+        return None;
+    }
+    let field = |name: &str| {
+        B64URL
+            .decode(jwk[name].as_str()?.trim_end_matches('='))
+            .ok()
+    };
+    // A positive DER INTEGER: a leading zero when the high bit is set.
+    let integer = |bytes: Vec<u8>| {
+        let mut v: Vec<u8> = bytes.into_iter().skip_while(|b| *b == 0).collect();
+        if v.first().is_none_or(|b| b & 0x80 != 0) {
+            v.insert(0, 0);
+        }
+        der(0x02, &v)
+    };
+    match jwk["kty"].as_str()? {
+        "RSA" => {
+            let mut body = integer(field("n")?);
+            body.extend(integer(field("e")?));
+            Some(PublicKey {
+                algorithm: Algorithm::Rs256,
+                bytes: der(0x30, &body),
+            })
+        }
+        "EC" => {
+            let (algorithm, size) = match jwk["crv"].as_str()? {
+                "P-256" => (Algorithm::Es256, 32),
+                "P-384" => (Algorithm::Es384, 48),
+                _ => return None,
+            };
+            let (x, y) = (field("x")?, field("y")?);
+            if x.len() != size || y.len() != size {
+                return None;
+            }
+            let mut bytes = vec![0x04];
+            bytes.extend(x);
+            bytes.extend(y);
+            Some(PublicKey { algorithm, bytes })
+        }
+        _ => None,
+    }
+}
+
+/// The header and claims of `token`, not verified.
+pub fn unverified(token: &str) -> Option<(Value, Value)> {
+    let mut parts = token.split('.');
+    let (Some(header), Some(payload), Some(_), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    let decode = |part: &str| -> Option<Value> {
+        let bytes = B64URL.decode(part.trim_end_matches('=')).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    };
+    Some((decode(header)?, decode(payload)?))
+}
+
 /// The claims of `token` if one of `keys` verifies its signature (nothing else is checked).
 ///
 /// # Errors

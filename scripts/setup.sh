@@ -80,6 +80,23 @@ else
   "$VENV/bin/pip" install --quiet --disable-pip-version-check "sushy-tools==$SUSHY_VERSION"
 fi
 
+# An OpenID Connect provider for the OIDC tests: oauth2-mock-server from the npm registry,
+# under .tools/npm (never installed globally). Node comes with machines of this kind.
+OIDC_PROVIDER_VERSION=9.3.0
+NPM_DIR=.tools/npm
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "setup: node and npm are missing (the OIDC tests run a provider on Node); install Node.js 20 or later" >&2
+  exit 1
+fi
+if [ "$(node -p "require('./$NPM_DIR/node_modules/oauth2-mock-server/package.json').version" 2>/dev/null)" = "$OIDC_PROVIDER_VERSION" ]; then
+  echo "setup: oauth2-mock-server $OIDC_PROVIDER_VERSION present in $NPM_DIR"
+else
+  echo "setup: installing oauth2-mock-server@$OIDC_PROVIDER_VERSION into $NPM_DIR"
+  mkdir -p "$NPM_DIR"
+  npm install --prefix "$NPM_DIR" --no-audit --no-fund --loglevel=error \
+    "oauth2-mock-server@$OIDC_PROVIDER_VERSION"
+fi
+
 echo "setup: building the offline image set (cargo xtask images)"
 cargo xtask images
 echo "setup: done"

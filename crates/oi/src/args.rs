@@ -464,6 +464,37 @@ pub struct ClusterInjectArgs {
     /// Algorithm of the cluster's keys: ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096.
     #[arg(long, value_name = "ALGORITHM")]
     pub key_algorithm: Option<String>,
+
+    /// An OpenID Connect issuer whose ID tokens the API servers accept (ours;
+    /// `spec.apiServer.oidc`): its https URL, exactly the tokens' `iss`.
+    #[arg(long, value_name = "URL", requires = "oidc_client_id")]
+    pub oidc_issuer_url: Option<String>,
+
+    /// The client ID the issuer's tokens must name in `aud`.
+    #[arg(long, value_name = "ID", requires = "oidc_issuer_url")]
+    pub oidc_client_id: Option<String>,
+
+    /// The claim a user's name comes from (default `sub`).
+    #[arg(long, value_name = "CLAIM", requires = "oidc_issuer_url")]
+    pub oidc_username_claim: Option<String>,
+
+    /// Put before every user name (default `<issuer>#` unless the claim is `email`; `-`:
+    /// nothing).
+    #[arg(long, value_name = "PREFIX", requires = "oidc_issuer_url")]
+    pub oidc_username_prefix: Option<String>,
+
+    /// The claim listing a user's groups.
+    #[arg(long, value_name = "CLAIM", requires = "oidc_issuer_url")]
+    pub oidc_groups_claim: Option<String>,
+
+    /// Put before every group name.
+    #[arg(long, value_name = "PREFIX", requires = "oidc_issuer_url")]
+    pub oidc_groups_prefix: Option<String>,
+
+    /// PEM certificates the issuer's TLS certificate is checked against (the API servers'
+    /// system trust otherwise).
+    #[arg(long, value_name = "FILE", requires = "oidc_issuer_url")]
+    pub oidc_ca_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]

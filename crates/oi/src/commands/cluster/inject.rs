@@ -44,7 +44,15 @@ pub fn run(
         },
         ..PrepareOptions::default()
     };
-    let cluster = Object::Cluster(cluster(args));
+    let oidc_ca = args
+        .oidc_ca_file
+        .as_ref()
+        .map(|path| {
+            std::fs::read_to_string(path)
+                .with_context(|| format!("--oidc-ca-file {}", path.display()))
+        })
+        .transpose()?;
+    let cluster = Object::Cluster(cluster(args, oidc_ca));
     manifests::validate_new(&cluster)?;
     world.insert(cluster);
 
@@ -62,8 +70,9 @@ pub fn run(
     Ok(crate::commands::note(notes))
 }
 
-/// The Cluster the flags describe, before defaults and preparation.
-fn cluster(args: &ClusterInjectArgs) -> Cluster {
+/// The Cluster the flags describe, before defaults and preparation; `oidc_ca` is the content
+/// of `--oidc-ca-file`.
+fn cluster(args: &ClusterInjectArgs, oidc_ca: Option<String>) -> Cluster {
     Cluster::new(
         match &args.namespace {
             Some(namespace) => ObjectMeta::namespaced(namespace, &args.name),
@@ -85,6 +94,18 @@ fn cluster(args: &ClusterInjectArgs) -> Cluster {
             ),
             api_server: KubeApiServer {
                 extra_sans: args.apiserver_extra_sans.clone(),
+                oidc: args
+                    .oidc_issuer_url
+                    .as_ref()
+                    .map(|issuer_url| oi_api::ApiServerOidc {
+                        issuer_url: issuer_url.clone(),
+                        client_id: args.oidc_client_id.clone().unwrap_or_default(),
+                        username_claim: args.oidc_username_claim.clone().unwrap_or_default(),
+                        username_prefix: args.oidc_username_prefix.clone(),
+                        groups_claim: args.oidc_groups_claim.clone().unwrap_or_default(),
+                        groups_prefix: args.oidc_groups_prefix.clone(),
+                        ca: oidc_ca.unwrap_or_default(),
+                    }),
                 ..KubeApiServer::default()
             },
             vpn: Vpn {

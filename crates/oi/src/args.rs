@@ -210,7 +210,7 @@ impl Command {
 pub enum ClusterCommand {
     /// Add a cluster to the manifests, with its PKI, control plane components and ingress
     /// scheduled on the hypervisors, and print all manifests (private keys included: use -o).
-    Inject(ClusterInjectArgs),
+    Inject(Box<ClusterInjectArgs>),
 
     /// Print a kubeconfig for the cluster's administrator (a new client certificate on
     /// every call; its private key is in the output: use -o FILE, created 0600).

@@ -360,17 +360,13 @@ fn wanted_services(
             node_labels,
             ..
         } = lb;
-        wanted.push(Wanted {
-            name: format!("{}-{i}", ServiceKind::LoadBalancerControlPlane.short()),
-            kind: ServiceKind::LoadBalancerControlPlane,
-            index: i,
-            node_labels: node_labels.clone(),
-            ports: vec![(
-                "apiserver".into(),
-                port(&format!("{field}.nodePort"), *node_port)?,
-                format!("{field}.nodePort"),
-            )],
-        });
+        wanted.push(single_port(
+            ServiceKind::LoadBalancerControlPlane,
+            i,
+            node_labels,
+            "apiserver",
+            *node_port,
+        )?);
     }
     for (i, lb) in s.load_balancer_worker.iter().enumerate() {
         let field = format!("spec.services.loadBalancerWorker[{i}]");
@@ -400,23 +396,18 @@ fn wanted_services(
         });
     }
     for (i, jump) in s.jump_host.iter().enumerate() {
-        let field = format!("spec.services.jumpHost[{i}]");
         let JumpHostService {
             node_port,
             node_labels,
             ..
         } = jump;
-        wanted.push(Wanted {
-            name: format!("{}-{i}", ServiceKind::JumpHost.short()),
-            kind: ServiceKind::JumpHost,
-            index: i,
-            node_labels: node_labels.clone(),
-            ports: vec![(
-                "ssh".into(),
-                port(&format!("{field}.nodePort"), *node_port)?,
-                format!("{field}.nodePort"),
-            )],
-        });
+        wanted.push(single_port(
+            ServiceKind::JumpHost,
+            i,
+            node_labels,
+            "ssh",
+            *node_port,
+        )?);
     }
     for i in 0..s.oidc_provider.len() {
         out.unsupported.push(format!(
@@ -424,6 +415,29 @@ fn wanted_services(
         ));
     }
     Ok(wanted)
+}
+
+/// Entry `index` of `kind`'s list: a service on one port, `nodePort`, named `port_name` in
+/// its owner.
+fn single_port(
+    kind: ServiceKind,
+    index: usize,
+    node_labels: &BTreeMap<String, String>,
+    port_name: &str,
+    node_port: i64,
+) -> Result<Wanted, String> {
+    let field = format!("spec.services.{}[{index}].nodePort", kind.field());
+    let port = u16::try_from(node_port)
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| format!("{field}: port {node_port} is outside 1..65535"))?;
+    Ok(Wanted {
+        name: format!("{}-{index}", kind.short()),
+        kind,
+        index,
+        node_labels: node_labels.clone(),
+        ports: vec![(port_name.to_string(), port, field)],
+    })
 }
 
 /// Why hypervisor `h` cannot take service `w`, or `None` when it can.

@@ -430,7 +430,8 @@ fn sip_services_run_on_a_public_hypervisor() {
     assert_eq!(ready["reason"], "ReconciliationSucceeded");
 
     // The jump host: the authorized key logs in as ubuntu; an unlisted key, and root, are
-    // refused.
+    // refused. Its container runs once the run ends; sshd may still be starting to listen.
+    wait_port(public_ip, JUMP_PORT, &d("no-log"));
     let hello = ssh(
         &d("user"),
         "ubuntu",

@@ -282,7 +282,15 @@ fn plan_one(world: &mut World, report: &SipReport, options: &RenderOptions) -> S
             placed.get(&w.name),
             &chosen,
         ) {
-            Ok(h) => chosen.push((h, w)),
+            Ok(h) => {
+                // Moved (its hypervisor drained or gone): its directories there go too.
+                if let Some(old) = placed.get(&w.name).filter(|old| **old != h) {
+                    let dirs = out.leaving.entry(old.clone()).or_default();
+                    dirs.push(config_dir(key, &w.name));
+                    dirs.push(state_dir(key, &w.name));
+                }
+                chosen.push((h, w));
+            }
             Err(e) => {
                 out.error = Some(e);
                 return out;
@@ -440,18 +448,24 @@ fn single_port(
     })
 }
 
-/// Why hypervisor `h` cannot take service `w`, or `None` when it can.
+/// Why hypervisor `h` cannot take service `w`, or `None` when it can. `placed`: `w` is on
+/// `h` already; a cordon keeps new services off a hypervisor and leaves those on it (as it
+/// does a cluster's components), a drain moves them.
 fn unfit(
     h: &Hypervisor,
     ports: &PortAllocator,
     namespace: &str,
     owner_name: &str,
     w: &Wanted,
+    placed: bool,
 ) -> Option<String> {
     if !h.spec.public {
         return Some("not public".into());
     }
-    if h.spec.unschedulable || h.spec.drain {
+    if h.spec.drain {
+        return Some("drained".into());
+    }
+    if h.spec.unschedulable && !placed {
         return Some("cordoned".into());
     }
     for (k, v) in &w.node_labels {
@@ -522,7 +536,8 @@ fn place(
         let Some(ports) = allocators.get(&name) else {
             continue;
         };
-        if let Some(reason) = unfit(h, ports, ns, owner_name, w) {
+        let here = placed.is_some_and(|p| *p == name);
+        if let Some(reason) = unfit(h, ports, ns, owner_name, w, here) {
             if h.spec.public {
                 why.push(format!("{name}: {reason}"));
             }
@@ -536,10 +551,8 @@ fn place(
             .map(|(n, _, _)| PortOwner::new(ns, owner_name, &w.name, n))
             .collect();
         for (other, a) in allocators.iter_mut() {
-            for (o, port) in a.cluster_owners(ns, owner_name) {
-                if service_of(&o.component) == w.name
-                    && (other != &name || !keep.contains(&o) || a.owner_of(port) != Some(&o))
-                {
+            for (o, _) in a.cluster_owners(ns, owner_name) {
+                if service_of(&o.component) == w.name && (other != &name || !keep.contains(&o)) {
                     a.release(&o);
                 }
             }

@@ -62,6 +62,14 @@ fn ports_of(world: &World, hypervisor: &str) -> Vec<(String, u16)> {
         .collect()
 }
 
+fn spec<'w>(w: &'w mut World, hypervisor: &str) -> &'w mut oi_api::HypervisorSpec {
+    &mut w
+        .hypervisors
+        .get_mut(&ObjectKey::cluster_scoped(hypervisor))
+        .unwrap()
+        .spec
+}
+
 fn file<'a>(s: &'a ServicePlan, name: &str) -> &'a HostFile {
     s.files
         .iter()
@@ -317,14 +325,37 @@ fn placed_services_stay_and_services_no_longer_asked_for_let_their_ports_go() {
     let (_, plans) = plan(&mut w);
     assert!(plans[0].services.iter().all(|s| s.hypervisor == "public-1"));
     assert!(plans[0].leaving.is_empty());
+    // Cordoned: the services stay; drained: they move to the other public hypervisor.
+    spec(&mut w, "public-1").unschedulable = true;
+    let (_, plans) = plan(&mut w);
+    assert!(plans[0].services.iter().all(|s| s.hypervisor == "public-1"));
+    spec(&mut w, "public-1").drain = true;
+    let (_, plans) = plan(&mut w);
+    assert!(
+        plans[0].services.iter().all(|s| s.hypervisor == "public-2"),
+        "{:?}",
+        plans[0].error
+    );
+    assert!(ports_of(&w, "public-1").is_empty());
+    // What they left there goes: pods (public-1 is swept) and directories.
+    assert!(plans[0].hypervisors.contains("public-1"));
+    assert_eq!(plans[0].leaving["public-1"].len(), 6);
+    assert!(
+        plans[0].leaving["public-1"]
+            .contains(&"/etc/oneinfra/_sip/tenants/s1/jump-host-0".to_string())
+    );
+    spec(&mut w, "public-1").drain = false;
+    spec(&mut w, "public-1").unschedulable = false;
+    let (_, plans) = plan(&mut w);
+    assert!(plans[0].services.iter().all(|s| s.hypervisor == "public-2"));
     // The jump host's port changes: the same hypervisor, the new port, the old one freed.
     let moved = ALL.replace("nodePort: 30000", "nodePort: 30050");
     w.sip_clusters.get_mut(&key("s1")).unwrap().spec =
         world(&moved, &[]).sip_clusters[&key("s1")].spec.clone();
     let (_, plans) = plan(&mut w);
-    assert_eq!(plans[0].services[2].endpoint(), "10.1.0.2:30050");
-    let h1 = &w.hypervisors[&ObjectKey::cluster_scoped("public-1")].status;
-    assert!(h1.freed_ports.contains(&30000));
+    assert_eq!(plans[0].services[2].endpoint(), "10.1.0.3:30050");
+    let h2 = &w.hypervisors[&ObjectKey::cluster_scoped("public-2")].status;
+    assert!(h2.freed_ports.contains(&30000));
     // The worker load balancer is no longer asked for: its ports go, its directories too.
     let fewer = moved.replace(
         ", loadBalancerWorker: [{image: haproxy, nodeInterfaceId: oam-ipv4, nodePortRange: {start: 30002, end: 30004}}]",
@@ -337,7 +368,7 @@ fn placed_services_stay_and_services_no_longer_asked_for_let_their_ports_go() {
     assert_eq!(
         plans[0].leaving,
         BTreeMap::from([(
-            "public-1".to_string(),
+            "public-2".to_string(),
             vec![
                 "/etc/oneinfra/_sip/tenants/s1/lb-worker-0".to_string(),
                 "/var/lib/oneinfra/_sip/tenants/s1/lb-worker-0".to_string()
@@ -359,13 +390,13 @@ fn placed_services_stay_and_services_no_longer_asked_for_let_their_ports_go() {
     assert!(plans[0].deleted);
     assert!(plans[0].services.is_empty());
     assert_eq!(
-        plans[0].leaving["public-1"],
+        plans[0].leaving["public-2"],
         [
             "/etc/oneinfra/_sip/tenants/s1",
             "/var/lib/oneinfra/_sip/tenants/s1"
         ]
     );
-    assert!(ports_of(&w, "public-1").is_empty());
+    assert!(ports_of(&w, "public-2").is_empty());
 }
 
 #[test]

@@ -520,6 +520,11 @@ pub const MIN_RSA_BITS: usize = 2048;
 pub fn parse_authorized_key(line: &str) -> Result<AuthorizedKey, String> {
     use base64::Engine as _;
     let line = line.trim();
+    // One key, one line: a line break in a comment would slip another, unchecked, key into
+    // `authorized_keys`.
+    if line.contains(char::is_control) {
+        return Err("a key is one line, without control characters".to_string());
+    }
     let mut parts = line.splitn(3, char::is_whitespace);
     let algorithm = parts.next().unwrap_or_default();
     let blob = parts.next().unwrap_or_default().trim();

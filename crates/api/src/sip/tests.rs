@@ -316,6 +316,12 @@ fn authorized_keys_are_checked_for_what_sshd_would_refuse() {
     assert!(parse_authorized_key(truncated).is_err());
     assert!(parse_authorized_key("ssh-dss AAAAB3NzaC1kc3M=").is_err());
     assert!(parse_authorized_key("").is_err());
+    // A second key hidden behind a line break in the comment.
+    let smuggled = format!("{ED25519}\n{RSA_1024}");
+    assert_eq!(
+        parse_authorized_key(&smuggled).unwrap_err(),
+        "a key is one line, without control characters"
+    );
 }
 
 #[test]

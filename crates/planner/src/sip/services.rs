@@ -665,9 +665,12 @@ fn render(
                 .chain(secret.string_data.keys())
                 .collect();
             for name in names {
-                if name.contains('/') || name.starts_with('.') {
+                // A Secret key as Kubernetes allows them (`[-._a-zA-Z0-9]+`), and not `.`
+                // or `..`: it becomes a file name and a line of the ssh config.
+                let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+                if name.is_empty() || !name.chars().all(allowed) || name.starts_with('.') {
                     return Err(format!(
-                        "{at}: Secret {secret_key} key {name:?} is not a file name"
+                        "{at}: Secret {secret_key} key {name:?} is not a file name ([-._a-zA-Z0-9], not starting with .)"
                     ));
                 }
                 let value = match secret.value(name) {

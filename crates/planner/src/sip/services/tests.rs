@@ -264,6 +264,25 @@ fn a_node_port_outside_every_range_or_taken_is_an_error_naming_it_and_nothing_is
     );
     assert_eq!(w.hypervisors, before);
 
+    // A node key whose name could not be a file name, or a line of the ssh config.
+    let mut w = world(
+        ALL,
+        &[hypervisor("public-1", true, "10.1.0.2", (30000, 30100))],
+    );
+    let secret = w.secrets.get_mut(&key("keys")).unwrap();
+    let value = secret.data.remove("id_rsa").unwrap();
+    secret.data.insert("id rsa\nHost *".into(), value);
+    let before = w.hypervisors.clone();
+    let (_, plans) = plan(&mut w);
+    assert_eq!(
+        plans[0].error.as_deref(),
+        Some(
+            "spec.services.jumpHost[0].nodeSSHPrivateKeys: Secret tenants/keys key \"id rsa\\nHost *\" \
+             is not a file name ([-._a-zA-Z0-9], not starting with .)"
+        )
+    );
+    assert_eq!(w.hypervisors, before);
+
     // No public hypervisor at all.
     let mut w = world(
         ALL,

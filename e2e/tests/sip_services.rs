@@ -324,8 +324,10 @@ fn sip_services_run_on_a_public_hypervisor() {
     {
         return;
     }
-    let set = LocalSet::create("sip", 0, 1, false).unwrap();
-    let state = set.state().unwrap();
+    let set = LocalSet::create("sip", 0, 2, false).unwrap();
+    let mut state = set.state().unwrap();
+    // Both public and empty: the services go to the first by name.
+    state.hypervisors.sort_by(|a, b| a.name.cmp(&b.name));
     let public_ip = state.hypervisors[0].ip;
     let Some(emulator) = RedfishEmulator::start_on(
         TEST,
@@ -528,10 +530,70 @@ fn sip_services_run_on_a_public_hypervisor() {
     }
     assert_eq!(second.stdout, first.stdout);
 
+    // Draining the public hypervisor the services run on moves them all to the other one,
+    // ports, pods and directories.
+    let (from, to) = (&state.hypervisors[0], &state.hypervisors[1]);
+    let drained = oi(
+        &[
+            "hypervisor",
+            "drain",
+            "--name",
+            &from.name,
+            "--image-repository",
+            "localhost/oneinfra",
+        ],
+        &first.stdout,
+    )
+    .unwrap()
+    .ok("oi hypervisor drain")
+    .unwrap();
+    assert!(drained.stderr.contains("is drained"), "{}", drained.stderr);
+    assert!(
+        drained
+            .stderr
+            .contains(&format!("jump host jump-host-0 at {}:{JUMP_PORT}", to.ip)),
+        "{}",
+        drained.stderr
+    );
+    wait_port(to.ip, JUMP_PORT, &d("no-log"));
+    let moved = ssh(&d("user"), "ubuntu", to.ip, JUMP_PORT, "host list");
+    assert!(moved.status.success(), "{moved:?}");
+    assert!(
+        String::from_utf8_lossy(&moved.stdout).contains("cp-1"),
+        "{moved:?}"
+    );
+    poll(
+        "the node port through the moved worker load balancer",
+        || {
+            http_get(to.ip, NODE_PORT, "/marker").and_then(|a| {
+                if a.contains("this is w-1") {
+                    Ok(a)
+                } else {
+                    Err(a)
+                }
+            })
+        },
+    );
+    let on_from: Vec<(String, String)> = set
+        .containers()
+        .unwrap()
+        .into_iter()
+        .filter(|(h, listing)| *h == from.name && listing.lines().count() > 1)
+        .collect();
+    assert!(on_from.is_empty(), "{on_from:?}");
+    assert!(
+        !set.etc_oneinfra(&from.name)
+            .join("_sip")
+            .join(NS)
+            .join("t1")
+            .join("jump-host-0")
+            .exists()
+    );
+
     // Deleted: its pods, ports and labels go.
     let deleted = oi(
         &["sipcluster", "delete", "--name", "t1", "--namespace", NS],
-        &first.stdout,
+        &drained.stdout,
     )
     .unwrap()
     .ok("oi sipcluster delete")
@@ -557,7 +619,7 @@ fn sip_services_run_on_a_public_hypervisor() {
         "{left:?}"
     );
     assert!(
-        !set.etc_oneinfra(&state.hypervisors[0].name)
+        !set.etc_oneinfra(&state.hypervisors[1].name)
             .join("_sip")
             .join(NS)
             .join("t1")

@@ -175,6 +175,13 @@ pub fn dry_run_incomplete(plan: &DryRun) -> Option<String> {
     (!lines.is_empty()).then(|| format!("the dry run is incomplete: {}", lines.join("; ")))
 }
 
+/// What a run did with the SIPClusters: their host selections, and per SIPCluster with
+/// services its line and whether it is ready.
+pub struct SipRun {
+    pub reports: Vec<oi_planner::sip::SipReport>,
+    pub services: Vec<(oi_api::ObjectKey, String, bool)>,
+}
+
 /// How a run is made: what `oi reconcile` and `oi cluster upgrade` share.
 pub struct Runner {
     pub plan_options: PlanOptions,
@@ -230,6 +237,31 @@ impl Runner {
     ) -> (oi_api::World, Executed) {
         let plan = oi_planner::plan(world, now, &self.plan_options);
         self.execute(plan, now)
+    }
+
+    /// One run of everything the world holds: SIPClusters' hosts first (pure, one at a time,
+    /// their summaries on stderr unless quiet), their services' ports claimed, the clusters'
+    /// run, then the services run and recorded.
+    pub fn run_with_sip(
+        &self,
+        mut world: oi_api::World,
+        now: time::OffsetDateTime,
+    ) -> (oi_api::World, Executed, SipRun) {
+        let reports = oi_planner::sip::reconcile_sip(&mut world, now);
+        if !self.quiet {
+            for r in &reports {
+                eprintln!("{}", r.summary());
+            }
+        }
+        // Their ports are claimed before the clusters' are placed; they run after.
+        let plans = oi_planner::sip::services::plan_services(
+            &mut world,
+            &reports,
+            &self.plan_options.render,
+        );
+        let (mut world, executed) = self.run(world, now);
+        let services = self.sip_services(&mut world, &reports, &plans, now);
+        (world, executed, SipRun { reports, services })
     }
 
     /// Runs the SIPClusters' support services planned and records them in `world`; each
@@ -302,7 +334,7 @@ pub fn run(
     input: impl Read,
     output: &mut impl Write,
 ) -> anyhow::Result<Option<String>> {
-    let mut world = manifests::load(&args.input, input, ctx.now)?;
+    let world = manifests::load(&args.input, input, ctx.now)?;
     let runner = Runner::new(args.image_repository.clone(), args.max_wait, args.quiet)?;
     if args.dry_run {
         let plan = oi_planner::plan(world, ctx.now, &runner.plan_options);
@@ -316,28 +348,14 @@ pub fn run(
         };
     }
     let quiet = args.quiet;
-    // SIP first: it only relabels hosts and sets conditions (pure), one SIPCluster at a time.
-    let sip_reports = oi_planner::sip::reconcile_sip(&mut world, ctx.now);
-    if !quiet {
-        for r in &sip_reports {
-            eprintln!("{}", r.summary());
-        }
-    }
-    // Its services' ports are claimed before the clusters' are placed; they run after.
-    let sip_plans = oi_planner::sip::services::plan_services(
-        &mut world,
-        &sip_reports,
-        &runner.plan_options.render,
-    );
-    let (mut world, executed) = runner.run(world, ctx.now);
-    let sip_services = runner.sip_services(&mut world, &sip_reports, &sip_plans, ctx.now);
+    let (world, executed, sip) = runner.run_with_sip(world, ctx.now);
     manifests::finish(&world, output)?;
     if !quiet {
         eprintln!("{}", summary(&executed));
     }
     let mut warnings = crate::commands::availability_warnings(&world, None);
     warnings.extend(sip_warnings(&world));
-    let unschedulable = sip_unschedulable(&sip_reports, &sip_services);
+    let unschedulable = sip_unschedulable(&sip.reports, &sip.services);
     let not_ready = match (not_ready(&executed), unschedulable) {
         (Some(a), Some(b)) => Some(format!("{a}\n{b}")),
         (a, b) => a.or(b),

@@ -31,9 +31,12 @@ use crate::ports::{PortAllocator, PortOwner};
 use crate::render::RenderOptions;
 use crate::url_host;
 
+/// What the `cluster` of a SIPCluster's port owners and file records starts with.
+pub const OWNER_PREFIX: &str = "SIPCluster/";
+
 /// The `cluster` of a SIPCluster's port owners and file records: `SIPCluster/<name>`.
 pub fn owner_cluster(sip: &str) -> String {
-    format!("SIPCluster/{sip}")
+    format!("{OWNER_PREFIX}{sip}")
 }
 
 /// Pod labels of SIP services (no `managed` label: cluster runs and their dry runs never

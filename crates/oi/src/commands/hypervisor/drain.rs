@@ -1,5 +1,6 @@
 //! `oi hypervisor drain --name N` (ours): marks the hypervisor drained (`spec.drain`, and
-//! cordoned), then reconciles until nothing of any cluster runs there.
+//! cordoned), then reconciles until nothing of any cluster or SIPCluster runs there (a
+//! SIPCluster's support services move in one run).
 //!
 //! ```text
 //! drain ─► reconcile ─ ready? ─► anything left on N? ─ yes ─► reconcile ...
@@ -31,6 +32,38 @@ pub fn left_on(world: &World, hypervisor: &str) -> BTreeMap<ObjectKey, Vec<Strin
             out.entry(c.cluster_key())
                 .or_default()
                 .push(c.metadata.name.clone());
+        }
+    }
+    out
+}
+
+/// The SIPClusters' support services on `hypervisor` (from its port allocations), by
+/// SIPCluster.
+pub fn services_left_on(world: &World, hypervisor: &str) -> BTreeMap<ObjectKey, Vec<String>> {
+    let mut out: BTreeMap<ObjectKey, Vec<String>> = BTreeMap::new();
+    let Some(h) = world
+        .hypervisors
+        .get(&ObjectKey::cluster_scoped(hypervisor))
+    else {
+        return out;
+    };
+    for a in &h.status.allocated_ports {
+        let Some(sip) = a
+            .cluster
+            .strip_prefix(oi_planner::sip::services::OWNER_PREFIX)
+        else {
+            continue;
+        };
+        let service = a
+            .component
+            .rsplit_once('-')
+            .map_or(a.component.as_str(), |(s, _)| s)
+            .to_string();
+        let services = out
+            .entry(ObjectKey::new(a.cluster_namespace.clone(), sip))
+            .or_default();
+        if !services.contains(&service) {
+            services.push(service);
         }
     }
     out
@@ -70,15 +103,32 @@ pub fn run(
     let runner = Runner::new(args.image_repository.clone(), args.max_wait, args.quiet)?;
     // Two runs per component (replacement, then retirement), one more for components that
     // never took part in a ready run (what lets them be moved), and one that finds nothing.
+    // SIPClusters' services move in one run each.
     let left: usize = left_on(&world, name).values().map(Vec::len).sum();
     let runs = 2 * left + 2;
     for _ in 0..runs {
-        let (after, executed) = runner.run(world, ctx.now);
+        let (after, executed, sip) = runner.run_with_sip(world, ctx.now);
         world = after;
         if !args.quiet {
             eprintln!("{}", summary(&executed));
         }
         let left = left_on(&world, name);
+        let services = services_left_on(&world, name);
+        // A SIPCluster whose services are still here and do not run elsewhere: stuck.
+        let stuck_services: Vec<String> = sip
+            .services
+            .iter()
+            .filter(|(k, _, ready)| !ready && services.contains_key(k))
+            .map(|(_, line, _)| line.clone())
+            .collect();
+        if !stuck_services.is_empty() {
+            manifests::finish(&world, output)?;
+            return Err(OutputThenFail(format!(
+                "hypervisor {name} cannot be drained:\n{}",
+                stuck_services.join("\n")
+            ))
+            .into());
+        }
         if let Some(why) = not_ready(&executed) {
             manifests::finish(&world, output)?;
             return Err(OutputThenFail(format!(
@@ -87,11 +137,11 @@ pub fn run(
             ))
             .into());
         }
-        if left.is_empty() {
+        if left.is_empty() && services.is_empty() {
             manifests::finish(&world, output)?;
             return Ok(Some(format!(
-                "oi: hypervisor {name} is drained: nothing of any cluster runs there (it stays \
-                 cordoned; `oi hypervisor uncordon` makes it schedulable again)"
+                "oi: hypervisor {name} is drained: nothing of any cluster or SIPCluster runs \
+                 there (it stays cordoned; `oi hypervisor uncordon` makes it schedulable again)"
             )));
         }
         let stuck = blocked(&world, &left);
@@ -107,6 +157,11 @@ pub fn run(
             let names: Vec<String> = left
                 .iter()
                 .flat_map(|(k, cs)| cs.iter().map(move |c| format!("{}/{c}", k.namespace)))
+                .chain(
+                    services
+                        .iter()
+                        .flat_map(|(k, ss)| ss.iter().map(move |s| format!("sipcluster {k} {s}"))),
+                )
                 .collect();
             eprintln!("oi: hypervisor {name}: still there: {}", names.join(", "));
         }
@@ -121,6 +176,11 @@ pub fn run(
             )?;
             Some(format!("cluster {k}: {}", d.message))
         })
+        .chain(
+            services_left_on(&world, name)
+                .into_iter()
+                .map(|(k, ss)| format!("sipcluster {k}: {} still there", ss.join(", "))),
+        )
         .collect();
     Err(OutputThenFail(format!(
         "hypervisor {name} is not drained after {runs} runs:\n{}",

@@ -1479,6 +1479,71 @@ pub fn eventually<T>(timeout: Duration, mut f: impl FnMut() -> Result<T>) -> Res
     }
 }
 
+/// The manager's context as the e2e scenarios run it: an in-process store, real hypervisors
+/// (CRI, HTTPS), `--image-repository localhost/oneinfra`, short requeues and backoffs.
+pub type ManagerCtx = oi_manager::controller::Context<
+    oi_manager_testsupport::memory::MemoryStore,
+    oi_engine::CriConnector,
+    oi_engine::RealNetwork,
+>;
+
+/// A [`ManagerCtx`] over `store`.
+pub fn manager_context(
+    store: &std::sync::Arc<oi_manager_testsupport::memory::MemoryStore>,
+) -> std::sync::Arc<ManagerCtx> {
+    use oi_manager::controller::ManagerOptions;
+    let repository = Some(IMAGE_REPOSITORY.to_string());
+    let defaults = ManagerOptions::default();
+    let options = ManagerOptions {
+        plan: oi_planner::PlanOptions {
+            render: oi_planner::render::RenderOptions {
+                image_repository: repository.clone(),
+            },
+            ..defaults.plan.clone()
+        },
+        execute: oi_engine::ExecuteOptions {
+            max_wait: Duration::from_secs(60),
+            ..defaults.execute.clone()
+        },
+        requeue_not_ready: Duration::from_secs(1),
+        backoff_min: Duration::from_millis(500),
+        backoff_max: Duration::from_secs(5),
+        ..defaults
+    };
+    let connector = oi_engine::CriConnector {
+        options: oi_cri::ClientOptions {
+            toolbox_image: oi_api::versions::INFRA
+                .toolbox
+                .reference(repository.as_deref()),
+            ..oi_cri::ClientOptions::default()
+        },
+    };
+    std::sync::Arc::new(oi_manager::controller::Context::new(
+        std::sync::Arc::clone(store),
+        connector,
+        oi_engine::RealNetwork::default(),
+        options,
+        std::sync::Arc::new(oi_manager::metrics::Metrics::new()),
+    ))
+}
+
+/// The manager's in-process loop ([`oi_manager_testsupport::driver::Driver`]) until `done`
+/// holds of the store, at most `timeout`.
+///
+/// # Panics
+/// When `done` does not hold in time (the store's events are shown).
+pub fn run_manager_until(
+    runtime: &tokio::runtime::Runtime,
+    ctx: &std::sync::Arc<ManagerCtx>,
+    timeout: Duration,
+    done: impl Fn(&oi_manager_testsupport::memory::MemoryStore) -> bool + Send + Sync,
+) {
+    let driver = oi_manager_testsupport::driver::Driver::new(std::sync::Arc::clone(ctx));
+    if let Err(e) = runtime.block_on(driver.run_until(done, timeout)) {
+        panic!("{e:#}\nevents: {:#?}", ctx.store.events());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]

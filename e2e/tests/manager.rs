@@ -9,69 +9,28 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use oi_api::common::{ConditionStatus, condition_types, find_condition};
-use oi_api::versions::INFRA;
 use oi_api::{Cluster, ClusterSpec, Component, ObjectKey, ObjectMeta};
-use oi_cri::ClientOptions;
 use oi_e2e::{
-    Etcdctl, IMAGE_REPOSITORY, LocalSet, World, admin_kubeconfig, all_reachable_metrics,
-    eventually, kubectl_version, nothing_left, prerequisites,
+    Etcdctl, LocalSet, World, admin_kubeconfig, all_reachable_metrics, eventually, kubectl_version,
+    nothing_left, prerequisites,
 };
-use oi_engine::{CriConnector, ExecuteOptions, RealNetwork};
-use oi_manager::controller::{Action, Context, ManagerOptions, reconcile_cluster};
-use oi_manager::metrics::Metrics;
+use oi_manager::controller::{Action, reconcile_cluster};
 use oi_manager::store::Store as _;
-use oi_manager_testsupport::driver::Driver;
 use oi_manager_testsupport::memory::MemoryStore;
-use oi_planner::PlanOptions;
-use oi_planner::render::RenderOptions;
 
-type Ctx = Context<MemoryStore, CriConnector, RealNetwork>;
+type Ctx = oi_e2e::ManagerCtx;
 
 fn context(store: &Arc<MemoryStore>) -> Arc<Ctx> {
-    let repository = Some(IMAGE_REPOSITORY.to_string());
-    let defaults = ManagerOptions::default();
-    let options = ManagerOptions {
-        plan: PlanOptions {
-            render: RenderOptions {
-                image_repository: repository.clone(),
-            },
-            ..defaults.plan.clone()
-        },
-        execute: ExecuteOptions {
-            max_wait: Duration::from_secs(60),
-            ..defaults.execute.clone()
-        },
-        requeue_not_ready: Duration::from_secs(1),
-        backoff_min: Duration::from_millis(500),
-        backoff_max: Duration::from_secs(5),
-        ..defaults
-    };
-    let connector = CriConnector {
-        options: ClientOptions {
-            toolbox_image: INFRA.toolbox.reference(repository.as_deref()),
-            ..ClientOptions::default()
-        },
-    };
-    Arc::new(Context::new(
-        Arc::clone(store),
-        connector,
-        RealNetwork::default(),
-        options,
-        Arc::new(Metrics::new()),
-    ))
+    oi_e2e::manager_context(store)
 }
 
-/// The manager's in-process loop ([`Driver`]) until `done` holds of the store.
 fn run_until(
     runtime: &tokio::runtime::Runtime,
     ctx: &Arc<Ctx>,
     timeout: Duration,
     done: impl Fn(&MemoryStore) -> bool + Send + Sync,
 ) {
-    let driver = Driver::new(Arc::clone(ctx));
-    if let Err(e) = runtime.block_on(driver.run_until(done, timeout)) {
-        panic!("{e:#}\nevents: {:#?}", ctx.store.events());
-    }
+    oi_e2e::run_manager_until(runtime, ctx, timeout, done);
 }
 
 fn ready(store: &MemoryStore, key: &ObjectKey) -> bool {

@@ -626,3 +626,131 @@ fn sip_services_run_on_a_public_hypervisor() {
             .exists()
     );
 }
+
+/// `oi-manager`'s SIPCluster controller (its in-process loop over a memory store) on a real
+/// public hypervisor: the hosts labelled, the services run (the jump host answering ssh with
+/// the authorized key only, the worker load balancer listening), `Ready=True`; the SIPCluster
+/// deleted: its finalizer holds until its pods, ports and labels are gone.
+#[test]
+fn the_manager_runs_a_sip_clusters_services_and_tears_them_down() {
+    const TEST: &str = "the_manager_runs_a_sip_clusters_services_and_tears_them_down";
+    use oi_manager::store::Store as _;
+    use oi_manager_testsupport::memory::MemoryStore;
+    use std::sync::Arc;
+    if !prerequisites(TEST)
+        || !oi_testsupport::require(
+            TEST,
+            "OpenSSH's ssh and ssh-keygen (scripts/setup.sh installs them)",
+            ["/usr/bin/ssh", "/usr/bin/ssh-keygen"]
+                .iter()
+                .all(|p| Path::new(p).is_file()),
+        )
+    {
+        return;
+    }
+    let set = LocalSet::create("sipm", 0, 1, false).unwrap();
+    let state = set.state().unwrap();
+    let public_ip = state.hypervisors[0].ip;
+    let octets = state.subnet.network().octets();
+    let ip = |n: u8| Ipv4Addr::new(octets[0], octets[1], octets[2], n);
+    let dir = tempfile::tempdir().unwrap();
+    let d = |p: &str| -> PathBuf { dir.path().join(p) };
+    let user_pub = keygen(&d("user"));
+    keygen(&d("stranger"));
+    keygen(&d("node"));
+    let node_key = std::fs::read_to_string(d("node")).unwrap();
+    // The hosts' BMCs are never called here: an address nothing listens on.
+    let bmc = |uuid: &str| {
+        format!(
+            "redfish+http://{}:9/redfish/v1/Systems/{uuid}",
+            state.gateway
+        )
+    };
+    let manifests = [
+        set.manifests.clone(),
+        sip_cluster(&user_pub, &node_key),
+        host("cp-1", "control-plane", ip(101), &bmc(CP)),
+        host("w-1", "worker", ip(102), &bmc(WORKER)),
+    ]
+    .join("---\n");
+    let world = oi_api::World::load(&manifests, "test").unwrap();
+    let store = Arc::new(MemoryStore::default());
+    for h in world.hypervisors.into_values() {
+        store.insert(h);
+    }
+    for h in world.bare_metal_hosts.into_values() {
+        store.insert(h);
+    }
+    for s in world.secrets.into_values() {
+        store.insert(s);
+    }
+    for s in world.sip_clusters.into_values() {
+        store.insert(s);
+    }
+    let key = oi_api::ObjectKey::new(NS, "t1");
+    let ctx = oi_e2e::manager_context(&store);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .thread_stack_size(oi_engine::RUNTIME_STACK_BYTES)
+        .enable_all()
+        .build()
+        .unwrap();
+    let ready = |s: &MemoryStore| {
+        s.object::<oi_api::SipCluster>(&key).is_some_and(|sip| {
+            sip.condition("Ready")
+                .is_some_and(|c| c.status == oi_api::common::ConditionStatus::True)
+        })
+    };
+    oi_e2e::run_manager_until(&runtime, &ctx, Duration::from_secs(120), ready);
+    let sip: oi_api::SipCluster = store.object(&key).unwrap();
+    let message = &sip.condition("Ready").unwrap().message;
+    assert!(
+        message.contains(&format!("jump host jump-host-0 at {public_ip}:{JUMP_PORT}")),
+        "{message}"
+    );
+    let labelled: Vec<String> = store
+        .objects::<oi_api::BareMetalHost>()
+        .into_iter()
+        .filter(|h| {
+            h.metadata
+                .labels
+                .contains_key(oi_api::sip::CLUSTER_NAME_LABEL)
+        })
+        .map(|h| h.metadata.name)
+        .collect();
+    assert_eq!(labelled, ["cp-1", "w-1"]);
+
+    wait_port(public_ip, JUMP_PORT, &d("no-log"));
+    let hello = ssh(&d("user"), "ubuntu", public_ip, JUMP_PORT, "id -un");
+    assert!(hello.status.success(), "{hello:?}");
+    assert_eq!(String::from_utf8_lossy(&hello.stdout), "ubuntu\n");
+    let stranger = ssh(&d("stranger"), "ubuntu", public_ip, JUMP_PORT, "true");
+    assert_eq!(stranger.status.code(), Some(255), "{stranger:?}");
+    wait_port(public_ip, WORKER_PORTS.0, &d("no-log"));
+    let sip_ports = |s: &MemoryStore| -> usize {
+        s.objects::<oi_api::Hypervisor>()
+            .iter()
+            .flat_map(|h| h.status.allocated_ports.iter())
+            .filter(|a| a.cluster == "SIPCluster/t1")
+            .count()
+    };
+    // The jump host, the control plane load balancer, ten worker ports.
+    assert_eq!(sip_ports(&store), 12);
+
+    runtime
+        .block_on(store.delete::<oi_api::SipCluster>(&key))
+        .unwrap();
+    oi_e2e::run_manager_until(&runtime, &ctx, Duration::from_secs(120), |s| {
+        s.object::<oi_api::SipCluster>(&key).is_none()
+    });
+    assert_eq!(sip_ports(&store), 0);
+    assert!(store.objects::<oi_api::BareMetalHost>().iter().all(|h| {
+        !h.metadata
+            .labels
+            .contains_key(oi_api::sip::CLUSTER_NAME_LABEL)
+    }));
+    let left = set.containers().unwrap();
+    assert!(
+        left.iter().all(|(_, listing)| listing.lines().count() == 1),
+        "{left:?}"
+    );
+}

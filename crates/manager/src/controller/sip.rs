@@ -74,7 +74,7 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
     let uid = sip.metadata.uid.clone();
     let services = run_services(ctx, key, &sip, &mut world, &report).await?;
     if report.deleted {
-        if let Some(why) = services.as_ref().and_then(|s| s.failure.clone()) {
+        if let Some(why) = services.as_ref().and_then(|s| s.teardown_error.clone()) {
             // Its services are not all gone: the finalizer stays and the next try goes on.
             return Err(ReconcileError::SipTeardown {
                 sip_cluster: key.clone(),
@@ -97,16 +97,16 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
         return Ok(Next::Done(Action::AwaitChange));
     }
     // With services, their run decides readiness ([`oi_planner::sip::services::record_services`]).
-    let (ready, reason, message) = match services.as_ref().and_then(|s| s.line.clone()) {
-        Some((line, true)) => (
+    let (ready, reason, message) = match services.as_ref().and_then(|s| s.outcome.as_ref()) {
+        Some(o) if o.ready => (
             true,
             oi_api::sip::REASON_RECONCILIATION_SUCCEEDED.to_string(),
-            line,
+            o.message.clone(),
         ),
-        Some((line, false)) => (
+        Some(o) => (
             false,
             oi_api::sip::REASON_INFRA_SERVICE_FAILURE.to_string(),
-            line,
+            o.message.clone(),
         ),
         None => (report.ready, report.reason.clone(), report.message.clone()),
     };
@@ -154,11 +154,11 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
     }))
 }
 
-/// What running a SIPCluster's services gave: its line and readiness (none when deleted),
-/// and why something failed.
-struct ServicesOutcome {
-    line: Option<(String, bool)>,
-    failure: Option<String>,
+/// What running a SIPCluster's services gave: their outcome (none when it is deleted), and
+/// why tearing down what left failed.
+struct ServicesRun {
+    outcome: Option<oi_planner::sip::services::ServicesOutcome>,
+    teardown_error: Option<String>,
 }
 
 /// Runs the services of the SIPCluster `key` as `oi reconcile` does
@@ -172,7 +172,7 @@ async fn run_services<S: Store, C: Connector, N: Network>(
     sip: &SipCluster,
     world: &mut World,
     report: &oi_planner::sip::SipReport,
-) -> Result<Option<ServicesOutcome>, ReconcileError> {
+) -> Result<Option<ServicesRun>, ReconcileError> {
     use oi_planner::sip::services::{owner_cluster, plan_services, record_services};
     let store = &*ctx.store;
     let reports = std::slice::from_ref(report);
@@ -201,9 +201,9 @@ async fn run_services<S: Store, C: Connector, N: Network>(
         write_shares(store, &before, world, &owner).await?;
         (plans, world.hypervisors.clone())
     };
-    let Some(plan) = plans.first() else {
+    if plans.is_empty() {
         return Ok(None);
-    };
+    }
     let progress = |e: &oi_engine::Event| {
         tracing::info!(
             sipcluster = %key,
@@ -225,29 +225,13 @@ async fn run_services<S: Store, C: Connector, N: Network>(
         .await
     };
     let _lock = ctx.write_lock.lock().await;
-    let lines = record_services(world, reports, &plans, &results, now());
+    let outcome = record_services(world, reports, &plans, &results, now())
+        .into_iter()
+        .next();
     write_shares(store, &placed, world, &owner).await?;
-    let mut failure = plan.error.clone();
-    if let Some(r) = results.first()
-        && !r.all_running()
-    {
-        let mut why: Vec<String> = r.sweep_error.iter().cloned().collect();
-        why.extend(
-            r.services
-                .iter()
-                .filter(|s| !s.running)
-                .map(|s| format!("{}: {}", s.name, s.message)),
-        );
-        failure = Some(why.join("; "));
-    }
-    Ok(Some(ServicesOutcome {
-        line: lines.into_iter().next().map(|(_, line, ready)| {
-            let line = line
-                .strip_prefix(&format!("sipcluster {key}: "))
-                .map_or(line.clone(), str::to_string);
-            (line, ready)
-        }),
-        failure,
+    Ok(Some(ServicesRun {
+        outcome,
+        teardown_error: results.into_iter().next().and_then(|r| r.sweep_error),
     }))
 }
 

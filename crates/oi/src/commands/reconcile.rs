@@ -76,23 +76,19 @@ pub fn not_ready(executed: &Executed) -> Option<String> {
 /// it is ready).
 pub fn sip_unschedulable(
     reports: &[oi_planner::sip::SipReport],
-    services: &[(oi_api::ObjectKey, String, bool)],
+    services: &[oi_planner::sip::services::ServicesOutcome],
 ) -> Option<String> {
     let lines: Vec<String> = reports
         .iter()
         .filter(|r| !r.deleted && !r.selection.shortfalls.is_empty())
         .map(|r| format!("sipcluster {} is not ready: {}", r.key, r.message))
-        .chain(
-            services
-                .iter()
-                .filter(|(_, _, ready)| !ready)
-                .map(|(key, line, _)| {
-                    let why = line
-                        .split_once("; failing: ")
-                        .map_or(line.as_str(), |(_, w)| w);
-                    format!("sipcluster {key} is not ready: its support services: {why}")
-                }),
-        )
+        .chain(services.iter().filter(|o| !o.ready).map(|o| {
+            format!(
+                "sipcluster {} is not ready: its support services: {}",
+                o.key,
+                o.failing.join("; ")
+            )
+        }))
         .collect();
     crate::commands::note(lines)
 }
@@ -175,11 +171,11 @@ pub fn dry_run_incomplete(plan: &DryRun) -> Option<String> {
     (!lines.is_empty()).then(|| format!("the dry run is incomplete: {}", lines.join("; ")))
 }
 
-/// What a run did with the SIPClusters: their host selections, and per SIPCluster with
-/// services its line and whether it is ready.
+/// What a run did with the SIPClusters: their host selections, and the outcome of each live
+/// one's services.
 pub struct SipRun {
     pub reports: Vec<oi_planner::sip::SipReport>,
-    pub services: Vec<(oi_api::ObjectKey, String, bool)>,
+    pub services: Vec<oi_planner::sip::services::ServicesOutcome>,
 }
 
 /// How a run is made: what `oi reconcile` and `oi cluster upgrade` share.
@@ -265,15 +261,14 @@ impl Runner {
     }
 
     /// Runs the SIPClusters' support services planned and records them in `world`; each
-    /// SIPCluster's line on stderr unless quiet. Returns, per SIPCluster, its line and
-    /// whether it is ready.
+    /// SIPCluster's line on stderr unless quiet. Returns each live SIPCluster's outcome.
     pub fn sip_services(
         &self,
         world: &mut oi_api::World,
         reports: &[oi_planner::sip::SipReport],
         plans: &[oi_planner::sip::services::SipServices],
         now: time::OffsetDateTime,
-    ) -> Vec<(oi_api::ObjectKey, String, bool)> {
+    ) -> Vec<oi_planner::sip::services::ServicesOutcome> {
         if plans.is_empty() {
             return Vec::new();
         }
@@ -290,14 +285,14 @@ impl Runner {
             &self.connector,
             &progress,
         ));
-        let lines =
+        let outcomes =
             oi_planner::sip::services::record_services(world, reports, plans, &results, now);
         if !quiet {
-            for (_, line, _) in &lines {
-                eprintln!("{line}");
+            for o in &outcomes {
+                eprintln!("{}", o.line());
             }
         }
-        lines
+        outcomes
     }
 
     /// Executes a plan and records it; progress on stderr unless quiet.

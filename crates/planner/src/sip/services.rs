@@ -212,7 +212,8 @@ struct Wanted {
     ports: Vec<(String, u16, String)>,
 }
 
-fn service_of(component: &str) -> &str {
+/// The service of a port owner's `component` (`<service>-<port name>`).
+pub fn service_of(component: &str) -> &str {
     component.rsplit_once('-').map_or(component, |(s, _)| s)
 }
 
@@ -257,12 +258,7 @@ fn plan_one(world: &mut World, report: &SipReport, options: &RenderOptions) -> S
             let service = service_of(&o.component).to_string();
             if !wanted_names.contains(service.as_str()) {
                 ports.release(&o);
-                let dirs = out.leaving.entry(h.clone()).or_default();
-                for d in [config_dir(key, &service), state_dir(key, &service)] {
-                    if !dirs.contains(&d) {
-                        dirs.push(d);
-                    }
-                }
+                leave(&mut out.leaving, h, key, &service);
             }
         }
     }
@@ -288,9 +284,7 @@ fn plan_one(world: &mut World, report: &SipReport, options: &RenderOptions) -> S
             Ok(h) => {
                 // Moved (its hypervisor drained or gone): its directories there go too.
                 if let Some(old) = placed.get(&w.name).filter(|old| **old != h) {
-                    let dirs = out.leaving.entry(old.clone()).or_default();
-                    dirs.push(config_dir(key, &w.name));
-                    dirs.push(state_dir(key, &w.name));
+                    leave(&mut out.leaving, old, key, &w.name);
                 }
                 chosen.push((h, w));
             }
@@ -326,6 +320,21 @@ fn plan_one(world: &mut World, report: &SipReport, options: &RenderOptions) -> S
     out
 }
 
+/// Service `service`'s directories to remove from `hypervisor`, once each.
+fn leave(
+    leaving: &mut BTreeMap<String, Vec<String>>,
+    hypervisor: &str,
+    key: &ObjectKey,
+    service: &str,
+) {
+    let dirs = leaving.entry(hypervisor.to_string()).or_default();
+    for d in [config_dir(key, service), state_dir(key, service)] {
+        if !dirs.contains(&d) {
+            dirs.push(d);
+        }
+    }
+}
+
 fn write_back(world: &mut World, allocators: &BTreeMap<String, PortAllocator>) {
     for h in world.hypervisors.values_mut() {
         if let Some(a) = allocators.get(&h.metadata.name) {
@@ -342,12 +351,6 @@ fn wanted_services(
 ) -> Result<Vec<Wanted>, String> {
     let s = &sip.spec.services;
     let mut wanted = Vec::new();
-    let port = |field: &str, p: i64| -> Result<u16, String> {
-        u16::try_from(p)
-            .ok()
-            .filter(|p| *p > 0)
-            .ok_or_else(|| format!("{field}: port {p} is outside 1..65535"))
-    };
     let own_cluster = sip.spec.cluster_ref.as_ref().and_then(|r| {
         let key = ObjectKey::new(sip.metadata.namespace_or_default(), r.name.clone());
         world.clusters.get(&key).map(|c| (key, c))
@@ -395,7 +398,7 @@ fn wanted_services(
         }
         let mut ports = Vec::new();
         for p in start..=end {
-            let p = port(&format!("{field}.nodePortRange"), p)?;
+            let p = host_port(&format!("{field}.nodePortRange"), p)?;
             ports.push((p.to_string(), p, format!("{field}.nodePortRange")));
         }
         wanted.push(Wanted {
@@ -428,6 +431,14 @@ fn wanted_services(
     Ok(wanted)
 }
 
+/// `port` of `field` as a host port: 1..65535.
+fn host_port(field: &str, port: i64) -> Result<u16, String> {
+    u16::try_from(port)
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| format!("{field}: port {port} is outside 1..65535"))
+}
+
 /// Entry `index` of `kind`'s list: a service on one port, `nodePort`, named `port_name` in
 /// its owner.
 fn single_port(
@@ -438,10 +449,7 @@ fn single_port(
     node_port: i64,
 ) -> Result<Wanted, String> {
     let field = format!("spec.services.{}[{index}].nodePort", kind.field());
-    let port = u16::try_from(node_port)
-        .ok()
-        .filter(|p| *p > 0)
-        .ok_or_else(|| format!("{field}: port {node_port} is outside 1..65535"))?;
+    let port = host_port(&field, node_port)?;
     Ok(Wanted {
         name: format!("{}-{index}", kind.short()),
         kind,
@@ -897,22 +905,39 @@ pub fn jump_host_start(config: &str, state: &str) -> String {
 #[cfg(test)]
 mod tests;
 
+/// How a live SIPCluster's services ended a run: what its `Ready` condition says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServicesOutcome {
+    pub key: ObjectKey,
+    /// The condition's message: its hosts, its services' addresses, what fails.
+    pub message: String,
+    pub ready: bool,
+    /// What fails (empty when ready).
+    pub failing: Vec<String>,
+}
+
+impl ServicesOutcome {
+    /// One line for people.
+    pub fn line(&self) -> String {
+        format!("sipcluster {}: {}", self.key, self.message)
+    }
+}
+
 /// Records what a run did with the SIPClusters' services: each service's file hashes in its
 /// hypervisor's status (those of services that left dropped), and each SIPCluster's `Ready`
-/// condition (upstream's reasons). Returns, per SIPCluster, one line for people and whether
-/// it is ready.
+/// condition (upstream's reasons). Returns the outcome of every SIPCluster not deleted.
 pub fn record_services(
     world: &mut World,
     reports: &[SipReport],
     plans: &[SipServices],
     results: &[SipServicesResult],
     now: time::OffsetDateTime,
-) -> Vec<(ObjectKey, String, bool)> {
+) -> Vec<ServicesOutcome> {
     use oi_api::common::ConditionStatus;
     use oi_api::sip::{
         CONDITION_READY, REASON_INFRA_SERVICE_FAILURE, REASON_RECONCILIATION_SUCCEEDED,
     };
-    let mut lines = Vec::new();
+    let mut outcomes = Vec::new();
     for plan in plans {
         let key = &plan.key;
         let owner = owner_cluster(&key.name);
@@ -1000,7 +1025,12 @@ pub fn record_services(
         if let Some(sip) = world.sip_clusters.get_mut(key) {
             sip.set_condition(CONDITION_READY, status, reason, &message, now);
         }
-        lines.push((key.clone(), format!("sipcluster {key}: {message}"), ready));
+        outcomes.push(ServicesOutcome {
+            key: key.clone(),
+            message,
+            ready,
+            failing,
+        });
     }
-    lines
+    outcomes
 }

@@ -54,11 +54,7 @@ pub fn services_left_on(world: &World, hypervisor: &str) -> BTreeMap<ObjectKey, 
         else {
             continue;
         };
-        let service = a
-            .component
-            .rsplit_once('-')
-            .map_or(a.component.as_str(), |(s, _)| s)
-            .to_string();
+        let service = oi_planner::sip::services::service_of(&a.component).to_string();
         let services = out
             .entry(ObjectKey::new(a.cluster_namespace.clone(), sip))
             .or_default();
@@ -118,8 +114,8 @@ pub fn run(
         let stuck_services: Vec<String> = sip
             .services
             .iter()
-            .filter(|(k, _, ready)| !ready && services.contains_key(k))
-            .map(|(_, line, _)| line.clone())
+            .filter(|o| !o.ready && services.contains_key(&o.key))
+            .map(oi_planner::sip::services::ServicesOutcome::line)
             .collect();
         if !stuck_services.is_empty() {
             manifests::finish(&world, output)?;

@@ -468,8 +468,12 @@ fn the_control_plane_of_a_cluster_of_ours_is_its_ingress_and_oidc_is_not_run_yet
             .collect(),
         sweep_error: None,
     }];
-    let lines = record_services(&mut w, &reports, &plans, &results, NOW);
-    assert!(!lines[0].2);
+    let outcomes = record_services(&mut w, &reports, &plans, &results, NOW);
+    assert!(!outcomes[0].ready);
+    assert_eq!(
+        outcomes[0].failing,
+        ["spec.services.oidcProvider[0]: an OIDC provider is not run by this version yet"]
+    );
     let ready = w.sip_clusters[&key("s1")].condition("Ready").unwrap();
     assert_eq!(ready.reason, "InfraServiceFailure");
     assert!(ready.message.ends_with("; failing: spec.services.oidcProvider[0]: an OIDC provider is not run by this version yet"), "{}", ready.message);
@@ -508,9 +512,9 @@ fn records_set_ready_from_the_services_and_keep_the_transition_time() {
             sweep_error: None,
         }]
     };
-    let lines = record_services(&mut w, &reports, &plans, &result(false), NOW);
-    assert_eq!(lines[0].0, key("s1"));
-    assert!(!lines[0].2);
+    let outcomes = record_services(&mut w, &reports, &plans, &result(false), NOW);
+    assert_eq!(outcomes[0].key, key("s1"));
+    assert!(!outcomes[0].ready);
     let ready = w.sip_clusters[&key("s1")]
         .condition("Ready")
         .unwrap()
@@ -519,8 +523,9 @@ fn records_set_ready_from_the_services_and_keep_the_transition_time() {
     assert!(ready.message.ends_with("; failing: jump-host-0: pod s1-jump-host-0 on public-1: container sshd exited with code 255"), "{}", ready.message);
 
     let later = NOW + time::Duration::minutes(1);
-    let lines = record_services(&mut w, &reports, &plans, &result(true), later);
-    assert!(lines[0].2);
+    let outcomes = record_services(&mut w, &reports, &plans, &result(true), later);
+    assert!(outcomes[0].ready);
+    assert!(outcomes[0].failing.is_empty());
     let ready = w.sip_clusters[&key("s1")]
         .condition("Ready")
         .unwrap()

@@ -637,6 +637,29 @@ fn front_ids(hypervisor: &str, socket: &Path) -> Result<std::collections::BTreeS
     })
 }
 
+/// `oi cluster apiserver-ca --cluster CLUSTER` over `world`, written to `path`: the CA a
+/// worker is given to trust.
+///
+/// # Errors
+/// As [`oi`], when the command fails or the file cannot be written.
+pub fn write_apiserver_ca(world: &str, cluster: &str, path: &Path) -> Result<()> {
+    let pem = oi(&["cluster", "apiserver-ca", "--cluster", cluster], world)?
+        .ok(&format!("oi cluster apiserver-ca {cluster}"))?
+        .stdout;
+    std::fs::write(path, pem).with_context(|| path.display().to_string())
+}
+
+/// `dir/kubelet`: a link to the kube stand-in, which plays the kubelet under that name.
+///
+/// # Errors
+/// When the stand-in is not built or the link cannot be made.
+pub fn kubelet_standin(dir: &Path) -> Result<PathBuf> {
+    let link = dir.join("kubelet");
+    std::os::unix::fs::symlink(binary("kube-standin")?, &link)
+        .with_context(|| link.display().to_string())?;
+    Ok(link)
+}
+
 /// Where a worker finds the cluster it joins.
 #[derive(Debug, Clone, Copy)]
 pub struct JoinTarget<'a> {

@@ -11,8 +11,8 @@
 use std::time::{Duration, Instant};
 
 use oi_e2e::{
-    LocalSet, World, admin_kubeconfig, eventually, kubectl, oi, prerequisites,
-    reconcile_until_ready, str_at,
+    LocalSet, World, admin_kubeconfig, eventually, kubectl, prerequisites, reconcile_until_ready,
+    str_at,
 };
 
 /// The public hypervisors whose network namespace holds `address`.
@@ -329,15 +329,9 @@ fn the_vpn_endpoint_follows_the_shared_address() {
     // the egress proxy and the tunnel.
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("ca.pem");
-    let ca_pem = oi(&["cluster", "apiserver-ca", "--cluster", "c1"], &world)
-        .unwrap()
-        .ok("oi cluster apiserver-ca")
-        .unwrap()
-        .stdout;
-    std::fs::write(&ca, ca_pem).unwrap();
+    oi_e2e::write_apiserver_ca(&world, "c1", &ca).unwrap();
     let admin = admin_kubeconfig(&parsed, "c1", dir.path()).unwrap();
-    let kubelet_bin = dir.path().join("kubelet");
-    std::os::unix::fs::symlink(oi_e2e::binary("kube-standin").unwrap(), &kubelet_bin).unwrap();
+    let kubelet_bin = oi_e2e::kubelet_standin(dir.path()).unwrap();
     let target = oi_e2e::JoinTarget {
         endpoint: &endpoint,
         ca: &ca,

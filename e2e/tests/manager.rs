@@ -240,8 +240,7 @@ fn manager_answers_a_worker_behind_nat_on_a_vpn_cluster() {
         &cluster.spec.api_server.ca.as_ref().unwrap().certificate,
     )
     .unwrap();
-    let kubelet = dir.path().join("kubelet");
-    std::os::unix::fs::symlink(oi_e2e::binary("kube-standin").unwrap(), &kubelet).unwrap();
+    let kubelet = oi_e2e::kubelet_standin(dir.path()).unwrap();
     let target = oi_e2e::JoinTarget {
         endpoint: &cluster.status.api_server_endpoint,
         ca: &ca,

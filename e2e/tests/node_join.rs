@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use oi_e2e::{
-    LocalSet, admin_kubeconfig, binary, eventually, inject_cluster, oi, prerequisites, reconcile,
+    LocalSet, admin_kubeconfig, binary, eventually, inject_cluster, prerequisites, reconcile,
 };
 
 /// A kubelet process, killed when the test ends however it ends.
@@ -113,14 +113,8 @@ fn a_worker_joins_with_oi_node_join_and_its_kubelet_becomes_ready() {
     .to_string();
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("ca.pem");
-    let ca_pem = oi(&["cluster", "apiserver-ca", "--cluster", "c1"], &world)
-        .unwrap()
-        .ok("oi cluster apiserver-ca")
-        .unwrap()
-        .stdout;
-    std::fs::write(&ca, &ca_pem).unwrap();
-    let kubelet_bin = dir.path().join("kubelet");
-    std::os::unix::fs::symlink(binary("kube-standin").unwrap(), &kubelet_bin).unwrap();
+    oi_e2e::write_apiserver_ca(&world, "c1", &ca).unwrap();
+    let kubelet_bin = oi_e2e::kubelet_standin(dir.path()).unwrap();
     let root = dir.path().join("worker-root");
     std::fs::create_dir(&root).unwrap();
     let join = Join {

@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use oi_e2e::{
-    JoinTarget, LocalSet, Worker, admin_kubeconfig, binary, eventually, kubectl,
-    kubelet_command_of, oi, prerequisites, reconcile, reconcile_until_ready, str_at,
+    JoinTarget, LocalSet, Worker, admin_kubeconfig, eventually, kubectl, kubelet_command_of,
+    prerequisites, reconcile, reconcile_until_ready, str_at,
 };
 
 const VERSION: &str = "v1.37.1";
@@ -204,15 +204,9 @@ fn workers_behind_nat_join_a_vpn_cluster_and_are_reached_through_the_tunnel() {
         .to_string();
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("ca.pem");
-    let ca_pem = oi(&["cluster", "apiserver-ca", "--cluster", "c1"], &world)
-        .unwrap()
-        .ok("oi cluster apiserver-ca")
-        .unwrap()
-        .stdout;
-    std::fs::write(&ca, ca_pem).unwrap();
+    oi_e2e::write_apiserver_ca(&world, "c1", &ca).unwrap();
     let admin = admin_kubeconfig(&parsed, "c1", dir.path()).unwrap();
-    let kubelet_bin = dir.path().join("kubelet");
-    std::os::unix::fs::symlink(binary("kube-standin").unwrap(), &kubelet_bin).unwrap();
+    let kubelet_bin = oi_e2e::kubelet_standin(dir.path()).unwrap();
     let target = JoinTarget {
         endpoint: &endpoint,
         ca: &ca,
@@ -574,12 +568,7 @@ fn workers_behind_nat_join_a_vpn_cluster_and_are_reached_through_the_tunnel() {
         .unwrap()
         .to_string();
     let c2_ca = dir.path().join("c2-ca.pem");
-    let pem = oi(&["cluster", "apiserver-ca", "--cluster", "c2"], &world)
-        .unwrap()
-        .ok("oi cluster apiserver-ca c2")
-        .unwrap()
-        .stdout;
-    std::fs::write(&c2_ca, pem).unwrap();
+    oi_e2e::write_apiserver_ca(&world, "c2", &c2_ca).unwrap();
     let c2_admin = admin_kubeconfig(&parsed, "c2", dir.path()).unwrap();
     let w4 = Worker::new(&set, 4, dir.path()).unwrap();
     let c2_target = JoinTarget {

@@ -33,6 +33,7 @@ pub mod manifest;
 pub mod meta;
 pub mod metal3;
 pub mod node_join_request;
+pub mod oidc;
 pub mod quantity;
 pub mod runtime;
 pub mod sip;

@@ -1,0 +1,392 @@
+use base64::Engine as _;
+use oi_api::oidc::{ProviderClient, ProviderConfig, parse_users};
+
+use super::*;
+
+const NOW: u64 = 1_800_000_000;
+const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+// RFC 7636 appendix B: S256 of the verifier above.
+const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
+const REDIRECT: &str = "http://localhost:8000";
+
+fn provider(dir: &std::path::Path, password_grant: bool) -> Provider {
+    let hash = crate::password::hash("s3cret", oi_api::oidc::MIN_ITERATIONS).unwrap();
+    let users = parse_users(&format!(
+        "- username: alice\n  email: alice@example.com\n  groups: [admins, dev]\n  passwordHash: '{hash}'\n- username: bob\n  passwordHash: '{hash}'\n"
+    ))
+    .unwrap();
+    let config = ProviderConfig {
+        issuer: "https://192.0.2.1:30443".into(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        tls_certificate: String::new(),
+        tls_private_key: String::new(),
+        signing_key: String::new(),
+        users: String::new(),
+        clients: vec![ProviderClient {
+            id: "kubernetes".into(),
+            redirect_uris: vec![REDIRECT.into(), "http://localhost:18000/cb?x=1".into()],
+        }],
+        password_grant,
+        token_lifetime_seconds: 600,
+    };
+    let key = SigningKey::load_or_create(&dir.join("key.pem")).unwrap();
+    Provider::new(config, users, key).unwrap()
+}
+
+fn auth_params(redirect: &str) -> Vec<(String, String)> {
+    [
+        ("client_id", "kubernetes"),
+        ("redirect_uri", redirect),
+        ("response_type", "code"),
+        ("scope", "openid email groups"),
+        ("code_challenge", CHALLENGE),
+        ("code_challenge_method", "S256"),
+        ("state", "st<&>"),
+        ("nonce", "n-1"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+fn query(params: &[(String, String)]) -> String {
+    let mut q = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in params {
+        q.append_pair(k, v);
+    }
+    q.finish()
+}
+
+fn get(p: &Provider, path_and_query: &str, now: u64) -> Reply {
+    let (path, query) = path_and_query
+        .split_once('?')
+        .unwrap_or((path_and_query, ""));
+    p.handle(
+        &Request {
+            method: "GET".into(),
+            path: path.into(),
+            query: query.into(),
+            ..Request::default()
+        },
+        now,
+    )
+}
+
+fn post(p: &Provider, path: &str, form: Vec<(String, String)>, now: u64) -> Reply {
+    p.handle(
+        &Request {
+            method: "POST".into(),
+            path: path.into(),
+            form,
+            ..Request::default()
+        },
+        now,
+    )
+}
+
+fn login(p: &Provider, user: &str, password: &str, now: u64) -> Reply {
+    let mut form = auth_params(REDIRECT);
+    form.push(("username".into(), user.into()));
+    form.push(("password".into(), password.into()));
+    post(p, "/auth", form, now)
+}
+
+fn code_of(reply: &Reply) -> String {
+    assert_eq!(
+        reply.status,
+        303,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    let location = reply.header("location").unwrap();
+    let (base, q) = location.split_once('?').unwrap();
+    assert_eq!(base, REDIRECT);
+    let q = decode(q);
+    assert_eq!(q["state"], "st<&>");
+    assert_eq!(q["iss"], "https://192.0.2.1:30443");
+    q["code"].clone()
+}
+
+fn exchange(p: &Provider, code: &str, verifier: &str, now: u64) -> Reply {
+    post(
+        p,
+        "/token",
+        [
+            ("grant_type", "authorization_code"),
+            ("code", code),
+            ("redirect_uri", REDIRECT),
+            ("client_id", "kubernetes"),
+            ("code_verifier", verifier),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+        now,
+    )
+}
+
+fn json(reply: &Reply) -> serde_json::Value {
+    serde_json::from_slice(&reply.body).unwrap()
+}
+
+fn payload(jwt: &str) -> serde_json::Value {
+    let part = jwt.split('.').nth(1).unwrap();
+    serde_json::from_slice(&B64URL.decode(part).unwrap()).unwrap()
+}
+
+#[test]
+fn discovery_and_keys_describe_the_provider() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = provider(dir.path(), false);
+    let d = json(&get(&p, "/.well-known/openid-configuration", NOW));
+    assert_eq!(d["issuer"], "https://192.0.2.1:30443");
+    assert_eq!(d["jwks_uri"], "https://192.0.2.1:30443/keys");
+    assert_eq!(d["token_endpoint"], "https://192.0.2.1:30443/token");
+    assert_eq!(
+        d["grant_types_supported"],
+        serde_json::json!(["authorization_code"])
+    );
+    assert_eq!(
+        d["code_challenge_methods_supported"],
+        serde_json::json!(["S256"])
+    );
+    let keys = json(&get(&p, "/keys", NOW));
+    assert_eq!(keys["keys"][0]["kid"], p.kid());
+    assert_eq!(keys["keys"][0]["alg"], "ES256");
+    assert_eq!(get(&p, "/nothing", NOW).status, 404);
+}
+
+#[test]
+fn the_code_flow_issues_a_signed_id_token_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = provider(dir.path(), false);
+    let page = get(&p, &format!("/auth?{}", query(&auth_params(REDIRECT))), NOW);
+    assert_eq!(page.status, 200);
+    let html = String::from_utf8(page.body.clone()).unwrap();
+    // The request is carried, escaped, in the form.
+    assert!(html.contains("value=\"st&lt;&amp;&gt;\""), "{html}");
+    assert!(html.contains("name=\"password\" type=\"password\""));
+    assert_eq!(page.header("x-frame-options"), Some("DENY"));
+
+    let code = code_of(&login(&p, "alice", "s3cret", NOW));
+    let tokens = exchange(&p, &code, VERIFIER, NOW + 5);
+    assert_eq!(
+        tokens.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&tokens.body)
+    );
+    assert_eq!(tokens.header("cache-control"), Some("no-store"));
+    let t = json(&tokens);
+    assert_eq!(t["token_type"], "Bearer");
+    assert_eq!(t["expires_in"], 600);
+    let id = t["id_token"].as_str().unwrap();
+    assert!(p.key.verify(id));
+    let claims = payload(id);
+    assert_eq!(claims["iss"], "https://192.0.2.1:30443");
+    assert_eq!(claims["sub"], "alice");
+    assert_eq!(claims["aud"], "kubernetes");
+    assert_eq!(claims["email"], "alice@example.com");
+    assert_eq!(claims["email_verified"], true);
+    assert_eq!(claims["groups"], serde_json::json!(["admins", "dev"]));
+    assert_eq!(claims["nonce"], "n-1");
+    assert_eq!(claims["iat"], NOW + 5);
+    assert_eq!(claims["exp"], NOW + 5 + 600);
+    assert_eq!(claims["auth_time"], NOW);
+
+    // Userinfo answers the access token.
+    let info = p.handle(
+        &Request {
+            method: "GET".into(),
+            path: "/userinfo".into(),
+            authorization: Some(format!("Bearer {}", t["access_token"].as_str().unwrap())),
+            ..Request::default()
+        },
+        NOW + 6,
+    );
+    assert_eq!(json(&info)["sub"], "alice");
+    assert_eq!(get(&p, "/userinfo", NOW).status, 401);
+
+    // The code is single use.
+    let again = exchange(&p, &code, VERIFIER, NOW + 6);
+    assert_eq!(again.status, 400);
+    assert_eq!(json(&again)["error"], "invalid_grant");
+}
+
+#[test]
+fn a_code_needs_its_verifier_client_and_redirect_and_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = provider(dir.path(), false);
+    let wrong = "x".repeat(43);
+    let code = code_of(&login(&p, "alice", "s3cret", NOW));
+    assert_eq!(
+        json(&exchange(&p, &code, &wrong, NOW))["error"],
+        "invalid_grant"
+    );
+    // A failed exchange spends the code too (no guessing verifiers against one code).
+    assert_eq!(exchange(&p, &code, VERIFIER, NOW).status, 400);
+
+    let code = code_of(&login(&p, "alice", "s3cret", NOW));
+    assert_eq!(
+        exchange(&p, &code, VERIFIER, NOW + CODE_LIFETIME + 1).status,
+        400
+    );
+
+    let code = code_of(&login(&p, "alice", "s3cret", NOW));
+    let other_redirect = post(
+        &p,
+        "/token",
+        vec![
+            ("grant_type".into(), "authorization_code".into()),
+            ("code".into(), code),
+            (
+                "redirect_uri".into(),
+                "http://localhost:18000/cb?x=1".into(),
+            ),
+            ("client_id".into(), "kubernetes".into()),
+            ("code_verifier".into(), VERIFIER.into()),
+        ],
+        NOW,
+    );
+    assert_eq!(json(&other_redirect)["error"], "invalid_grant");
+
+    let unknown_client = post(
+        &p,
+        "/token",
+        vec![
+            ("grant_type".into(), "authorization_code".into()),
+            ("client_id".into(), "x".into()),
+        ],
+        NOW,
+    );
+    assert_eq!(unknown_client.status, 401);
+    assert_eq!(json(&unknown_client)["error"], "invalid_client");
+}
+
+#[test]
+fn bad_requests_never_redirect_to_unregistered_uris() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = provider(dir.path(), false);
+    let mut params = auth_params("http://evil.example/cb");
+    let r = get(&p, &format!("/auth?{}", query(&params)), NOW);
+    assert_eq!(r.status, 400);
+    assert!(r.header("location").is_none());
+    assert!(String::from_utf8_lossy(&r.body).contains("is not registered"));
+
+    params = auth_params(REDIRECT);
+    params.retain(|(k, _)| k != "code_challenge");
+    let r = get(&p, &format!("/auth?{}", query(&params)), NOW);
+    assert_eq!(r.status, 303);
+    let location = r.header("location").unwrap();
+    assert!(
+        location.starts_with("http://localhost:8000?error=invalid_request"),
+        "{location}"
+    );
+    assert!(location.contains("state=st%3C%26%3E"), "{location}");
+
+    // A redirect URI with a query gets the error appended with &.
+    let mut params = auth_params("http://localhost:18000/cb?x=1");
+    params.retain(|(k, _)| k != "scope");
+    let r = get(&p, &format!("/auth?{}", query(&params)), NOW);
+    assert!(
+        r.header("location")
+            .unwrap()
+            .starts_with("http://localhost:18000/cb?x=1&error=invalid_scope")
+    );
+}
+
+#[test]
+fn wrong_passwords_are_refused_and_repeated_failures_lock_the_user_for_a_while() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = provider(dir.path(), false);
+    let r = login(&p, "alice", "wrong", NOW);
+    assert_eq!(r.status, 401);
+    assert!(String::from_utf8_lossy(&r.body).contains("invalid username or password"));
+    assert_eq!(login(&p, "nobody", "s3cret", NOW).status, 401);
+    for _ in 1..MAX_FAILURES {
+        assert_eq!(login(&p, "alice", "wrong", NOW).status, 401);
+    }
+    // Locked: even the right password is refused, for alice only.
+    let locked = login(&p, "alice", "s3cret", NOW + 1);
+    assert_eq!(locked.status, 429);
+    assert!(String::from_utf8_lossy(&locked.body).contains("too many failed logins"));
+    code_of(&login(&p, "bob", "s3cret", NOW + 1));
+    // After the window, alice logs in again.
+    code_of(&login(&p, "alice", "s3cret", NOW + FAILURE_WINDOW + 1));
+}
+
+#[test]
+fn the_password_grant_is_off_unless_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let form = |password: &str| -> Vec<(String, String)> {
+        [
+            ("grant_type", "password"),
+            ("client_id", "kubernetes"),
+            ("username", "bob"),
+            ("password", password),
+            ("scope", "openid"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    };
+    let off = provider(dir.path(), false);
+    assert_eq!(
+        json(&post(&off, "/token", form("s3cret"), NOW))["error"],
+        "unsupported_grant_type"
+    );
+    let on = provider(dir.path(), true);
+    let t = json(&post(&on, "/token", form("s3cret"), NOW));
+    let claims = payload(t["id_token"].as_str().unwrap());
+    assert_eq!(claims["sub"], "bob");
+    assert!(claims.get("email").is_none());
+    assert_eq!(
+        json(&post(&on, "/token", form("nope"), NOW))["error"],
+        "invalid_grant"
+    );
+}
+
+#[test]
+fn inconsistent_configurations_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = || SigningKey::load_or_create(&dir.path().join("k.pem")).unwrap();
+    let good = || ProviderConfig {
+        issuer: "https://a:1".into(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        tls_certificate: String::new(),
+        tls_private_key: String::new(),
+        signing_key: String::new(),
+        users: String::new(),
+        clients: vec![ProviderClient {
+            id: "c".into(),
+            redirect_uris: vec![REDIRECT.into()],
+        }],
+        password_grant: false,
+        token_lifetime_seconds: 60,
+    };
+    assert!(Provider::new(good(), Vec::new(), key()).is_ok());
+    let mut c = good();
+    c.issuer = "http://a:1".into();
+    assert!(
+        Provider::new(c, Vec::new(), key())
+            .err()
+            .unwrap()
+            .contains("https://")
+    );
+    let mut c = good();
+    c.clients.clear();
+    assert!(
+        Provider::new(c, Vec::new(), key())
+            .err()
+            .unwrap()
+            .contains("no client")
+    );
+    let mut c = good();
+    c.clients[0].redirect_uris = vec!["localhost:8000".into()];
+    assert!(
+        Provider::new(c, Vec::new(), key())
+            .err()
+            .unwrap()
+            .contains("redirect URI")
+    );
+}

@@ -25,6 +25,9 @@ pub const VPN_PACKAGE: &str = "oi-vpn";
 pub const VPN_BINARY: &str = "oi-vpn-endpoint";
 pub const HOST_TOOL_PACKAGE: &str = "oi-redfish";
 pub const HOST_TOOL_BINARY: &str = "oi-host";
+/// The OIDC provider's package and binary.
+pub const OIDC_PACKAGE: &str = "oi-oidc";
+pub const OIDC_BINARY: &str = "oi-oidc-provider";
 
 /// What to build, and where.
 #[derive(Debug, Clone)]
@@ -67,6 +70,7 @@ pub fn build_images(opts: &BuildOptions, log: &mut dyn Write) -> Result<Vec<Repo
         manager: None,
         vpn_endpoint: None,
         host_tool: None,
+        oidc_provider: None,
     };
     let mut reports = Vec::new();
     let result = build_all(&defs, &opts.out_dir, &mut helpers, log, &mut reports);
@@ -86,6 +90,7 @@ struct Helpers<'a> {
     manager: Option<PathBuf>,
     vpn_endpoint: Option<PathBuf>,
     host_tool: Option<PathBuf>,
+    oidc_provider: Option<PathBuf>,
 }
 
 impl Helpers<'_> {
@@ -137,6 +142,15 @@ impl HelperBinaries for Helpers<'_> {
         }
         let p = build_release(self.workspace_root, HOST_TOOL_PACKAGE, HOST_TOOL_BINARY)?;
         self.host_tool = Some(p.clone());
+        Ok(p)
+    }
+
+    fn oidc_provider(&mut self) -> Result<PathBuf> {
+        if let Some(p) = &self.oidc_provider {
+            return Ok(p.clone());
+        }
+        let p = build_release(self.workspace_root, OIDC_PACKAGE, OIDC_BINARY)?;
+        self.oidc_provider = Some(p.clone());
         Ok(p)
     }
 }

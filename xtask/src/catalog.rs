@@ -34,6 +34,8 @@ pub const JUMP_HOST_USER: &str = "ubuntu";
 /// in the user's home.
 const HOST_WRAPPER: &str =
     "#!/bin/sh\nexec /usr/local/bin/oi-host --inventory \"$HOME/hosts.json\" \"$@\"\n";
+/// Where the OIDC provider's binary is in its image.
+pub const OIDC_PROVIDER_PATH: &str = "/usr/local/bin/oi-oidc-provider";
 /// Where the VPN endpoint's binary is in its image.
 pub const VPN_ENDPOINT_PATH: &str = "/usr/local/bin/oi-vpn-endpoint";
 
@@ -71,6 +73,12 @@ pub trait HelperBinaries {
     /// # Errors
     /// When building fails or yields no executable.
     fn host_tool(&mut self) -> Result<PathBuf>;
+
+    /// The `oi-oidc-provider` executable, built.
+    ///
+    /// # Errors
+    /// When building fails or yields no executable.
+    fn oidc_provider(&mut self) -> Result<PathBuf>;
 }
 
 /// The manager's image, `localhost/oneinfra/oi-manager:<workspace version>` (what
@@ -110,6 +118,8 @@ pub enum Kind {
     /// A SIP jump host: sshd, ssh, ssh-keygen, `oi-host` (as `host`), busybox, and the
     /// login user `ubuntu` (uid 1000) with no password.
     JumpHost,
+    /// A SIP tenant's OIDC provider: `oi-oidc-provider` alone (no shell).
+    OidcProvider,
     /// The kube stand-in installed as `component` (its role comes from argv\[0\]), reporting
     /// Kubernetes `version` (without the `v`).
     Kube {
@@ -275,6 +285,15 @@ impl ImageDef {
                     ..RunConfig::default()
                 }
             }
+            Kind::OidcProvider => {
+                fs.binary_with_libs(OIDC_PROVIDER_PATH, &helpers.oidc_provider()?)?;
+                fs.dir("/tmp", 0o1777)?;
+                RunConfig {
+                    entrypoint: strings(&[OIDC_PROVIDER_PATH]),
+                    cmd: strings(&["serve", "--config", "/etc/oidc/config.json"]),
+                    ..RunConfig::default()
+                }
+            }
             Kind::Kube { component, version } => {
                 let path = format!("/usr/local/bin/{component}");
                 fs.binary_with_libs(&path, &helpers.standin()?)?;
@@ -362,6 +381,10 @@ pub fn catalog() -> Vec<ImageDef> {
             image: infra.jump_host,
             kind: Kind::JumpHost,
         },
+        ImageDef {
+            image: infra.oidc_provider,
+            kind: Kind::OidcProvider,
+        },
     ];
     for release in versions::RELEASES {
         let kube = |image: Image| ImageDef {
@@ -434,6 +457,7 @@ mod tests {
             versions::INFRA.vpn_endpoint,
             versions::INFRA.keepalived,
             versions::INFRA.jump_host,
+            versions::INFRA.oidc_provider,
         ]
         .into_iter()
         .chain(versions::RELEASES.iter().flat_map(|r| r.images()))
@@ -511,6 +535,9 @@ mod tests {
         fn host_tool(&mut self) -> Result<PathBuf> {
             Ok(PathBuf::from("/bin/sh"))
         }
+        fn oidc_provider(&mut self) -> Result<PathBuf> {
+            Ok(PathBuf::from("/bin/sh"))
+        }
     }
 
     #[test]
@@ -542,6 +569,18 @@ mod tests {
         // `*`: no password can match; not `!`, which sshd takes as a locked account.
         assert!(text("/etc/shadow").contains("ubuntu:*:"));
         assert!(text("/usr/local/bin/host").contains("oi-host --inventory"));
+    }
+
+    #[test]
+    fn the_oidc_provider_image_runs_the_provider_alone() {
+        let def = catalog()
+            .into_iter()
+            .find(|d| d.kind == Kind::OidcProvider)
+            .unwrap();
+        let (fs, run) = def.contents(&mut HostHelpers).unwrap();
+        assert!(fs.get(OIDC_PROVIDER_PATH).is_some());
+        assert!(fs.get("/bin/busybox").is_none());
+        assert_eq!(run.entrypoint, Some(vec![OIDC_PROVIDER_PATH.to_string()]));
     }
 
     #[test]

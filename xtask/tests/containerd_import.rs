@@ -303,6 +303,19 @@ fn check_jump_host(c: &mut Containerd, image: &str) -> Result<()> {
     Ok(())
 }
 
+fn check_oidc_provider(c: &mut Containerd, image: &str) -> Result<()> {
+    let out = c
+        .run(
+            image,
+            "oidc-provider-help",
+            &[],
+            &["/usr/local/bin/oi-oidc-provider", "--help"],
+        )?
+        .check("oi-oidc-provider --help")?;
+    contains(&out, "hash-password", "oi-oidc-provider --help")?;
+    Ok(())
+}
+
 fn check_keepalived(c: &mut Containerd, image: &str) -> Result<()> {
     let out = c
         .run(image, "keepalived-v", &[], &["keepalived", "--version"])?
@@ -468,6 +481,7 @@ fn containerd_imports_and_runs_every_image() -> Result<()> {
             Kind::Haproxy => check_haproxy(&mut c, &image),
             Kind::Keepalived => check_keepalived(&mut c, &image),
             Kind::JumpHost => check_jump_host(&mut c, &image),
+            Kind::OidcProvider => check_oidc_provider(&mut c, &image),
             Kind::VpnEndpoint => check_busybox(&mut c, &image, "wg-busybox")
                 .and_then(|()| check_wireguard(&mut c, &image)),
             Kind::Kube { component, version } => check_kube(&mut c, def, component, version),

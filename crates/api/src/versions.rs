@@ -107,6 +107,9 @@ pub struct InfraImages {
     /// A SIP tenant's jump host: sshd and the ssh client (OpenSSH), `host` (`oi-host`, this
     /// project's Redfish power tool, crates/redfish) and a POSIX shell with `install`.
     pub jump_host: Image,
+    /// A SIP tenant's OpenID Connect provider: `oi-oidc-provider` (this project's,
+    /// crates/oidc).
+    pub oidc_provider: Image,
 }
 
 const fn k8s(name: &'static str, tag: &'static str) -> Image {
@@ -230,6 +233,10 @@ pub const INFRA: InfraImages = InfraImages {
     ),
     keepalived: k8s("docker.io/osixia/keepalived", "2.0.20"),
     jump_host: k8s("ghcr.io/oneinfra-rs/jump-host", env!("CARGO_PKG_VERSION")),
+    oidc_provider: k8s(
+        "ghcr.io/oneinfra-rs/oidc-provider",
+        env!("CARGO_PKG_VERSION"),
+    ),
 };
 
 /// The version `"default"` (or an empty version) resolves to: the newest supported release.

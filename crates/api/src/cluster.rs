@@ -335,6 +335,10 @@ pub struct ApiServerOidc {
     pub groups_claim: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub groups_prefix: Option<String>,
+    /// The JWS algorithms accepted (`--oidc-signing-algs`; kube-apiserver's default, RS256,
+    /// when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signing_algs: Vec<String>,
     /// PEM certificates the issuer's TLS certificate is checked against (the API servers'
     /// system trust when absent).
     #[serde(default, skip_serializing_if = "String::is_empty")]

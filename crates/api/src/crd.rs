@@ -293,6 +293,7 @@ fn cluster_spec() -> Value {
                         ("usernamePrefix", string()),
                         ("groupsClaim", string()),
                         ("groupsPrefix", string()),
+                        ("signingAlgs", array(string())),
                         ("ca", string()),
                     ]),
                 ),
@@ -550,8 +551,11 @@ fn sip_cluster_spec() -> Value {
                                 ("clientID", string()),
                                 ("usernameClaim", string()),
                                 ("groupsClaim", string()),
+                                ("usersSecret", string()),
+                                ("redirectURIs", array(string())),
+                                ("passwordGrant", boolean()),
                             ],
-                            &["image", "nodePort"],
+                            &["image", "nodePort", "usersSecret"],
                         ),
                     ),
                 ]),
@@ -566,18 +570,29 @@ fn sip_cluster_spec() -> Value {
 }
 
 fn sip_cluster_status() -> Value {
-    object(&[(
-        "conditions",
-        array(required(
-            object(&[
-                ("type", string()),
-                ("status", string_enum(&["True", "False", "Unknown"])),
-                ("observedGeneration", integer(0, i64::MAX)),
-                ("lastTransitionTime", date_time()),
-                ("reason", string()),
-                ("message", string()),
-            ]),
-            &["type", "status", "lastTransitionTime", "reason", "message"],
-        )),
-    )])
+    object(&[
+        (
+            "oidcProviders",
+            array(object(&[
+                ("service", string()),
+                ("issuerURL", string()),
+                ("certificateAuthority", certificate()),
+                ("servingCertificate", certificate()),
+            ])),
+        ),
+        (
+            "conditions",
+            array(required(
+                object(&[
+                    ("type", string()),
+                    ("status", string_enum(&["True", "False", "Unknown"])),
+                    ("observedGeneration", integer(0, i64::MAX)),
+                    ("lastTransitionTime", date_time()),
+                    ("reason", string()),
+                    ("message", string()),
+                ]),
+                &["type", "status", "lastTransitionTime", "reason", "message"],
+            )),
+        ),
+    ])
 }

@@ -405,6 +405,37 @@ pub struct OidcProviderService {
     /// The claim listing the user's groups (`--oidc-groups-claim`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub groups_claim: String,
+    /// The Secret (in the SIPCluster's namespace) whose key `users.yaml` lists the users
+    /// (see [`crate::oidc`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub users_secret: String,
+    /// Where the provider may send users back after logging in (exact matches); kubelogin's
+    /// `http://localhost:8000` and `http://localhost:18000` when empty.
+    #[serde(
+        rename = "redirectURIs",
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub redirect_uris: Vec<String>,
+    /// Allow the resource owner password grant (`kubectl oidc-login --grant-type=password`).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub password_grant: bool,
+}
+
+/// Ours: what we keep for an OIDC provider we run: its CA (which the tenant's API servers
+/// trust) and serving certificate. Made by the planner the first time, kept after.
+/// `Debug` never shows a private key.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OidcProviderStatus {
+    /// The service: `oidc-provider-<index>`.
+    pub service: String,
+    /// Its issuer: `https://<hypervisor address>:<nodePort>`.
+    #[serde(rename = "issuerURL")]
+    pub issuer_url: String,
+    pub certificate_authority: crate::common::Certificate,
+    pub serving_certificate: crate::common::Certificate,
 }
 
 /// What SIP observed.
@@ -417,6 +448,13 @@ pub struct SipClusterStatus {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub conditions: Vec<MetaCondition>,
+    /// Ours: the OIDC providers we run for it.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub oidc_providers: Vec<OidcProviderStatus>,
 }
 
 /// A condition as `metav1.Condition` has it (what upstream's CRD requires).

@@ -426,6 +426,18 @@ fn check_oidc(errors: &mut Vec<FieldError>, oidc: &crate::cluster::ApiServerOidc
             errors.push(problem(field, format!("{claim:?} is not a claim name")));
         }
     }
+    // kube-apiserver's list (its `--oidc-signing-algs` refuses others).
+    const ALGS: [&str; 9] = [
+        "RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384", "PS512",
+    ];
+    for alg in &oidc.signing_algs {
+        if !ALGS.contains(&alg.as_str()) {
+            errors.push(problem(
+                "signingAlgs",
+                format!("{alg:?} is not one of {}", ALGS.join(", ")),
+            ));
+        }
+    }
     if !oidc.ca.is_empty() && !oidc.ca.contains("-----BEGIN CERTIFICATE-----") {
         errors.push(problem("ca", "holds no PEM certificate".to_string()));
     }

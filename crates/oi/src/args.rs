@@ -162,6 +162,7 @@ impl Command {
             Command::JoinToken(JoinTokenCommand::Inject(a)) => Some(&a.input),
             Command::Sipcluster(SipClusterCommand::Delete(a)) => Some(&a.input),
             Command::Sipcluster(SipClusterCommand::Inventory(a)) => Some(&a.input),
+            Command::Sipcluster(SipClusterCommand::HashPassword(_)) => None,
             Command::Reconcile(a) => Some(&a.input),
             Command::JoinToken(JoinTokenCommand::Generate)
             | Command::Hypervisor(HypervisorCommand::Join(_))
@@ -198,7 +199,9 @@ impl Command {
             )
             | Command::JoinToken(JoinTokenCommand::Generate)
             | Command::Hypervisor(HypervisorCommand::Join(_))
-            | Command::Sipcluster(SipClusterCommand::Inventory(_))
+            | Command::Sipcluster(
+                SipClusterCommand::Inventory(_) | SipClusterCommand::HashPassword(_),
+            )
             | Command::Node(_)
             | Command::Version(_)
             | Command::Completion(_) => false,
@@ -374,6 +377,17 @@ pub enum SipClusterCommand {
     /// addresses and credentials; what `oi-host` reads): BMC passwords included, use -o
     /// (created 0600).
     Inventory(SipInventoryArgs),
+
+    /// Hash a password for an OIDC provider's users list (`passwordHash` in its
+    /// `usersSecret`): the password is the first line of stdin, never an argument.
+    HashPassword(HashPasswordArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct HashPasswordArgs {
+    /// PBKDF2-HMAC-SHA256 iterations (at least 10000).
+    #[arg(long, default_value_t = 600_000)]
+    pub iterations: u32,
 }
 
 #[derive(Debug, Args)]
@@ -490,6 +504,15 @@ pub struct ClusterInjectArgs {
     /// Put before every group name.
     #[arg(long, value_name = "PREFIX", requires = "oidc_issuer_url")]
     pub oidc_groups_prefix: Option<String>,
+
+    /// JWS algorithms accepted, comma separated (kube-apiserver's default: RS256).
+    #[arg(
+        long,
+        value_name = "ALG,...",
+        value_delimiter = ',',
+        requires = "oidc_issuer_url"
+    )]
+    pub oidc_signing_algs: Vec<String>,
 
     /// PEM certificates the issuer's TLS certificate is checked against (the API servers'
     /// system trust otherwise).

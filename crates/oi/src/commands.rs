@@ -150,6 +150,9 @@ pub fn dispatch(
         Command::Sipcluster(SipClusterCommand::Inventory(args)) => {
             sipcluster::inventory(args, ctx, input, output).map(Some)
         }
+        Command::Sipcluster(SipClusterCommand::HashPassword(args)) => {
+            no_note(sipcluster::hash_password(args, input, output))
+        }
         Command::Version(args) => no_note(version::run(args, output)),
         Command::Completion(args) => no_note(completion::run(args, output)),
         Command::Reconcile(args) => reconcile::run(args, ctx, input, output),

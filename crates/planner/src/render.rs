@@ -729,6 +729,9 @@ impl ComponentRenderer<'_> {
             if let Some(prefix) = &oidc.groups_prefix {
                 apiserver_flags.insert("oidc-groups-prefix", prefix.clone());
             }
+            if !oidc.signing_algs.is_empty() {
+                apiserver_flags.insert("oidc-signing-algs", oidc.signing_algs.join(","));
+            }
             if !oidc.ca.is_empty() {
                 files.push(self.file(OIDC_CA, &oidc.ca, 0o644));
                 apiserver_flags.insert("oidc-ca-file", self.path(OIDC_CA));

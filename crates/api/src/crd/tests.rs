@@ -415,6 +415,7 @@ mod full {
                         username_prefix: Some("-".into()),
                         groups_claim: "groups".into(),
                         groups_prefix: Some("oidc:".into()),
+                        signing_algs: vec!["ES256".into()],
                         ca: "ca".into(),
                     }),
                 },

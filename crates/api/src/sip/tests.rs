@@ -244,6 +244,9 @@ fn sip_cluster_validation_names_each_bad_field() {
       nodePort: 30000
       nodeSSHPrivateKeys: ''
       sshAuthorizedKeys: [garbage, 'ssh-rsa AAAA', 'from=\u{22}1.2.3.4\u{22} ssh-ed25519 AAAA']
+    oidcProvider:
+    - {image: oidc, nodePort: 30556, clientID: 'a b', usernameClaim: 'e,f', redirectURIs: ['localhost:8000', 'http://x/#f']}
+    - {image: oidc, nodePort: 30557, usersSecret: Not_A_Name}
 ",
     );
     let errors = invalid(&text);
@@ -263,6 +266,12 @@ fn sip_cluster_validation_names_each_bad_field() {
         "spec.services.jumpHost[0].sshAuthorizedKeys[1]",
         "spec.services.jumpHost[0].sshAuthorizedKeys[2]",
         "spec.services.jumpHost[0].nodeSSHPrivateKeys",
+        "spec.services.oidcProvider[0].usersSecret",
+        "spec.services.oidcProvider[0].clientID",
+        "spec.services.oidcProvider[0].usernameClaim",
+        "spec.services.oidcProvider[0].redirectURIs[0]",
+        "spec.services.oidcProvider[0].redirectURIs[1]",
+        "spec.services.oidcProvider[1].usersSecret",
     ] {
         assert!(fields.contains(&expected), "{expected} not in {errors:#?}");
     }

@@ -115,6 +115,50 @@ pub fn validate_sip_cluster(sip: &SipCluster) -> Vec<FieldError> {
         check_image(&mut errors, &at, &oidc.image);
         check_node_port(&mut errors, &format!("{at}.nodePort"), oidc.node_port);
         check_labels(&mut errors, &format!("{at}.nodeLabels"), &oidc.node_labels);
+        if oidc.users_secret.is_empty() {
+            errors.push(FieldError::new(
+                format!("{at}.usersSecret"),
+                Reason::Required,
+            ));
+        } else {
+            check_name(
+                &mut errors,
+                &format!("{at}.usersSecret"),
+                &oidc.users_secret,
+                NameRule::Dns1123Subdomain,
+            );
+        }
+        if oidc.client_id.contains(char::is_whitespace) {
+            invalid(
+                &mut errors,
+                format!("{at}.clientID"),
+                format!("{:?} has blanks", oidc.client_id),
+            );
+        }
+        for (field, claim) in [
+            ("usernameClaim", &oidc.username_claim),
+            ("groupsClaim", &oidc.groups_claim),
+        ] {
+            if claim.contains(char::is_whitespace) || claim.contains(',') {
+                invalid(
+                    &mut errors,
+                    format!("{at}.{field}"),
+                    format!("{claim:?} is not a claim name"),
+                );
+            }
+        }
+        for (k, uri) in oidc.redirect_uris.iter().enumerate() {
+            let scheme_ok = ["http://", "https://"]
+                .iter()
+                .any(|s| uri.strip_prefix(s).is_some_and(|rest| !rest.is_empty()));
+            if !scheme_ok || uri.contains('#') || uri.contains(char::is_whitespace) {
+                invalid(
+                    &mut errors,
+                    format!("{at}.redirectURIs[{k}]"),
+                    format!("{uri:?} is not an absolute http(s) URI without fragment"),
+                );
+            }
+        }
     }
     if let Some(cluster) = &sip.spec.cluster_ref {
         check_name(

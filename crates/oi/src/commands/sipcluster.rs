@@ -91,3 +91,27 @@ pub fn inventory(
     }
     Ok(note)
 }
+
+/// `oi sipcluster hash-password`: the first line of `input` hashed for a users list.
+///
+/// # Errors
+/// When there is no password, or the iterations are too few.
+pub fn hash_password(
+    args: &crate::args::HashPasswordArgs,
+    mut input: impl Read,
+    output: &mut impl Write,
+) -> anyhow::Result<()> {
+    let mut text = String::new();
+    input
+        .read_to_string(&mut text)
+        .context("cannot read the password from stdin")?;
+    let password = text.lines().next().unwrap_or_default();
+    if password.is_empty() {
+        anyhow::bail!(
+            "no password on stdin: pipe it in, e.g. `printf '%s\\n' \"$PASSWORD\" | oi sipcluster hash-password`"
+        );
+    }
+    let hash = oi_oidc::password::hash(password, args.iterations).map_err(anyhow::Error::msg)?;
+    writeln!(output, "{hash}")?;
+    Ok(())
+}

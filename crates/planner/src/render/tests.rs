@@ -387,6 +387,7 @@ fn an_oidc_issuer_gives_the_api_servers_its_flags_and_ca() {
         username_prefix: None,
         groups_claim: "groups".into(),
         groups_prefix: Some("oidc:".into()),
+        signing_algs: vec!["ES256".into(), "RS256".into()],
         ca: ca.clone(),
     });
     let replica = render_component(
@@ -422,6 +423,7 @@ fn an_oidc_issuer_gives_the_api_servers_its_flags_and_ca() {
             "--oidc-groups-claim=groups",
             "--oidc-groups-prefix=oidc:",
             "--oidc-issuer-url=https://idp.example:8443/realms/ops",
+            "--oidc-signing-algs=ES256,RS256",
             "--oidc-username-claim=email",
         ]
     );

@@ -104,6 +104,7 @@ fn cluster(args: &ClusterInjectArgs, oidc_ca: Option<String>) -> Cluster {
                         username_prefix: args.oidc_username_prefix.clone(),
                         groups_claim: args.oidc_groups_claim.clone().unwrap_or_default(),
                         groups_prefix: args.oidc_groups_prefix.clone(),
+                        signing_algs: args.oidc_signing_algs.clone(),
                         ca: oidc_ca.unwrap_or_default(),
                     }),
                 ..KubeApiServer::default()

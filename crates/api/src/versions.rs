@@ -195,6 +195,8 @@ pub fn container_resources(container: &str) -> Option<crate::runtime::ContainerR
         "keepalived" => (10, 16),
         // A SIP tenant's jump host (sshd, and the sessions it starts).
         "sshd" => (50, 64),
+        // A SIP tenant's OIDC provider (logins hash passwords: short CPU bursts).
+        "oidc-provider" => (50, 32),
         _ => return None,
     };
     Some(crate::runtime::ContainerResources {

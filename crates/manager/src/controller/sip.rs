@@ -190,15 +190,41 @@ async fn run_services<S: Store, C: Connector, N: Network>(
                 world.secrets.insert(secret, s);
             }
         }
+        for oidc in &sip.spec.services.oidc_provider {
+            let secret = ObjectKey::new(key.namespace.clone(), oidc.users_secret.clone());
+            if !world.secrets.contains_key(&secret)
+                && let Some(s) = store.get::<Secret>(&secret).await?
+            {
+                world.secrets.insert(secret, s);
+            }
+        }
+        let mut cluster_before = None;
         if let Some(r) = &sip.spec.cluster_ref {
             let cluster = ObjectKey::new(key.namespace.clone(), r.name.clone());
             if let Some(c) = store.get::<Cluster>(&cluster).await? {
+                cluster_before = Some(c.clone());
                 world.clusters.insert(cluster, c);
             }
         }
         let before = world.hypervisors.clone();
-        let plans = plan_services(world, reports, &ctx.options.plan.render);
+        let plans = plan_services(world, reports, &ctx.options.plan.render, now());
         write_shares(store, &before, world, &owner).await?;
+        // An OIDC provider's PKI is kept before anything runs (a failed run must not make
+        // new certificates next time), and the clusterRef cluster told to trust it: its own
+        // controller then configures its API servers.
+        if let Some(updated) = world.sip_clusters.get(key)
+            && updated.status.oidc_providers != sip.status.oidc_providers
+        {
+            let written = store.update_status(updated).await?;
+            world.sip_clusters.insert(key.clone(), written);
+        }
+        if let Some(before) = cluster_before
+            && let Some(after) = world.clusters.get(&before.key())
+            && after.spec.api_server.oidc != before.spec.api_server.oidc
+        {
+            let written = store.update(after).await?;
+            world.clusters.insert(before.key(), written);
+        }
         (plans, world.hypervisors.clone())
     };
     if plans.is_empty() {

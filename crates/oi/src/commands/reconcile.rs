@@ -254,6 +254,7 @@ impl Runner {
             &mut world,
             &reports,
             &self.plan_options.render,
+            now,
         );
         let (mut world, executed) = self.run(world, now);
         let services = self.sip_services(&mut world, &reports, &plans, now);

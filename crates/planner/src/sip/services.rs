@@ -66,6 +66,7 @@ pub enum ServiceKind {
     LoadBalancerControlPlane,
     LoadBalancerWorker,
     JumpHost,
+    OidcProvider,
 }
 
 impl ServiceKind {
@@ -75,6 +76,7 @@ impl ServiceKind {
             ServiceKind::LoadBalancerControlPlane => "loadBalancerControlPlane",
             ServiceKind::LoadBalancerWorker => "loadBalancerWorker",
             ServiceKind::JumpHost => "jumpHost",
+            ServiceKind::OidcProvider => "oidcProvider",
         }
     }
 
@@ -84,6 +86,7 @@ impl ServiceKind {
             ServiceKind::LoadBalancerControlPlane => "lb-control-plane",
             ServiceKind::LoadBalancerWorker => "lb-worker",
             ServiceKind::JumpHost => "jump-host",
+            ServiceKind::OidcProvider => "oidc-provider",
         }
     }
 
@@ -93,6 +96,7 @@ impl ServiceKind {
             ServiceKind::LoadBalancerControlPlane => "control plane load balancer",
             ServiceKind::LoadBalancerWorker => "worker load balancer",
             ServiceKind::JumpHost => "jump host",
+            ServiceKind::OidcProvider => "OIDC provider",
         }
     }
 }
@@ -142,8 +146,6 @@ pub struct SipServices {
     pub deleted: bool,
     /// Services asked for that are not run by us, and why (the control plane's own ingress).
     pub notes: Vec<String>,
-    /// Services asked for that this version cannot run: the SIPCluster is not ready.
-    pub unsupported: Vec<String>,
     /// Why its services cannot be placed (nothing was changed for it).
     pub error: Option<String>,
 }
@@ -190,15 +192,22 @@ pub fn state_dir(key: &ObjectKey, service: &str) -> String {
 /// Plans the services of every SIPCluster of `reports` (see the module documentation),
 /// claiming and releasing their ports in the world's hypervisors. A SIPCluster whose hosts
 /// could not be selected is left as it is (its services keep running as they were).
+///
+/// An OIDC provider's CA and serving certificate are made (or renewed, [`RENEW_BEFORE`] ahead
+/// of their end, or when the provider's address changes) in the SIPCluster's
+/// `status.oidcProviders`; when `spec.clusterRef` names one of our Clusters, that cluster's
+/// `spec.apiServer.oidc` is set to trust the first provider (and cleared when it goes), so the
+/// clusters' run that follows configures its API servers.
 pub fn plan_services(
     world: &mut World,
     reports: &[SipReport],
     options: &RenderOptions,
+    now: time::OffsetDateTime,
 ) -> Vec<SipServices> {
     reports
         .iter()
         .filter(|r| r.deleted || r.selection.shortfalls.is_empty())
-        .map(|r| plan_one(world, r, options))
+        .map(|r| plan_one(world, r, options, now))
         .collect()
 }
 
@@ -217,7 +226,12 @@ pub fn service_of(component: &str) -> &str {
     component.rsplit_once('-').map_or(component, |(s, _)| s)
 }
 
-fn plan_one(world: &mut World, report: &SipReport, options: &RenderOptions) -> SipServices {
+fn plan_one(
+    world: &mut World,
+    report: &SipReport,
+    options: &RenderOptions,
+    now: time::OffsetDateTime,
+) -> SipServices {
     let key = &report.key;
     let owner_name = owner_cluster(&key.name);
     let mut out = SipServices {
@@ -293,6 +307,21 @@ fn plan_one(world: &mut World, report: &SipReport, options: &RenderOptions) -> S
                 return out;
             }
         }
+    }
+    let providers: Vec<(String, String, u16)> = chosen
+        .iter()
+        .filter(|(_, w)| w.kind == ServiceKind::OidcProvider)
+        .filter_map(|(h, w)| Some((h.clone(), w.name.clone(), w.ports.first()?.1)))
+        .collect();
+    let dropped = match oidc::keep_pki(world, key, &providers, &wanted_names, now) {
+        Ok(d) => d,
+        Err(e) => {
+            out.error = Some(e);
+            return out;
+        }
+    };
+    if let Some(note) = oidc::wire_cluster(world, key, report.deleted, &dropped) {
+        out.notes.push(note);
     }
     let Some(sip) = world.sip_clusters.get(key).cloned() else {
         write_back(world, &allocators);
@@ -423,10 +452,14 @@ fn wanted_services(
             *node_port,
         )?);
     }
-    for i in 0..s.oidc_provider.len() {
-        out.unsupported.push(format!(
-            "spec.services.oidcProvider[{i}]: an OIDC provider is not run by this version yet"
-        ));
+    for (i, oidc) in s.oidc_provider.iter().enumerate() {
+        wanted.push(single_port(
+            ServiceKind::OidcProvider,
+            i,
+            &oidc.node_labels,
+            "https",
+            oidc.node_port,
+        )?);
     }
     Ok(wanted)
 }
@@ -743,6 +776,17 @@ fn render(
             };
             (container, files)
         }
+        ServiceKind::OidcProvider => oidc::render(
+            world,
+            sip,
+            w.index,
+            &w.name,
+            &address,
+            ports[0],
+            &config,
+            &state,
+            image(INFRA.oidc_provider),
+        )?,
     };
     let mut files = files;
     files.sort_by(|a, b| a.path.cmp(&b.path));
@@ -902,6 +946,9 @@ pub fn jump_host_start(config: &str, state: &str) -> String {
     )
 }
 
+mod oidc;
+pub use oidc::{CA_LIFETIME, DEFAULT_CLIENT_ID, RENEW_BEFORE, SERVING_LIFETIME, issuer};
+
 #[cfg(test)]
 mod tests;
 
@@ -1005,7 +1052,6 @@ pub fn record_services(
         } else if plan.error.is_none() && !plan.services.is_empty() {
             failing.push("not run".into());
         }
-        failing.extend(plan.unsupported.iter().cloned());
         let mut message = format!("hosts {held}");
         if !running.is_empty() && plan.error.is_none() {
             message.push_str(&format!("; services: {}", running.join(", ")));

@@ -44,7 +44,7 @@ fn options() -> RenderOptions {
 /// Selection then services, as `oi reconcile` runs them.
 fn plan(world: &mut World) -> (Vec<SipReport>, Vec<SipServices>) {
     let reports = reconcile_sip(world, NOW);
-    let plans = plan_services(world, &reports, &options());
+    let plans = plan_services(world, &reports, &options(), NOW);
     (reports, plans)
 }
 
@@ -418,11 +418,20 @@ fn placed_services_stay_and_services_no_longer_asked_for_let_their_ports_go() {
     assert!(ports_of(&w, "public-2").is_empty());
 }
 
-#[test]
-fn the_control_plane_of_a_cluster_of_ours_is_its_ingress_and_oidc_is_not_run_yet() {
+const HASH: &str = "$pbkdf2-sha256$i=10000$c2FsdHNhbHQ$8AsC4H/147lFlEEMCnL1JMziEIWaSGvXLB7jM4MIJaM";
+
+fn users_secret(users: &str) -> World {
+    load(&[&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: users, namespace: {NS}}}\ndata: {{users.yaml: {}}}\n",
+        b64(users)
+    )])
+}
+
+/// ALL with an OIDC provider, a cluster c1 of ours named by clusterRef, the users Secret.
+fn own_cluster_world() -> World {
     let services = ALL.replacen(
         "{jumpHost",
-        "{oidcProvider: [{image: dex, nodePort: 30090, nodeInterfaceId: oam-ipv4}], jumpHost",
+        "{oidcProvider: [{image: dex, nodePort: 30090, nodeInterfaceId: oam-ipv4, usersSecret: users, clientID: kubectl, usernameClaim: email}], jumpHost",
         1,
     );
     let mut w = world(
@@ -433,10 +442,24 @@ fn the_control_plane_of_a_cluster_of_ours_is_its_ingress_and_oidc_is_not_run_yet
         "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Cluster\nmetadata: {{name: c1, namespace: {NS}}}\nspec: {{}}\n"
     );
     w.clusters.extend(load(&[&cluster]).clusters);
+    w.secrets.extend(
+        users_secret(&format!(
+            "- username: alice\n  email: alice@example.com\n  passwordHash: '{HASH}'\n"
+        ))
+        .secrets,
+    );
     w.sip_clusters.get_mut(&key("s1")).unwrap().spec.cluster_ref =
         Some(oi_api::sip::LocalObjectReference { name: "c1".into() });
+    w
+}
+
+#[test]
+fn the_control_plane_of_a_cluster_of_ours_is_its_ingress_and_its_api_servers_trust_the_oidc_provider()
+ {
+    let mut w = own_cluster_world();
     let (reports, plans) = plan(&mut w);
     let p = &plans[0];
+    assert_eq!(p.error, None);
     assert!(
         p.services
             .iter()
@@ -445,14 +468,79 @@ fn the_control_plane_of_a_cluster_of_ours_is_its_ingress_and_oidc_is_not_run_yet
     assert_eq!(
         p.notes,
         [
-            "spec.services.loadBalancerControlPlane[0]: the control plane is cluster tenants/c1's, behind its own ingress"
+            "spec.services.loadBalancerControlPlane[0]: the control plane is cluster tenants/c1's, behind its own ingress",
+            "spec.services.oidcProvider[0]: cluster tenants/c1's API servers trust it (https://10.1.0.2:30090)",
         ]
     );
-    assert_eq!(
-        p.unsupported,
-        ["spec.services.oidcProvider[0]: an OIDC provider is not run by this version yet"]
+    // Its port is held like the others'.
+    assert!(
+        ports_of(&w, "public-1").contains(&(
+            "tenants/SIPCluster/s1/oidc-provider-0-https".to_string(),
+            30090
+        )),
+        "{:?}",
+        ports_of(&w, "public-1")
     );
-    // Every service runs, but the OIDC provider asked for is not: not ready, and said why.
+    // Its PKI is kept in the status: a CA, and a serving certificate for the address.
+    let status = w.sip_clusters[&key("s1")].status.oidc_providers.clone();
+    assert_eq!(status.len(), 1);
+    assert_eq!(status[0].service, "oidc-provider-0");
+    assert_eq!(status[0].issuer_url, "https://10.1.0.2:30090");
+    let ca = &status[0].certificate_authority.certificate;
+    let serving = &status[0].serving_certificate.certificate;
+    assert!(oi_pki::is_signed_by(serving, ca).unwrap());
+    let info = oi_pki::inspect_certificate(serving).unwrap();
+    assert_eq!(info.sans, ["10.1.0.2"]);
+    // The cluster's API servers are told to trust it.
+    let oidc = w.clusters[&ObjectKey::new(NS, "c1")]
+        .spec
+        .api_server
+        .oidc
+        .clone()
+        .unwrap();
+    assert_eq!(
+        oidc,
+        oi_api::ApiServerOidc {
+            issuer_url: "https://10.1.0.2:30090".into(),
+            client_id: "kubectl".into(),
+            username_claim: "email".into(),
+            username_prefix: None,
+            groups_claim: "groups".into(),
+            groups_prefix: None,
+            signing_algs: vec!["ES256".into()],
+            ca: ca.clone(),
+        }
+    );
+    // The provider's files: its configuration, users (0600), TLS chain and key (0600).
+    let s = p
+        .services
+        .iter()
+        .find(|s| s.kind == ServiceKind::OidcProvider)
+        .unwrap();
+    assert_eq!(
+        s.pod.containers[0].image,
+        "localhost/oneinfra/oidc-provider:0.1.0"
+    );
+    let config: oi_api::oidc::ProviderConfig =
+        serde_json::from_str(&text(file(s, "config.json"))).unwrap();
+    assert_eq!(config.issuer, "https://10.1.0.2:30090");
+    assert_eq!(config.listen.to_string(), "10.1.0.2:30090");
+    assert_eq!(config.clients[0].id, "kubectl");
+    assert_eq!(
+        config.clients[0].redirect_uris,
+        ["http://localhost:8000", "http://localhost:18000"]
+    );
+    assert!(!config.password_grant);
+    assert!(
+        config
+            .signing_key
+            .starts_with("/var/lib/oneinfra/_sip/tenants/s1/oidc-provider-0/")
+    );
+    assert_eq!(file(s, "users.yaml").mode, 0o600);
+    assert_eq!(file(s, "tls.key").mode, 0o600);
+    assert_eq!(text(file(s, "tls.crt")), format!("{serving}{ca}"));
+
+    // Every service runs: ready.
     let results = vec![SipServicesResult {
         key: key("s1"),
         services: p
@@ -469,14 +557,143 @@ fn the_control_plane_of_a_cluster_of_ours_is_its_ingress_and_oidc_is_not_run_yet
         sweep_error: None,
     }];
     let outcomes = record_services(&mut w, &reports, &plans, &results, NOW);
-    assert!(!outcomes[0].ready);
-    assert_eq!(
-        outcomes[0].failing,
-        ["spec.services.oidcProvider[0]: an OIDC provider is not run by this version yet"]
+    assert!(outcomes[0].ready, "{:?}", outcomes[0]);
+    assert!(
+        outcomes[0]
+            .message
+            .contains("OIDC provider oidc-provider-0 at 10.1.0.2:30090")
     );
-    let ready = w.sip_clusters[&key("s1")].condition("Ready").unwrap();
-    assert_eq!(ready.reason, "InfraServiceFailure");
-    assert!(ready.message.ends_with("; failing: spec.services.oidcProvider[0]: an OIDC provider is not run by this version yet"), "{}", ready.message);
+
+    // A second run keeps every certificate and file as they are.
+    let before = w.clone();
+    let (_, again) = plan(&mut w);
+    assert_eq!(w.sip_clusters[&key("s1")].status.oidc_providers, status);
+    assert_eq!(w.clusters, before.clusters);
+    let s2 = again[0]
+        .services
+        .iter()
+        .find(|s| s.kind == ServiceKind::OidcProvider)
+        .unwrap();
+    assert_eq!(s2.files, s.files);
+}
+
+#[test]
+fn the_oidc_provider_renews_its_certificates_when_it_moves_or_nears_their_end() {
+    let mut w = own_cluster_world();
+    w.hypervisors
+        .extend(load(&[&hypervisor("public-2", true, "10.1.0.3", (30000, 30100))]).hypervisors);
+    plan(&mut w);
+    let first = w.sip_clusters[&key("s1")].status.oidc_providers[0].clone();
+    // Drained: it moves, gets a serving certificate for its new address, the same CA.
+    let placed = if ports_of(&w, "public-1")
+        .iter()
+        .any(|(o, _)| o.contains("oidc"))
+    {
+        "public-1"
+    } else {
+        "public-2"
+    };
+    spec(&mut w, placed).drain = true;
+    let (_, plans) = plan(&mut w);
+    assert_eq!(plans[0].error, None);
+    let moved = w.sip_clusters[&key("s1")].status.oidc_providers[0].clone();
+    assert_ne!(moved.issuer_url, first.issuer_url);
+    assert_eq!(moved.certificate_authority, first.certificate_authority);
+    assert_ne!(moved.serving_certificate, first.serving_certificate);
+    let c1 = ObjectKey::new(NS, "c1");
+    assert_eq!(
+        w.clusters[&c1]
+            .spec
+            .api_server
+            .oidc
+            .as_ref()
+            .unwrap()
+            .issuer_url,
+        moved.issuer_url
+    );
+    // Near the serving certificate's end: a new one, the same CA.
+    let later = NOW + SERVING_LIFETIME - RENEW_BEFORE + time::Duration::days(1);
+    let reports = reconcile_sip(&mut w, later);
+    plan_services(&mut w, &reports, &options(), later);
+    let renewed = w.sip_clusters[&key("s1")].status.oidc_providers[0].clone();
+    assert_eq!(renewed.certificate_authority, first.certificate_authority);
+    assert_ne!(renewed.serving_certificate, moved.serving_certificate);
+    // Near the CA's end: a new CA, which the API servers are told.
+    let much_later = NOW + CA_LIFETIME - RENEW_BEFORE + time::Duration::days(1);
+    let reports = reconcile_sip(&mut w, much_later);
+    plan_services(&mut w, &reports, &options(), much_later);
+    let new_ca = w.sip_clusters[&key("s1")].status.oidc_providers[0].clone();
+    assert_ne!(new_ca.certificate_authority, first.certificate_authority);
+    assert_eq!(
+        w.clusters[&c1].spec.api_server.oidc.as_ref().unwrap().ca,
+        new_ca.certificate_authority.certificate
+    );
+}
+
+#[test]
+fn removing_the_oidc_provider_takes_back_what_it_set_and_only_that() {
+    let mut w = own_cluster_world();
+    plan(&mut w);
+    let c1 = ObjectKey::new(NS, "c1");
+    assert!(w.clusters[&c1].spec.api_server.oidc.is_some());
+    w.sip_clusters
+        .get_mut(&key("s1"))
+        .unwrap()
+        .spec
+        .services
+        .oidc_provider
+        .clear();
+    let (_, plans) = plan(&mut w);
+    assert_eq!(plans[0].error, None);
+    assert_eq!(w.clusters[&c1].spec.api_server.oidc, None);
+    assert!(w.sip_clusters[&key("s1")].status.oidc_providers.is_empty());
+    assert!(
+        !ports_of(&w, "public-1")
+            .iter()
+            .any(|(o, _)| o.contains("oidc"))
+    );
+
+    // An issuer someone else set is left alone when a provider goes.
+    let mut w = own_cluster_world();
+    plan(&mut w);
+    let theirs = oi_api::ApiServerOidc {
+        issuer_url: "https://idp.example".into(),
+        client_id: "k".into(),
+        ..oi_api::ApiServerOidc::default()
+    };
+    w.clusters.get_mut(&c1).unwrap().spec.api_server.oidc = Some(theirs.clone());
+    w.sip_clusters
+        .get_mut(&key("s1"))
+        .unwrap()
+        .spec
+        .services
+        .oidc_provider
+        .clear();
+    plan(&mut w);
+    assert_eq!(w.clusters[&c1].spec.api_server.oidc, Some(theirs));
+}
+
+#[test]
+fn a_missing_or_bad_users_secret_fails_the_sipcluster_naming_it() {
+    for (users, want) in [
+        (
+            None,
+            "spec.services.oidcProvider[0].usersSecret: Secret tenants/users does not exist",
+        ),
+        (
+            Some("- username: a\n  passwordHash: plain\n"),
+            "spec.services.oidcProvider[0].usersSecret: Secret tenants/users key users.yaml: users[0] (a).passwordHash: not a $pbkdf2-sha256$",
+        ),
+    ] {
+        let mut w = own_cluster_world();
+        w.secrets.remove(&ObjectKey::new(NS, "users"));
+        if let Some(u) = users {
+            w.secrets.extend(users_secret(u).secrets);
+        }
+        let (_, plans) = plan(&mut w);
+        let e = plans[0].error.clone().unwrap();
+        assert!(e.starts_with(want), "{e}");
+    }
 }
 
 #[test]

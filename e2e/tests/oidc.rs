@@ -269,3 +269,323 @@ fn an_oidc_id_token_is_answered_as_its_user_and_others_are_refused() {
     }
     drop(set);
 }
+
+/// A child process killed when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+const SIP_TEST: &str = "a_sip_clusters_oidc_provider_logs_users_into_our_cluster";
+/// RFC 7636 appendix B: a PKCE verifier and its S256 challenge.
+const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
+const REDIRECT: &str = "http://localhost:8000";
+const OIDC_PORT: u16 = 30443;
+
+/// `curl` that fails the test when curl itself fails (not on an HTTP error status).
+fn curl_ok(ca: &Path, args: &[&str]) -> String {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert"])
+        .arg(ca)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "curl {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The authorization code flow as a browser and kubelogin run it: the login form, the
+/// credentials posted, the code from the redirect exchanged with the PKCE verifier. `Err`:
+/// the login's HTTP status and page when it is refused.
+fn code_flow(issuer: &str, ca: &Path, user: &str, password: &str) -> Result<String, String> {
+    let request = [
+        ("client_id", CLIENT),
+        ("redirect_uri", REDIRECT),
+        ("response_type", "code"),
+        ("scope", "openid email groups"),
+        ("code_challenge", CHALLENGE),
+        ("code_challenge_method", "S256"),
+        ("state", "e2e-state"),
+    ];
+    let mut get = vec!["-G".to_string(), format!("{issuer}/auth")];
+    let mut post = vec![
+        "-o".to_string(),
+        "-".to_string(),
+        "-w".to_string(),
+        "\n%{http_code} %{redirect_url}".to_string(),
+        format!("{issuer}/auth"),
+    ];
+    for (k, v) in request {
+        for args in [&mut get, &mut post] {
+            args.push("--data-urlencode".into());
+            args.push(format!("{k}={v}"));
+        }
+    }
+    let page = curl_ok(ca, &get.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(page.contains("name=\"password\""), "no login form: {page}");
+    for (k, v) in [("username", user), ("password", password)] {
+        post.push("--data-urlencode".into());
+        post.push(format!("{k}={v}"));
+    }
+    let out = curl_ok(ca, &post.iter().map(String::as_str).collect::<Vec<_>>());
+    let (body, last) = out.rsplit_once('\n').unwrap();
+    let (status, location) = last.split_once(' ').unwrap();
+    if status != "303" {
+        return Err(format!("{status} {body}"));
+    }
+    // curl writes the location normalized (`http://localhost:8000/?…`).
+    let query = location
+        .strip_prefix(REDIRECT)
+        .map(|rest| rest.trim_start_matches('/'))
+        .and_then(|rest| rest.strip_prefix('?'))
+        .unwrap_or_else(|| panic!("redirected elsewhere: {location}"));
+    let params: std::collections::BTreeMap<String, String> =
+        form_urlencoded::parse(query.as_bytes())
+            .into_owned()
+            .collect();
+    assert_eq!(params["state"], "e2e-state");
+    assert_eq!(params["iss"], issuer);
+    let tokens = curl_ok(
+        ca,
+        &[
+            "--data-urlencode",
+            "grant_type=authorization_code",
+            "--data-urlencode",
+            &format!("code={}", params["code"]),
+            "--data-urlencode",
+            &format!("redirect_uri={REDIRECT}"),
+            "--data-urlencode",
+            &format!("client_id={CLIENT}"),
+            "--data-urlencode",
+            &format!("code_verifier={VERIFIER}"),
+            &format!("{issuer}/token"),
+        ],
+    );
+    let answer: serde_json::Value =
+        serde_json::from_str(&tokens).unwrap_or_else(|e| panic!("{e}: {tokens}"));
+    Ok(answer["id_token"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no id_token: {tokens}"))
+        .to_string())
+}
+
+/// Waits (polling, at most 60 s) until `issuer` answers its discovery document.
+fn wait_for_issuer(issuer: &str, ca: &Path) {
+    let url = format!("{issuer}/.well-known/openid-configuration");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = curl(ca, &[&url]);
+        if out.contains("jwks_uri") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{url} did not answer within 60 s: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Another provider (ours, run here on loopback with its own CA and users): an issuer the
+/// cluster does not trust. Its password grant gives a token.
+fn another_issuer(dir: &Path, users: &str) -> (Killed, String) {
+    let (ca, cert, key) = certificates(dir, "127.0.0.1");
+    let port = oi_testsupport::free_loopback_port();
+    let issuer = format!("https://127.0.0.1:{port}");
+    std::fs::write(dir.join("users.yaml"), users).unwrap();
+    let config = serde_json::json!({
+        "issuer": issuer,
+        "listen": format!("127.0.0.1:{port}"),
+        "tlsCertificate": cert,
+        "tlsPrivateKey": key,
+        "signingKey": dir.join("signing-key.pem"),
+        "users": dir.join("users.yaml"),
+        "clients": [{"id": CLIENT, "redirectURIs": [REDIRECT]}],
+        "passwordGrant": true,
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let log = std::fs::File::create(dir.join("provider.log")).unwrap();
+    let child = Command::new(oi_e2e::binary("oi-oidc-provider").unwrap())
+        .args(["serve", "--config"])
+        .arg(dir.join("config.json"))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let guard = Killed(child);
+    wait_for_issuer(&issuer, &ca);
+    let out = curl_ok(
+        &ca,
+        &[
+            "-d",
+            "grant_type=password",
+            "-d",
+            &format!("client_id={CLIENT}"),
+            "-d",
+            "username=alice",
+            "-d",
+            "password=s3cret",
+            "-d",
+            "scope=openid",
+            &format!("{issuer}/token"),
+        ],
+    );
+    let answer: serde_json::Value = serde_json::from_str(&out).unwrap();
+    (guard, answer["id_token"].as_str().unwrap().to_string())
+}
+
+fn sip_cluster(hash: &str) -> String {
+    let users = format!(
+        "- username: alice\n  email: alice@example.com\n  groups: [platform-admins]\n  passwordHash: '{hash}'\n"
+    );
+    format!(
+        "apiVersion: airship.airshipit.org/v1\nkind: SIPCluster\nmetadata: {{name: t1, namespace: default}}\nspec:\n  clusterRef: {{name: c1}}\n  nodes: {{}}\n  services:\n    oidcProvider:\n    - {{image: 'dex:v2', nodePort: {OIDC_PORT}, usersSecret: t1-users}}\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: t1-users, namespace: default}}\nstringData:\n  users.yaml: |\n{}",
+        users
+            .lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    )
+}
+
+/// A SIPCluster whose `clusterRef` names one of our clusters asks for an OIDC provider: we
+/// run it (`oi-oidc-provider`, TLS from the SIPCluster's own CA) on the public hypervisor, and
+/// the cluster's API servers are configured to trust it in the same run. A user logs in
+/// through the authorization code flow with PKCE, and `kubectl auth whoami` with the ID token
+/// is answered as that user, in their groups; a wrong password gets no code; a token of
+/// another issuer is refused; the SIPCluster deleted, the API servers trust it no more.
+#[test]
+fn a_sip_clusters_oidc_provider_logs_users_into_our_cluster() {
+    if !prerequisites(SIP_TEST)
+        || !oi_testsupport::require(
+            SIP_TEST,
+            "openssl and curl (scripts/setup.sh installs them)",
+            ["/usr/bin/openssl", "/usr/bin/curl"]
+                .iter()
+                .all(|p| Path::new(p).is_file()),
+        )
+    {
+        return;
+    }
+    let set = LocalSet::create("sipoidc", 1, 1, false).unwrap();
+    let state = set.state().unwrap();
+    let public = state
+        .hypervisors
+        .iter()
+        .find(|h| h.visibility == oi_local_hypervisor_set::plan::Visibility::Public)
+        .expect("a public hypervisor")
+        .ip;
+    let dir = tempfile::tempdir().unwrap();
+    let hash = oi_e2e::oi(
+        &["sipcluster", "hash-password", "--iterations", "10000"],
+        "s3cret\n",
+    )
+    .unwrap()
+    .ok("oi sipcluster hash-password")
+    .unwrap()
+    .stdout;
+    let hash = hash.trim();
+    let manifests = format!(
+        "{}---\n{}",
+        inject_cluster_with(&set.manifests, "c1", &["--control-plane-replicas", "1"]).unwrap(),
+        sip_cluster(hash)
+    );
+    let (run, _, _) = reconcile_until_ready(&manifests, 3).unwrap();
+    let world = World::parse(&run.stdout).unwrap();
+    let issuer = format!("https://{public}:{OIDC_PORT}");
+    assert!(
+        run.stderr.contains(&format!(
+            "cluster default/c1's API servers trust it ({issuer})"
+        )),
+        "{}",
+        run.stderr
+    );
+    let sip = world.of_kind("SIPCluster").next().unwrap();
+    let provider = &oi_e2e::at(sip, &["status", "oidcProviders"]).unwrap()[0];
+    assert_eq!(provider["issuerURL"].as_str(), Some(issuer.as_str()));
+    let ca = dir.path().join("sip-ca.crt");
+    std::fs::write(
+        &ca,
+        provider["certificateAuthority"]["certificate"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    let cluster = world.require_cluster("c1").unwrap();
+    assert_eq!(
+        oi_e2e::at(cluster, &["spec", "apiServer", "oidc", "issuerURL"]).and_then(|v| v.as_str()),
+        Some(issuer.as_str())
+    );
+    let admin = admin_kubeconfig(&world, "c1", dir.path()).unwrap();
+    wait_for_issuer(&issuer, &ca);
+
+    // Logged in: that user, in their groups.
+    let token = code_flow(&issuer, &ca, "alice", "s3cret").unwrap();
+    let out = whoami(&admin, &token);
+    assert!(out.status.success(), "{out:?}");
+    let review: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let user = &review["status"]["userInfo"];
+    assert_eq!(user["username"], format!("{issuer}#alice"), "{review}");
+    let groups = user["groups"].as_array().unwrap();
+    for g in ["platform-admins", "system:authenticated"] {
+        assert!(groups.contains(&serde_json::json!(g)), "{review}");
+    }
+
+    // A wrong password gets no code.
+    let refused = code_flow(&issuer, &ca, "alice", "guess").unwrap_err();
+    assert!(
+        refused.starts_with("401") && refused.contains("invalid username or password"),
+        "{refused}"
+    );
+
+    // Another issuer's token (the same user, client and software): refused.
+    let other_dir = dir.path().join("other");
+    std::fs::create_dir_all(&other_dir).unwrap();
+    let users = format!("- username: alice\n  passwordHash: '{hash}'\n");
+    let (_other, foreign) = another_issuer(&other_dir, &users);
+    let out = whoami(&admin, &foreign);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Unauthorized"),
+        "{out:?}"
+    );
+
+    // Deleted: the provider goes, and the API servers no longer trust its tokens.
+    let deleted = oi_e2e::oi(
+        &[
+            "sipcluster",
+            "delete",
+            "--name",
+            "t1",
+            "--namespace",
+            "default",
+        ],
+        &run.stdout,
+    )
+    .unwrap()
+    .ok("oi sipcluster delete")
+    .unwrap();
+    let (gone, _, _) = reconcile_until_ready(&deleted.stdout, 3).unwrap();
+    assert!(
+        gone.stderr.contains("removed pod t1-oidc-provider-0"),
+        "{}",
+        gone.stderr
+    );
+    let world = World::parse(&gone.stdout).unwrap();
+    let cluster = world.require_cluster("c1").unwrap();
+    let left = oi_e2e::at(cluster, &["spec", "apiServer", "oidc", "issuerURL"]);
+    assert!(left.is_none(), "still trusted: {left:?}");
+    let out = whoami(&admin, &token);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Unauthorized"),
+        "{out:?}"
+    );
+    drop(set);
+}

@@ -25,7 +25,7 @@ pub use select::{
 };
 
 /// What happened to one SIPCluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SipReport {
     pub key: ObjectKey,
     /// It was marked for deletion: its hosts were let go and it left the world.
@@ -35,6 +35,8 @@ pub struct SipReport {
     pub hosts: BTreeMap<ObjectKey, HostData>,
     /// Hosts whose labels changed.
     pub relabelled: Vec<ObjectKey>,
+    /// When deleted: the SIPCluster as it was (what its services' teardown needs to know).
+    pub removed: Option<Box<SipCluster>>,
     pub ready: bool,
     pub reason: String,
     pub message: String,
@@ -182,13 +184,14 @@ pub fn reconcile_sip(world: &mut World, now: OffsetDateTime) -> Vec<SipReport> {
         }
         data.retain(|k, _| selection.hosts.contains_key(k));
         if deleted {
-            world.sip_clusters.remove(&key);
+            let removed = world.sip_clusters.remove(&key).map(Box::new);
             reports.push(SipReport {
                 key,
                 deleted: true,
                 selection,
                 hosts: data,
                 relabelled,
+                removed,
                 ready: false,
                 reason: String::new(),
                 message: String::new(),
@@ -242,6 +245,7 @@ pub fn reconcile_sip(world: &mut World, now: OffsetDateTime) -> Vec<SipReport> {
             selection,
             hosts: data,
             relabelled,
+            removed: None,
             ready,
             reason: reason.to_string(),
             message,

@@ -320,7 +320,7 @@ fn plan_one(
             return out;
         }
     };
-    if let Some(note) = oidc::wire_cluster(world, key, report.deleted, &dropped) {
+    if let Some(note) = oidc::wire_cluster(world, report, &dropped) {
         out.notes.push(note);
     }
     let Some(sip) = world.sip_clusters.get(key).cloned() else {

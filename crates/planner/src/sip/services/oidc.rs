@@ -200,13 +200,30 @@ fn or(value: &str, default: &str) -> String {
 /// Returns a note for the SIPCluster's condition.
 pub(super) fn wire_cluster(
     world: &mut World,
-    key: &ObjectKey,
-    deleted: bool,
+    report: &crate::sip::SipReport,
     dropped: &[String],
 ) -> Option<String> {
-    let sip = world.sip_clusters.get(key)?;
+    // A deleted SIPCluster has left the world: the report keeps it as it was.
+    let sip = match world.sip_clusters.get(&report.key) {
+        Some(s) => s.clone(),
+        None => (**report.removed.as_ref()?).clone(),
+    };
+    let dropped: Vec<String> = if world.sip_clusters.contains_key(&report.key) {
+        dropped.to_vec()
+    } else {
+        sip.status
+            .oidc_providers
+            .iter()
+            .map(|p| p.issuer_url.clone())
+            .collect()
+    };
+    let sip = &sip;
     let cluster_key = own_cluster(world, sip)?;
-    let wanted = if deleted { None } else { wanted_oidc(sip) };
+    let wanted = if report.deleted {
+        None
+    } else {
+        wanted_oidc(sip)
+    };
     let extra = sip.spec.services.oidc_provider.len().saturating_sub(1);
     let cluster = world.clusters.get_mut(&cluster_key)?;
     let current = &mut cluster.spec.api_server.oidc;

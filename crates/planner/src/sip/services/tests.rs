@@ -653,6 +653,18 @@ fn removing_the_oidc_provider_takes_back_what_it_set_and_only_that() {
             .any(|(o, _)| o.contains("oidc"))
     );
 
+    // The SIPCluster deleted: the same.
+    let mut w = own_cluster_world();
+    plan(&mut w);
+    w.sip_clusters
+        .get_mut(&key("s1"))
+        .unwrap()
+        .metadata
+        .deletion_timestamp = Some(NOW);
+    let (_, plans) = plan(&mut w);
+    assert!(plans[0].deleted);
+    assert_eq!(w.clusters[&c1].spec.api_server.oidc, None);
+
     // An issuer someone else set is left alone when a provider goes.
     let mut w = own_cluster_world();
     plan(&mut w);

@@ -1925,3 +1925,58 @@ async fn the_sip_cluster_controller_runs_its_services_beside_clusters_and_tears_
             .is_some_and(|c| c.contains_key("SIPCluster/s1"))
     );
 }
+
+#[tokio::test]
+async fn a_sip_clusters_oidc_provider_is_kept_and_its_cluster_told_to_trust_it() {
+    let h = Harness::new();
+    h.ready("c", 1).await;
+    let hash = "$pbkdf2-sha256$i=10000$c2FsdHNhbHQ$8AsC4H/147lFlEEMCnL1JMziEIWaSGvXLB7jM4MIJaM";
+    let users = format!("- username: alice\n  passwordHash: '{hash}'\n");
+    let world = World::load(
+        &format!(
+            "apiVersion: airship.airshipit.org/v1\nkind: SIPCluster\nmetadata: {{name: s1, namespace: default}}\nspec:\n  clusterRef: {{name: c}}\n  nodes: {{}}\n  services:\n    oidcProvider: [{{image: dex, nodePort: 30093, usersSecret: users}}]\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: users, namespace: default}}\ndata: {{users.yaml: {}}}\n",
+            b64(&users)
+        ),
+        "sip",
+    )
+    .unwrap();
+    seed(&h, &world);
+    let k = ObjectKey::new("default", "s1");
+    reconcile_sip_cluster(&k, &h.ctx).await.unwrap();
+    let sip: oi_api::SipCluster = h.store.object(&k).unwrap();
+    let ready = sip.condition("Ready").unwrap();
+    assert_eq!(ready.status, ConditionStatus::True, "{}", ready.message);
+    assert_eq!(sip.status.oidc_providers.len(), 1);
+    let provider = &sip.status.oidc_providers[0];
+    assert_eq!(provider.issuer_url, "https://10.0.1.1:30093");
+    assert!(
+        h.pods()
+            .contains(&"public-1/s1-oidc-provider-0".to_string())
+    );
+    // The cluster is told to trust it; its controller then renders the API server flags.
+    let c: Cluster = h.store.object(&key("c")).unwrap();
+    let oidc = c.spec.api_server.oidc.clone().unwrap();
+    assert_eq!(oidc.issuer_url, provider.issuer_url);
+    assert_eq!(oidc.ca, provider.certificate_authority.certificate);
+    assert_eq!(
+        reconcile_cluster(&key("c"), &h.ctx).await.unwrap(),
+        Action::Requeue(Duration::from_secs(300))
+    );
+
+    // Converged: the same certificates, nothing written.
+    h.store.clear_writes();
+    reconcile_sip_cluster(&k, &h.ctx).await.unwrap();
+    assert_eq!(h.store.writes(), []);
+
+    // Deleted: the cluster no longer trusts it.
+    h.store.delete::<oi_api::SipCluster>(&k).await.unwrap();
+    reconcile_sip_cluster(&k, &h.ctx).await.unwrap();
+    assert!(h.store.object::<oi_api::SipCluster>(&k).is_none());
+    let c: Cluster = h.store.object(&key("c")).unwrap();
+    assert_eq!(c.spec.api_server.oidc, None);
+    assert!(
+        !h.pods().iter().any(|p| p.contains("s1-oidc")),
+        "{:?}",
+        h.pods()
+    );
+}

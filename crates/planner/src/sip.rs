@@ -116,7 +116,7 @@ pub fn describe_hosts(selection: &Selection) -> String {
         parts.push(s);
     }
     if parts.is_empty() {
-        "no hosts".to_string()
+        "none".to_string()
     } else {
         parts.join("; ")
     }

@@ -754,3 +754,92 @@ fn the_manager_runs_a_sip_clusters_services_and_tears_them_down() {
         "{left:?}"
     );
 }
+
+/// The jump host's port beside a cluster of ours (whose ingress holds the range's first ports
+/// from `oi cluster inject` on).
+const OWN_JUMP_PORT: u16 = 30400;
+
+/// A SIPCluster whose `clusterRef` names one of our clusters: its jump host holds a
+/// kubeconfig of that cluster (a client certificate of its own, kept in the SIPCluster's
+/// status), so after `ssh` into it `kubectl` reaches the cluster through its ingress, as that
+/// identity. The whole comes up in one `oi reconcile` (the jump host planned again once the
+/// cluster's first run gave it its endpoint).
+#[test]
+fn the_jump_host_reaches_our_cluster_with_kubectl() {
+    const TEST: &str = "the_jump_host_reaches_our_cluster_with_kubectl";
+    if !prerequisites(TEST)
+        || !oi_testsupport::require(
+            TEST,
+            "OpenSSH's ssh and ssh-keygen (scripts/setup.sh installs them)",
+            ["/usr/bin/ssh", "/usr/bin/ssh-keygen"]
+                .iter()
+                .all(|p| Path::new(p).is_file()),
+        )
+    {
+        return;
+    }
+    let set = LocalSet::create("sipkube", 1, 1, false).unwrap();
+    let state = set.state().unwrap();
+    let public_ip = state
+        .hypervisors
+        .iter()
+        .find(|h| h.visibility == oi_local_hypervisor_set::plan::Visibility::Public)
+        .unwrap()
+        .ip;
+    let dir = tempfile::tempdir().unwrap();
+    let ops = dir.path().join("ops");
+    let authorized = keygen(&ops);
+    keygen(&dir.path().join("nodes"));
+    let node_key = std::fs::read_to_string(dir.path().join("nodes")).unwrap();
+    let sip = format!(
+        "apiVersion: airship.airshipit.org/v1\nkind: SIPCluster\nmetadata: {{name: t1, namespace: default}}\nspec:\n  clusterRef: {{name: c1}}\n  nodes: {{}}\n  services:\n    jumpHost:\n    - image: quay.io/airshipit/jump-host:latest\n      nodePort: {port}\n      nodeInterfaceId: oam-ipv4\n      nodeSSHPrivateKeys: node-keys\n      sshAuthorizedKeys: ['{}']\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: node-keys, namespace: default}}\ndata: {{id_ed25519: {}}}\n",
+        authorized.trim(),
+        b64(&node_key),
+        port = OWN_JUMP_PORT,
+    );
+    let manifests = format!(
+        "{}---\n{sip}",
+        oi_e2e::inject_cluster(&set.manifests, "c1", 1).unwrap()
+    );
+    // One run: the cluster comes up and the jump host gets its kubeconfig.
+    let first = reconcile(&manifests).ok("oi reconcile").unwrap();
+    assert!(
+        first.stderr.contains("services: jump host jump-host-0"),
+        "{}",
+        first.stderr
+    );
+    let world = World::parse(&first.stdout).unwrap();
+    let sip = world.of_kind("SIPCluster").next().unwrap();
+    let kept = oi_e2e::at(sip, &["status", "jumpHosts"]).unwrap();
+    assert_eq!(kept[0]["service"].as_str(), Some("jump-host-0"));
+
+    let out = poll("kubectl in the jump host", || {
+        let out = ssh(
+            &ops,
+            "ubuntu",
+            public_ip,
+            OWN_JUMP_PORT,
+            "ls -l .kube/config && kubectl auth whoami -o jsonpath='{.status.userInfo.username} {.status.userInfo.groups}' && echo && kubectl get namespace kube-system -o name",
+        );
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!("{out:?}"))
+        }
+    });
+    assert!(out.contains("-rw-------"), "{out}");
+    assert!(
+        out.contains("oneinfra:sipcluster:default:t1:jump-host-0 [\"system:masters\",\"system:authenticated\"]"),
+        "{out}"
+    );
+    assert!(out.contains("namespace/kube-system"), "{out}");
+
+    // Converged: a second run writes nothing.
+    let second = reconcile(&first.stdout).ok("oi reconcile again").unwrap();
+    assert!(
+        second.stderr.contains("files written 0") && !second.stderr.contains("wrote"),
+        "{}",
+        second.stderr
+    );
+    drop(set);
+}

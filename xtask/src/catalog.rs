@@ -26,6 +26,9 @@ pub const HOST_KEEPALIVED: &str = "/usr/sbin/keepalived";
 pub const HOST_SSHD: &str = "/usr/sbin/sshd";
 pub const HOST_SSH: &str = "/usr/bin/ssh";
 pub const HOST_SSH_KEYGEN: &str = "/usr/bin/ssh-keygen";
+/// kubectl, for the jump host's tenant kubeconfig (not a Debian package: machines of this
+/// kind come with it, scripts/setup.sh checks; a static binary).
+pub const HOST_KUBECTL: &str = "/usr/bin/kubectl";
 /// Where the jump host's `host` tool is in its image (`host` runs it with the inventory).
 pub const HOST_TOOL_PATH: &str = "/usr/local/bin/oi-host";
 /// The jump host's login user, as upstream SIP's image has it.
@@ -115,8 +118,8 @@ pub enum Kind {
     VpnEndpoint,
     /// keepalived with busybox (its start script's shell, `ip`, `awk`, `sed`).
     Keepalived,
-    /// A SIP jump host: sshd, ssh, ssh-keygen, `oi-host` (as `host`), busybox, and the
-    /// login user `ubuntu` (uid 1000) with no password.
+    /// A SIP jump host: sshd, ssh, ssh-keygen, kubectl, `oi-host` (as `host`), busybox, and
+    /// the login user `ubuntu` (uid 1000) with no password.
     JumpHost,
     /// A SIP tenant's OIDC provider: `oi-oidc-provider` alone (no shell).
     OidcProvider,
@@ -244,6 +247,9 @@ impl ImageDef {
                 fs.binary_with_libs("/usr/sbin/sshd", Path::new(HOST_SSHD))?;
                 fs.binary_with_libs("/usr/bin/ssh", Path::new(HOST_SSH))?;
                 fs.binary_with_libs("/usr/bin/ssh-keygen", Path::new(HOST_SSH_KEYGEN))?;
+                let kubectl = std::fs::canonicalize(HOST_KUBECTL)
+                    .map_err(crate::io_err("resolve", Path::new(HOST_KUBECTL)))?;
+                fs.binary_with_libs("/usr/local/bin/kubectl", &kubectl)?;
                 fs.binary_with_libs(HOST_TOOL_PATH, &helpers.host_tool()?)?;
                 fs.bytes("/usr/local/bin/host", 0o755, HOST_WRAPPER)?;
                 add_busybox(&mut fs)?;
@@ -551,6 +557,7 @@ mod tests {
             "/usr/sbin/sshd",
             "/usr/bin/ssh",
             "/usr/bin/ssh-keygen",
+            "/usr/local/bin/kubectl",
             HOST_TOOL_PATH,
             "/usr/local/bin/host",
             "/bin/chown",

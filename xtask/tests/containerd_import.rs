@@ -300,6 +300,15 @@ fn check_jump_host(c: &mut Containerd, image: &str) -> Result<()> {
         .run(image, "jump-host-tool", &[], &["host", "--help"])?
         .check("host --help")?;
     contains(&out, "reboot", "host --help")?;
+    let out = c
+        .run(
+            image,
+            "jump-host-kubectl",
+            &[],
+            &["kubectl", "version", "--client"],
+        )?
+        .check("kubectl version --client")?;
+    contains(&out, "Client Version", "kubectl version --client")?;
     Ok(())
 }
 

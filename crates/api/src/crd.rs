@@ -572,6 +572,13 @@ fn sip_cluster_spec() -> Value {
 fn sip_cluster_status() -> Value {
     object(&[
         (
+            "jumpHosts",
+            array(object(&[
+                ("service", string()),
+                ("clientCertificate", certificate()),
+            ])),
+        ),
+        (
             "oidcProviders",
             array(object(&[
                 ("service", string()),

@@ -455,6 +455,25 @@ pub struct SipClusterStatus {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub oidc_providers: Vec<OidcProviderStatus>,
+    /// Ours: the client certificates of the jump hosts' tenant kubeconfigs (when
+    /// `spec.clusterRef` names one of our Clusters).
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub jump_hosts: Vec<JumpHostStatus>,
+}
+
+/// Ours: what a jump host's kubeconfig for the `clusterRef` cluster authenticates with: a
+/// client certificate from that cluster's API server client CA, made by the planner and kept
+/// (renewed ahead of its end, or when that CA changes). `Debug` never shows its key.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JumpHostStatus {
+    /// The service: `jump-host-<index>`.
+    pub service: String,
+    pub client_certificate: crate::common::Certificate,
 }
 
 /// A condition as `metav1.Condition` has it (what upstream's CRD requires).

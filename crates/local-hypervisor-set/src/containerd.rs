@@ -190,6 +190,26 @@ pub fn image_tarballs(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(tars)
 }
 
+/// Tarballs (file names `<image>_<tag>.tar`) of images only SIPClusters' support services
+/// run: those go to public hypervisors, where services are placed, and never run on a
+/// private one (the jump host's image carries kubectl: 17 MiB a hypervisor saved).
+const PUBLIC_ONLY: [&str; 2] = ["jump-host_", "oidc-provider_"];
+
+/// The tarballs a hypervisor of `visibility` imports: all of them on a public one.
+pub fn tarballs_for(visibility: crate::plan::Visibility, tarballs: &[PathBuf]) -> Vec<PathBuf> {
+    tarballs
+        .iter()
+        .filter(|t| {
+            visibility == crate::plan::Visibility::Public
+                || !t
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| PUBLIC_ONLY.iter().any(|p| n.starts_with(p)))
+        })
+        .cloned()
+        .collect()
+}
+
 /// Imports image tarballs into a containerd's `k8s.io` namespace (the one CRI uses), without
 /// unpacking them: CRI unpacks an image into a snapshot the first time a sandbox or container
 /// uses it, so only the images a hypervisor runs pay for it (the import is then ~2.5x
@@ -214,6 +234,22 @@ pub fn import_images(socket: &Path, tarballs: &[PathBuf]) -> Result<()> {
 mod tests {
     use super::*;
     use crate::state::Paths;
+
+    #[test]
+    fn sip_service_images_go_to_public_hypervisors_only() {
+        use crate::plan::Visibility;
+        let all: Vec<PathBuf> = [
+            "etcd_3.6.4-0.tar",
+            "haproxy_2.6.12.tar",
+            "jump-host_0.1.0.tar",
+            "oidc-provider_0.1.0.tar",
+        ]
+        .iter()
+        .map(|n| PathBuf::from("/images").join(n))
+        .collect();
+        assert_eq!(tarballs_for(Visibility::Public, &all), all);
+        assert_eq!(tarballs_for(Visibility::Private, &all), all[..2].to_vec());
+    }
 
     #[test]
     fn config_is_isolated_per_hypervisor() {

@@ -255,16 +255,21 @@ fn build(
         let _ = writeln!(progress, "{name}: containerd {pid} ready");
     }
 
+    let private = containerd::tarballs_for(crate::plan::Visibility::Private, tarballs);
     let _ = writeln!(
         progress,
-        "set {set}: importing {} images into each hypervisor",
-        tarballs.len()
+        "set {set}: importing {} images into each public hypervisor, {} into each private one",
+        tarballs.len(),
+        private.len()
     );
     std::thread::scope(|scope| {
         let handles: Vec<_> = state
             .hypervisors
             .iter()
-            .map(|hv| scope.spawn(move || sys.import_images(&hv.socket, tarballs)))
+            .map(|hv| {
+                let wanted = containerd::tarballs_for(hv.visibility, tarballs);
+                scope.spawn(move || sys.import_images(&hv.socket, &wanted))
+            })
             .collect();
         handles
             .into_iter()

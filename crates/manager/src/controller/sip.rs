@@ -209,11 +209,13 @@ async fn run_services<S: Store, C: Connector, N: Network>(
         let before = world.hypervisors.clone();
         let plans = plan_services(world, reports, &ctx.options.plan.render, now());
         write_shares(store, &before, world, &owner).await?;
-        // An OIDC provider's PKI is kept before anything runs (a failed run must not make
-        // new certificates next time), and the clusterRef cluster told to trust it: its own
-        // controller then configures its API servers.
+        // What the planner keeps in the status (an OIDC provider's PKI, the jump hosts'
+        // credentials) is written before anything runs (a failed run must not make new
+        // certificates next time), and the clusterRef cluster told to trust the provider:
+        // its own controller then configures its API servers.
         if let Some(updated) = world.sip_clusters.get(key)
-            && updated.status.oidc_providers != sip.status.oidc_providers
+            && (updated.status.oidc_providers != sip.status.oidc_providers
+                || updated.status.jump_hosts != sip.status.jump_hosts)
         {
             let written = store.update_status(updated).await?;
             world.sip_clusters.insert(key.clone(), written);

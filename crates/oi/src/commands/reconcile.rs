@@ -257,6 +257,15 @@ impl Runner {
             now,
         );
         let (mut world, executed) = self.run(world, now);
+        // A SIPCluster that waited for a cluster's first run (its endpoint, for a jump host's
+        // kubeconfig) has it now.
+        let plans = oi_planner::sip::services::replan_waiting(
+            &mut world,
+            &reports,
+            plans,
+            &self.plan_options.render,
+            now,
+        );
         let services = self.sip_services(&mut world, &reports, &plans, now);
         (world, executed, SipRun { reports, services })
     }

@@ -146,6 +146,9 @@ pub struct SipServices {
     pub deleted: bool,
     /// Services asked for that are not run by us, and why (the control plane's own ingress).
     pub notes: Vec<String>,
+    /// What waits for the `clusterRef` cluster (its endpoint, made by the clusters' run): the
+    /// SIPCluster is not ready until a later plan has it.
+    pub waiting: Vec<String>,
     /// Why its services cannot be placed (nothing was changed for it).
     pub error: Option<String>,
 }
@@ -208,6 +211,53 @@ pub fn plan_services(
         .iter()
         .filter(|r| r.deleted || r.selection.shortfalls.is_empty())
         .map(|r| plan_one(world, r, options, now))
+        .collect()
+}
+
+/// Plans again the SIPClusters of `plans` that waited for their `clusterRef` cluster (see
+/// [`SipServices::waiting`]), after the clusters' run: their placed services stay where they
+/// are, and what the first plan moved them away from is still swept. The others' plans are
+/// returned as they were.
+pub fn replan_waiting(
+    world: &mut World,
+    reports: &[SipReport],
+    plans: Vec<SipServices>,
+    options: &RenderOptions,
+    now: time::OffsetDateTime,
+) -> Vec<SipServices> {
+    let waiting: Vec<SipReport> = reports
+        .iter()
+        .filter(|r| {
+            plans
+                .iter()
+                .any(|p| p.key == r.key && !p.deleted && !p.waiting.is_empty())
+        })
+        .cloned()
+        .collect();
+    if waiting.is_empty() {
+        return plans;
+    }
+    let mut again = plan_services(world, &waiting, options, now);
+    plans
+        .into_iter()
+        .map(
+            |first| match again.iter().position(|p| p.key == first.key) {
+                Some(i) => {
+                    let mut p = again.swap_remove(i);
+                    p.hypervisors.extend(first.hypervisors);
+                    for (h, dirs) in first.leaving {
+                        let merged = p.leaving.entry(h).or_default();
+                        for d in dirs {
+                            if !merged.contains(&d) {
+                                merged.push(d);
+                            }
+                        }
+                    }
+                    p
+                }
+                None => first,
+            },
+        )
         .collect()
 }
 
@@ -322,6 +372,22 @@ fn plan_one(
     };
     if let Some(note) = oidc::wire_cluster(world, report, &dropped) {
         out.notes.push(note);
+    }
+    let jump_hosts: BTreeSet<String> = chosen
+        .iter()
+        .filter(|(_, w)| w.kind == ServiceKind::JumpHost)
+        .map(|(_, w)| w.name.clone())
+        .collect();
+    if let Err(e) = jump::keep_credentials(world, key, &jump_hosts, now) {
+        out.error = Some(e);
+        return out;
+    }
+    if let Some(sip) = world.sip_clusters.get(key) {
+        for name in &jump_hosts {
+            if let Err(why) = jump::kubeconfig(world, sip, name) {
+                out.waiting.push(why);
+            }
+        }
     }
     let Some(sip) = world.sip_clusters.get(key).cloned() else {
         write_back(world, &allocators);
@@ -753,6 +819,10 @@ fn render(
                 sshd_config(&address, ports[0], &state).into_bytes(),
                 0o644,
             ));
+            // Waiting for the cluster's endpoint is in the plan's `waiting`.
+            if let Ok(Some(kubeconfig)) = jump::kubeconfig(world, sip, &w.name) {
+                files.push(file("kubeconfig", kubeconfig.into_bytes(), 0o600));
+            }
             let container = ContainerSpec {
                 name: "sshd".into(),
                 image: image(INFRA.jump_host),
@@ -938,6 +1008,7 @@ pub fn jump_host_start(config: &str, state: &str) -> String {
          cp {config}/ssh_config {home}/.ssh/config\n\
          cp {config}/node-keys/* {home}/.ssh/keys/\n\
          cp {config}/hosts.json {home}/hosts.json\n\
+         if [ -f {config}/kubeconfig ]; then mkdir -p {home}/.kube; cp {config}/kubeconfig {home}/.kube/config; fi\n\
          chown -R 1000:1000 {home}\n\
          chmod 0755 {home}\n\
          mkdir -p /run/sshd\n\
@@ -946,7 +1017,9 @@ pub fn jump_host_start(config: &str, state: &str) -> String {
     )
 }
 
+mod jump;
 mod oidc;
+pub use jump::user as jump_host_user;
 pub use oidc::{CA_LIFETIME, DEFAULT_CLIENT_ID, RENEW_BEFORE, SERVING_LIFETIME, issuer};
 
 #[cfg(test)]
@@ -1042,6 +1115,7 @@ pub fn record_services(
         if let Some(e) = &plan.error {
             failing.push(format!("cannot be placed: {e}"));
         }
+        failing.extend(plan.waiting.iter().cloned());
         if let Some(r) = result {
             if let Some(e) = &r.sweep_error {
                 failing.push(format!("removing what left: {e}"));

@@ -441,7 +441,17 @@ fn own_cluster_world() -> World {
     let cluster = format!(
         "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Cluster\nmetadata: {{name: c1, namespace: {NS}}}\nspec: {{}}\n"
     );
-    w.clusters.extend(load(&[&cluster]).clusters);
+    w.clusters.extend(
+        load(&[&cluster])
+            .clusters
+            .into_iter()
+            .map(|(k, c)| (k, crate::testutil::with_pki(c))),
+    );
+    w.clusters
+        .get_mut(&ObjectKey::new(NS, "c1"))
+        .unwrap()
+        .status
+        .api_server_endpoint = "https://10.1.0.2:30050".into();
     w.secrets.extend(
         users_secret(&format!(
             "- username: alice\n  email: alice@example.com\n  passwordHash: '{HASH}'\n"
@@ -468,7 +478,7 @@ fn the_control_plane_of_a_cluster_of_ours_is_its_ingress_and_its_api_servers_tru
     assert_eq!(
         p.notes,
         [
-            "spec.services.loadBalancerControlPlane[0]: the control plane is cluster tenants/c1's, behind its own ingress",
+            "spec.services.loadBalancerControlPlane[0]: the control plane is cluster tenants/c1's, behind its own ingress (https://10.1.0.2:30050)",
             "spec.services.oidcProvider[0]: cluster tenants/c1's API servers trust it (https://10.1.0.2:30090)",
         ]
     );
@@ -575,6 +585,111 @@ fn the_control_plane_of_a_cluster_of_ours_is_its_ingress_and_its_api_servers_tru
         .find(|s| s.kind == ServiceKind::OidcProvider)
         .unwrap();
     assert_eq!(s2.files, s.files);
+}
+
+#[test]
+fn the_jump_host_gets_a_kubeconfig_of_our_cluster_with_a_credential_of_its_own() {
+    let mut w = own_cluster_world();
+    let (_, plans) = plan(&mut w);
+    assert_eq!(plans[0].waiting, Vec::<String>::new());
+    let jump = plans[0]
+        .services
+        .iter()
+        .find(|s| s.kind == ServiceKind::JumpHost)
+        .unwrap();
+    let kubeconfig = file(jump, "kubeconfig");
+    assert_eq!(kubeconfig.mode, 0o600);
+    let config: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&kubeconfig.content).unwrap();
+    assert_eq!(
+        config["clusters"][0]["cluster"]["server"],
+        "https://10.1.0.2:30050"
+    );
+    let user = "oneinfra:sipcluster:tenants:s1:jump-host-0";
+    assert_eq!(config["users"][0]["name"], user);
+    // Its certificate: from the cluster's API server client CA, that user, in system:masters.
+    let kept = w.sip_clusters[&key("s1")].status.jump_hosts.clone();
+    assert_eq!(kept.len(), 1);
+    let cert = &kept[0].client_certificate.certificate;
+    let ca = crate::testutil::shared_pki()
+        .api_server_client
+        .certificate_pem();
+    assert!(oi_pki::is_signed_by(cert, ca).unwrap());
+    let info = oi_pki::inspect_certificate(cert).unwrap();
+    assert_eq!(info.common_name.as_deref(), Some(user));
+    assert_eq!(info.organizations, ["system:masters"]);
+    assert!(jump.pod.containers[0].command[2].contains("/.kube/config"));
+    // Kept as it is on the next run.
+    let (_, again) = plan(&mut w);
+    assert_eq!(w.sip_clusters[&key("s1")].status.jump_hosts, kept);
+    let jump2 = again[0]
+        .services
+        .iter()
+        .find(|s| s.kind == ServiceKind::JumpHost)
+        .unwrap();
+    assert_eq!(file(jump2, "kubeconfig"), kubeconfig);
+    // Near its end: a new one.
+    let later = NOW + SERVING_LIFETIME - RENEW_BEFORE + time::Duration::days(1);
+    let reports = reconcile_sip(&mut w, later);
+    plan_services(&mut w, &reports, &options(), later);
+    assert_ne!(w.sip_clusters[&key("s1")].status.jump_hosts, kept);
+    // Without a cluster of ours: no kubeconfig, no credential.
+    w.sip_clusters.get_mut(&key("s1")).unwrap().spec.cluster_ref = None;
+    let (_, plans) = plan(&mut w);
+    let jump = plans[0]
+        .services
+        .iter()
+        .find(|s| s.kind == ServiceKind::JumpHost)
+        .unwrap();
+    assert!(!jump.files.iter().any(|f| f.path.ends_with("/kubeconfig")));
+    assert!(w.sip_clusters[&key("s1")].status.jump_hosts.is_empty());
+}
+
+#[test]
+fn a_jump_host_waits_for_its_clusters_endpoint_and_is_planned_again_after_the_clusters_run() {
+    let mut w = own_cluster_world();
+    let c1 = ObjectKey::new(NS, "c1");
+    w.clusters
+        .get_mut(&c1)
+        .unwrap()
+        .status
+        .api_server_endpoint
+        .clear();
+    let (reports, plans) = plan(&mut w);
+    assert_eq!(
+        plans[0].waiting,
+        [
+            "jump-host-0: the kubeconfig of cluster tenants/c1 waits for its PKI and API server endpoint"
+        ]
+    );
+    let jump = plans[0]
+        .services
+        .iter()
+        .find(|s| s.kind == ServiceKind::JumpHost)
+        .unwrap();
+    assert!(!jump.files.iter().any(|f| f.path.ends_with("/kubeconfig")));
+    // Recorded as is, it is not ready, saying why.
+    let outcome = record_services(&mut w.clone(), &reports, &plans, &[], NOW);
+    assert!(!outcome[0].ready);
+    assert!(
+        outcome[0]
+            .failing
+            .iter()
+            .any(|f| f.contains("waits for its PKI"))
+    );
+    // The clusters' run gives the cluster its endpoint: planned again, it has its kubeconfig;
+    // a plan not waiting is kept as it was.
+    w.clusters.get_mut(&c1).unwrap().status.api_server_endpoint = "https://10.1.0.2:30050".into();
+    let again = replan_waiting(&mut w, &reports, plans.clone(), &options(), NOW);
+    assert_eq!(again[0].waiting, Vec::<String>::new());
+    let jump = again[0]
+        .services
+        .iter()
+        .find(|s| s.kind == ServiceKind::JumpHost)
+        .unwrap();
+    assert!(jump.files.iter().any(|f| f.path.ends_with("/kubeconfig")));
+    assert_eq!(again[0].hypervisors, plans[0].hypervisors);
+    let not_waiting = replan_waiting(&mut w, &reports, again.clone(), &options(), NOW);
+    assert_eq!(not_waiting, again);
 }
 
 #[test]

@@ -1904,8 +1904,25 @@ async fn the_sip_cluster_controller_runs_its_services_beside_clusters_and_tears_
         .collect();
     assert!(!cluster_ports.contains(&30090) && !cluster_ports.contains(&30091));
 
-    // Deleted: its pods and ports go before the finalizer does.
+    // Deleted while its hypervisor cannot be reached: the teardown fails, and the finalizer,
+    // its ports and its pods all stay for the next try (which knows where to look).
     h.store.delete::<oi_api::SipCluster>(&k).await.unwrap();
+    h.ctx
+        .connector
+        .down
+        .lock()
+        .unwrap()
+        .insert("public-1".to_string());
+    let failed = reconcile_sip_cluster(&k, &h.ctx).await;
+    assert!(
+        matches!(failed, Err(ReconcileError::SipTeardown { .. })),
+        "{failed:?}"
+    );
+    assert!(h.store.object::<oi_api::SipCluster>(&k).is_some());
+    assert_eq!(sip_ports(&h), placed);
+    assert!(h.pods().contains(&"public-1/s1-jump-host-0".to_string()));
+    h.ctx.connector.down.lock().unwrap().clear();
+    // Reachable again: its pods and ports go before the finalizer does.
     assert_eq!(
         reconcile_sip_cluster(&k, &h.ctx).await.unwrap(),
         Action::AwaitChange

@@ -35,8 +35,6 @@ pub struct SipReport {
     pub hosts: BTreeMap<ObjectKey, HostData>,
     /// Hosts whose labels changed.
     pub relabelled: Vec<ObjectKey>,
-    /// When deleted: the SIPCluster as it was (what its services' teardown needs to know).
-    pub removed: Option<Box<SipCluster>>,
     pub ready: bool,
     pub reason: String,
     pub message: String,
@@ -184,14 +182,14 @@ pub fn reconcile_sip(world: &mut World, now: OffsetDateTime) -> Vec<SipReport> {
         }
         data.retain(|k, _| selection.hosts.contains_key(k));
         if deleted {
-            let removed = world.sip_clusters.remove(&key).map(Box::new);
+            // It stays in the world until its services are gone
+            // ([`services::record_services`] drops it then).
             reports.push(SipReport {
                 key,
                 deleted: true,
                 selection,
                 hosts: data,
                 relabelled,
-                removed,
                 ready: false,
                 reason: String::new(),
                 message: String::new(),
@@ -245,7 +243,6 @@ pub fn reconcile_sip(world: &mut World, now: OffsetDateTime) -> Vec<SipReport> {
             selection,
             hosts: data,
             relabelled,
-            removed: None,
             ready,
             reason: reason.to_string(),
             message,

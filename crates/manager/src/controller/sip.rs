@@ -213,7 +213,8 @@ async fn run_services<S: Store, C: Connector, N: Network>(
         // credentials) is written before anything runs (a failed run must not make new
         // certificates next time), and the clusterRef cluster told to trust the provider:
         // its own controller then configures its API servers.
-        if let Some(updated) = world.sip_clusters.get(key)
+        if !report.deleted
+            && let Some(updated) = world.sip_clusters.get(key)
             && (updated.status.oidc_providers != sip.status.oidc_providers
                 || updated.status.jump_hosts != sip.status.jump_hosts)
         {

@@ -316,12 +316,16 @@ fn plan_one(
         }
     };
     let wanted_names: BTreeSet<&str> = wanted.iter().map(|w| w.name.as_str()).collect();
-    // Services no longer asked for (all of them when deleted) let their ports go.
+    // Services no longer asked for let their ports go. A deleted SIPCluster's stay held
+    // until its pods are gone ([`record_services`] releases them then): a sweep that fails
+    // must still know where to look next time.
     for (h, ports) in &mut allocators {
         for (o, _) in ports.cluster_owners(&key.namespace, &owner_name) {
             let service = service_of(&o.component).to_string();
             if !wanted_names.contains(service.as_str()) {
-                ports.release(&o);
+                if !report.deleted {
+                    ports.release(&o);
+                }
                 leave(&mut out.leaving, h, key, &service);
             }
         }
@@ -1062,6 +1066,30 @@ pub fn record_services(
         let key = &plan.key;
         let owner = owner_cluster(&key.name);
         let result = results.iter().find(|r| &r.key == key);
+        if plan.deleted {
+            // Gone only once its pods are: then its ports and file records go, and it
+            // leaves the world. Otherwise everything stays for the next try.
+            if result.is_some_and(|r| r.sweep_error.is_none()) {
+                for h in world.hypervisors.values_mut() {
+                    let mut ports = PortAllocator::from_hypervisor(h);
+                    let held = ports.cluster_owners(&key.namespace, &owner);
+                    if !held.is_empty() {
+                        for (o, _) in held {
+                            ports.release(&o);
+                        }
+                        ports.write_status(&mut h.status);
+                    }
+                    if let Some(clusters) = h.status.files.get_mut(&key.namespace) {
+                        clusters.remove(&owner);
+                        if clusters.is_empty() {
+                            h.status.files.remove(&key.namespace);
+                        }
+                    }
+                }
+                world.sip_clusters.remove(key);
+            }
+            continue;
+        }
         if plan.error.is_none() {
             for h in world.hypervisors.values_mut() {
                 let name = h.metadata.name.clone();

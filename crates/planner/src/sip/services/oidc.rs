@@ -203,21 +203,7 @@ pub(super) fn wire_cluster(
     report: &crate::sip::SipReport,
     dropped: &[String],
 ) -> Option<String> {
-    // A deleted SIPCluster has left the world: the report keeps it as it was.
-    let sip = match world.sip_clusters.get(&report.key) {
-        Some(s) => s.clone(),
-        None => (**report.removed.as_ref()?).clone(),
-    };
-    let dropped: Vec<String> = if world.sip_clusters.contains_key(&report.key) {
-        dropped.to_vec()
-    } else {
-        sip.status
-            .oidc_providers
-            .iter()
-            .map(|p| p.issuer_url.clone())
-            .collect()
-    };
-    let sip = &sip;
+    let sip = &world.sip_clusters.get(&report.key)?.clone();
     let cluster_key = own_cluster(world, sip)?;
     let wanted = if report.deleted {
         None

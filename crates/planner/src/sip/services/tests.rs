@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use oi_api::{ObjectKey, World};
 use pretty_assertions::assert_eq;
@@ -399,15 +399,21 @@ fn placed_services_stay_and_services_no_longer_asked_for_let_their_ports_go() {
             .iter()
             .any(|(o, _)| o.contains("lb-worker"))
     );
-    // Deleted: every port goes, and its whole directories.
+    // Deleted: its pods and whole directories are to go; its ports stay held until they
+    // are gone, so that a sweep that fails knows where to look next time.
     w.sip_clusters
         .get_mut(&key("s1"))
         .unwrap()
         .metadata
         .deletion_timestamp = Some(NOW);
-    let (_, plans) = plan(&mut w);
+    let held = ports_of(&w, "public-2");
+    let (reports, plans) = plan(&mut w);
     assert!(plans[0].deleted);
     assert!(plans[0].services.is_empty());
+    assert_eq!(
+        plans[0].hypervisors,
+        BTreeSet::from(["public-2".to_string()])
+    );
     assert_eq!(
         plans[0].leaving["public-2"],
         [
@@ -415,7 +421,37 @@ fn placed_services_stay_and_services_no_longer_asked_for_let_their_ports_go() {
             "/var/lib/oneinfra/_sip/tenants/s1"
         ]
     );
+    assert_eq!(ports_of(&w, "public-2"), held);
+    // The sweep failed: everything stays, the SIPCluster with it; the next plan sweeps the
+    // same hypervisor.
+    let failed = vec![SipServicesResult {
+        key: key("s1"),
+        services: Vec::new(),
+        sweep_error: Some("hypervisor public-2 cannot be reached".into()),
+    }];
+    assert!(record_services(&mut w, &reports, &plans, &failed, NOW).is_empty());
+    assert!(w.sip_clusters.contains_key(&key("s1")));
+    assert_eq!(ports_of(&w, "public-2"), held);
+    let (reports, plans) = plan(&mut w);
+    assert_eq!(
+        plans[0].hypervisors,
+        BTreeSet::from(["public-2".to_string()])
+    );
+    // Swept: its ports and file records go, and it leaves the world.
+    let swept = vec![SipServicesResult {
+        key: key("s1"),
+        services: Vec::new(),
+        sweep_error: None,
+    }];
+    record_services(&mut w, &reports, &plans, &swept, NOW);
+    assert!(!w.sip_clusters.contains_key(&key("s1")));
     assert!(ports_of(&w, "public-2").is_empty());
+    assert!(!w.hypervisors.values().any(|h| {
+        h.status
+            .files
+            .get(NS)
+            .is_some_and(|c| c.contains_key("SIPCluster/s1"))
+    }));
 }
 
 const HASH: &str = "$pbkdf2-sha256$i=10000$c2FsdHNhbHQ$8AsC4H/147lFlEEMCnL1JMziEIWaSGvXLB7jM4MIJaM";

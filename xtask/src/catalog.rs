@@ -26,9 +26,23 @@ pub const HOST_KEEPALIVED: &str = "/usr/sbin/keepalived";
 pub const HOST_SSHD: &str = "/usr/sbin/sshd";
 pub const HOST_SSH: &str = "/usr/bin/ssh";
 pub const HOST_SSH_KEYGEN: &str = "/usr/bin/ssh-keygen";
-/// kubectl, for the jump host's tenant kubeconfig (not a Debian package: machines of this
-/// kind come with it, scripts/setup.sh checks; a static binary).
-pub const HOST_KUBECTL: &str = "/usr/bin/kubectl";
+/// kubectl, for the jump host's tenant kubeconfig: found on `PATH` (not a Debian package:
+/// machines of this kind come with it, scripts/setup.sh checks; a static binary).
+pub const HOST_KUBECTL: &str = "kubectl";
+
+/// `program` on `PATH`, its symlinks resolved.
+fn on_path(program: &str) -> Result<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .ok_or_else(|| Error::Io {
+            op: "find on PATH",
+            path: PathBuf::from(program),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        })
+        .and_then(|p| std::fs::canonicalize(&p).map_err(crate::io_err("resolve", p)))
+}
 /// Where the jump host's `host` tool is in its image (`host` runs it with the inventory).
 pub const HOST_TOOL_PATH: &str = "/usr/local/bin/oi-host";
 /// The jump host's login user, as upstream SIP's image has it.
@@ -247,9 +261,7 @@ impl ImageDef {
                 fs.binary_with_libs("/usr/sbin/sshd", Path::new(HOST_SSHD))?;
                 fs.binary_with_libs("/usr/bin/ssh", Path::new(HOST_SSH))?;
                 fs.binary_with_libs("/usr/bin/ssh-keygen", Path::new(HOST_SSH_KEYGEN))?;
-                let kubectl = std::fs::canonicalize(HOST_KUBECTL)
-                    .map_err(crate::io_err("resolve", Path::new(HOST_KUBECTL)))?;
-                fs.binary_with_libs("/usr/local/bin/kubectl", &kubectl)?;
+                fs.binary_with_libs("/usr/local/bin/kubectl", &on_path(HOST_KUBECTL)?)?;
                 fs.binary_with_libs(HOST_TOOL_PATH, &helpers.host_tool()?)?;
                 fs.bytes("/usr/local/bin/host", 0o755, HOST_WRAPPER)?;
                 add_busybox(&mut fs)?;

@@ -104,14 +104,20 @@ impl Provider {
     }
 }
 
-fn curl(ca: &Path, args: &[&str]) -> String {
-    let out = Command::new("curl")
+/// `curl -sS --max-time 10 --cacert CA ARGS...`.
+fn curl_output(ca: &Path, args: &[&str]) -> std::process::Output {
+    Command::new("curl")
         .args(["-sS", "--max-time", "10", "--cacert"])
         .arg(ca)
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// What curl printed, stdout then stderr, whatever its status.
+fn curl(ca: &Path, args: &[&str]) -> String {
+    let out = curl_output(ca, args);
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }
 
@@ -289,13 +295,7 @@ const OIDC_PORT: u16 = 30443;
 
 /// `curl` that fails the test when curl itself fails (not on an HTTP error status).
 fn curl_ok(ca: &Path, args: &[&str]) -> String {
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "10", "--cacert"])
-        .arg(ca)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = curl_output(ca, args);
     assert!(out.status.success(), "curl {args:?}: {out:?}");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }

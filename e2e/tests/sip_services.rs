@@ -206,6 +206,18 @@ fn poll<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
     }
 }
 
+/// The real parts and OpenSSH's client tools, or the test says why it cannot run.
+fn ssh_prerequisites(test: &str) -> bool {
+    prerequisites(test)
+        && oi_testsupport::require(
+            test,
+            "OpenSSH's ssh and ssh-keygen (scripts/setup.sh installs them)",
+            ["/usr/bin/ssh", "/usr/bin/ssh-keygen"]
+                .iter()
+                .all(|p| Path::new(p).is_file()),
+        )
+}
+
 fn keygen(path: &Path) -> String {
     ok(
         "ssh-keygen",
@@ -637,15 +649,7 @@ fn the_manager_runs_a_sip_clusters_services_and_tears_them_down() {
     use oi_manager::store::Store as _;
     use oi_manager_testsupport::memory::MemoryStore;
     use std::sync::Arc;
-    if !prerequisites(TEST)
-        || !oi_testsupport::require(
-            TEST,
-            "OpenSSH's ssh and ssh-keygen (scripts/setup.sh installs them)",
-            ["/usr/bin/ssh", "/usr/bin/ssh-keygen"]
-                .iter()
-                .all(|p| Path::new(p).is_file()),
-        )
-    {
+    if !ssh_prerequisites(TEST) {
         return;
     }
     let set = LocalSet::create("sipm", 0, 1, false).unwrap();
@@ -767,15 +771,7 @@ const OWN_JUMP_PORT: u16 = 30400;
 #[test]
 fn the_jump_host_reaches_our_cluster_with_kubectl() {
     const TEST: &str = "the_jump_host_reaches_our_cluster_with_kubectl";
-    if !prerequisites(TEST)
-        || !oi_testsupport::require(
-            TEST,
-            "OpenSSH's ssh and ssh-keygen (scripts/setup.sh installs them)",
-            ["/usr/bin/ssh", "/usr/bin/ssh-keygen"]
-                .iter()
-                .all(|p| Path::new(p).is_file()),
-        )
-    {
+    if !ssh_prerequisites(TEST) {
         return;
     }
     let set = LocalSet::create("sipkube", 1, 1, false).unwrap();

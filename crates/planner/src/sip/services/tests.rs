@@ -463,6 +463,11 @@ fn users_secret(users: &str) -> World {
     )])
 }
 
+/// The SIPCluster s1 of `w`.
+fn s1(w: &mut World) -> &mut oi_api::SipCluster {
+    w.sip_clusters.get_mut(&key("s1")).unwrap()
+}
+
 /// ALL with an OIDC provider, a cluster c1 of ours named by clusterRef, the users Secret.
 fn own_cluster_world() -> World {
     let services = ALL.replacen(
@@ -787,13 +792,7 @@ fn removing_the_oidc_provider_takes_back_what_it_set_and_only_that() {
     plan(&mut w);
     let c1 = ObjectKey::new(NS, "c1");
     assert!(w.clusters[&c1].spec.api_server.oidc.is_some());
-    w.sip_clusters
-        .get_mut(&key("s1"))
-        .unwrap()
-        .spec
-        .services
-        .oidc_provider
-        .clear();
+    s1(&mut w).spec.services.oidc_provider.clear();
     let (_, plans) = plan(&mut w);
     assert_eq!(plans[0].error, None);
     assert_eq!(w.clusters[&c1].spec.api_server.oidc, None);
@@ -807,11 +806,7 @@ fn removing_the_oidc_provider_takes_back_what_it_set_and_only_that() {
     // The SIPCluster deleted: the same.
     let mut w = own_cluster_world();
     plan(&mut w);
-    w.sip_clusters
-        .get_mut(&key("s1"))
-        .unwrap()
-        .metadata
-        .deletion_timestamp = Some(NOW);
+    s1(&mut w).metadata.deletion_timestamp = Some(NOW);
     let (_, plans) = plan(&mut w);
     assert!(plans[0].deleted);
     assert_eq!(w.clusters[&c1].spec.api_server.oidc, None);
@@ -825,13 +820,7 @@ fn removing_the_oidc_provider_takes_back_what_it_set_and_only_that() {
         ..oi_api::ApiServerOidc::default()
     };
     w.clusters.get_mut(&c1).unwrap().spec.api_server.oidc = Some(theirs.clone());
-    w.sip_clusters
-        .get_mut(&key("s1"))
-        .unwrap()
-        .spec
-        .services
-        .oidc_provider
-        .clear();
+    s1(&mut w).spec.services.oidc_provider.clear();
     plan(&mut w);
     assert_eq!(w.clusters[&c1].spec.api_server.oidc, Some(theirs));
 }

@@ -21,6 +21,7 @@ use crate::provider::{Provider, Reply, Request, decode};
 /// Request bodies larger than this are refused.
 pub const MAX_BODY: usize = 64 * 1024;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The TLS configuration from PEM files.
 ///
@@ -72,7 +73,11 @@ pub async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, provid
                 let provider = Arc::clone(&provider);
                 async move { Ok::<_, Infallible>(answer(&provider, request).await) }
             });
+            // A client that does not finish its headers is dropped (slow clients cannot hold
+            // connections open for ever).
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use oi_api::sip::{CLUSTER_NAME_LABEL, NODE_STATE_LABEL, NODE_TYPE_LABEL, SELECTION_LABELS};
 use oi_api::{ObjectKey, World};
@@ -333,4 +334,112 @@ fn the_jump_host_inventory_lists_the_held_hosts_with_their_bmcs() {
         "{}",
         stderr(&out)
     );
+}
+
+/// Runs `oi sipcluster hash-password --iterations 10000` with a terminal on stdin, typing
+/// `typed` (one line per prompt, each after its prompt shows): its output and what the
+/// terminal showed.
+fn hash_on_terminal(typed: [&str; 2]) -> (std::process::Output, String) {
+    use std::io::{Read as _, Write as _};
+    let pty = pty();
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&pty.slave)
+        .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_oi"))
+        .args(["sipcluster", "hash-password", "--iterations", "10000"])
+        .stdin(std::process::Stdio::from(slave))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Whatever happens, the child is gone within 30 s (then the reads below end).
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watchdog = {
+        let (done, pid) = (std::sync::Arc::clone(&done), child.id());
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                if Instant::now() > deadline {
+                    let _ = std::process::Command::new("kill")
+                        .args(["-9", &pid.to_string()])
+                        .status();
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    let mut stderr = child.stderr.take().unwrap();
+    let mut master = std::fs::File::from(pty.master.try_clone().unwrap());
+    let mut shown_prompts = String::new();
+    for (prompt, line) in ["Password: ", "Again: "].into_iter().zip(typed) {
+        // The prompt shows once echo is off (what is typed before is discarded): wait for it.
+        while !shown_prompts.ends_with(prompt) {
+            let mut byte = [0u8; 1];
+            assert_eq!(stderr.read(&mut byte).unwrap(), 1, "{shown_prompts}");
+            shown_prompts.push(byte[0] as char);
+        }
+        master.write_all(format!("{line}\n").as_bytes()).unwrap();
+    }
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    let mut out = child.wait_with_output().unwrap();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    watchdog.join().unwrap();
+    out.stderr = format!("{shown_prompts}{rest}").into_bytes();
+    // The child is gone and the test holds no slave: the master reads what was shown, then
+    // fails (EIO) at the end.
+    drop(pty.slave);
+    let mut shown = Vec::new();
+    let _ = master.read_to_end(&mut shown);
+    (out, String::from_utf8_lossy(&shown).into_owned())
+}
+
+#[test]
+fn hash_password_asks_twice_on_a_terminal_without_echo() {
+    let (out, shown) = hash_on_terminal(["correct horse", "correct horse"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "Password: Again: ");
+    let hash = stdout(&out);
+    let parts = oi_api::oidc::parse_hash(hash.trim()).unwrap();
+    assert!(oi_oidc::password::verify(&parts, "correct horse"));
+    assert!(!shown.contains("correct"), "echoed: {shown:?}");
+
+    let (out, shown) = hash_on_terminal(["one", "two"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("the two passwords typed differ"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stdout(&out).is_empty());
+    assert!(
+        !shown.contains("one") && !shown.contains("two"),
+        "{shown:?}"
+    );
+}
+
+#[test]
+fn hash_password_reads_the_first_line_of_a_pipe_and_refuses_none() {
+    let out = oi(
+        &["sipcluster", "hash-password", "--iterations", "10000"],
+        b"s3cret\nignored\n",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let parts = oi_api::oidc::parse_hash(stdout(&out).trim()).unwrap();
+    assert!(oi_oidc::password::verify(&parts, "s3cret"));
+    let out = oi(&["sipcluster", "hash-password"], b"");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("no password on stdin"),
+        "{}",
+        stderr(&out)
+    );
+    let out = oi(
+        &["sipcluster", "hash-password", "--iterations", "100"],
+        b"x\n",
+    );
+    assert!(stderr(&out).contains("at least 10000"), "{}", stderr(&out));
 }

@@ -29,24 +29,6 @@ enum Input<'a> {
     File(&'a Path),
 }
 
-/// A pseudo-terminal: the master stays open while the child runs.
-struct Pty {
-    _master: std::os::fd::OwnedFd,
-    slave: PathBuf,
-}
-
-fn pty() -> Pty {
-    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
-    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
-    grantpt(&master).unwrap();
-    unlockpt(&master).unwrap();
-    let name = ptsname(&master, Vec::new()).unwrap();
-    Pty {
-        _master: master,
-        slave: PathBuf::from(name.to_str().unwrap()),
-    }
-}
-
 /// Starts `oi` in `dir` with `args` (plus `--now`).
 fn start(dir: &Path, args: &[&str], input: &Input<'_>) -> (Child, Option<Pty>) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_oi"));

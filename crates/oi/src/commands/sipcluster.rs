@@ -92,26 +92,54 @@ pub fn inventory(
     Ok(note)
 }
 
-/// `oi sipcluster hash-password`: the first line of `input` hashed for a users list.
+/// `oi sipcluster hash-password`: a password hashed for a users list. From a terminal it is
+/// asked for twice, not echoed; otherwise it is the first line of `input`.
 ///
 /// # Errors
-/// When there is no password, or the iterations are too few.
+/// When there is no password, the two typed differ, or the iterations are too few.
 pub fn hash_password(
     args: &crate::args::HashPasswordArgs,
     mut input: impl Read,
     output: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let mut text = String::new();
-    input
-        .read_to_string(&mut text)
-        .context("cannot read the password from stdin")?;
-    let password = text.lines().next().unwrap_or_default();
+    use std::io::IsTerminal as _;
+    let password = if std::io::stdin().is_terminal() {
+        let first = prompt_hidden("Password: ")?;
+        let again = prompt_hidden("Again: ")?;
+        anyhow::ensure!(first == again, "the two passwords typed differ");
+        first
+    } else {
+        let mut text = String::new();
+        input
+            .read_to_string(&mut text)
+            .context("cannot read the password from stdin")?;
+        text.lines().next().unwrap_or_default().to_string()
+    };
     if password.is_empty() {
         anyhow::bail!(
-            "no password on stdin: pipe it in, e.g. `printf '%s\\n' \"$PASSWORD\" | oi sipcluster hash-password`"
+            "no password on stdin: type it at the prompt, or pipe it in, e.g. `printf '%s\\n' \"$PASSWORD\" | oi sipcluster hash-password`"
         );
     }
-    let hash = oi_oidc::password::hash(password, args.iterations).map_err(anyhow::Error::msg)?;
+    let hash = oi_oidc::password::hash(&password, args.iterations).map_err(anyhow::Error::msg)?;
     writeln!(output, "{hash}")?;
     Ok(())
+}
+
+/// A line read from the terminal on stdin with echo off (restored after, whatever happens);
+/// `prompt` is shown on stderr once echo is off (what was typed before is discarded).
+fn prompt_hidden(prompt: &str) -> anyhow::Result<String> {
+    use rustix::termios::{LocalModes, OptionalActions, tcgetattr, tcsetattr};
+    let stdin = std::io::stdin();
+    let before = tcgetattr(&stdin).context("cannot read the terminal's settings")?;
+    let mut quiet = before.clone();
+    quiet.local_modes.remove(LocalModes::ECHO);
+    quiet.local_modes.insert(LocalModes::ECHONL);
+    tcsetattr(&stdin, OptionalActions::Flush, &quiet).context("cannot turn echo off")?;
+    eprint!("{prompt}");
+    let mut line = String::new();
+    let read = stdin.read_line(&mut line);
+    let restored = tcsetattr(&stdin, OptionalActions::Now, &before);
+    read.context("cannot read the password")?;
+    restored.context("cannot restore the terminal's settings")?;
+    Ok(line.trim_end_matches(['\n', '\r']).to_string())
 }

@@ -80,3 +80,22 @@ pub fn injected(name: &str, replicas: u32) -> String {
 pub fn load(text: &str) -> World {
     World::load(text, "test output").unwrap()
 }
+
+/// A pseudo-terminal: the master stays open while the child runs (a test may write what a
+/// user types to it, and read what the terminal shows).
+pub struct Pty {
+    pub master: std::os::fd::OwnedFd,
+    pub slave: PathBuf,
+}
+
+pub fn pty() -> Pty {
+    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+    grantpt(&master).unwrap();
+    unlockpt(&master).unwrap();
+    let name = ptsname(&master, Vec::new()).unwrap();
+    Pty {
+        master,
+        slave: PathBuf::from(name.to_str().unwrap()),
+    }
+}

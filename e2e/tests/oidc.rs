@@ -303,7 +303,7 @@ fn curl_ok(ca: &Path, args: &[&str]) -> String {
 /// The authorization code flow as a browser and kubelogin run it: the login form, the
 /// credentials posted, the code from the redirect exchanged with the PKCE verifier. `Err`:
 /// the login's HTTP status and page when it is refused.
-fn code_flow(issuer: &str, ca: &Path, user: &str, password: &str) -> Result<String, String> {
+fn code_flow(issuer: &str, ca: &Path, user: &str, password: &str) -> Result<Tokens, String> {
     let request = [
         ("client_id", CLIENT),
         ("redirect_uri", REDIRECT),
@@ -369,10 +369,48 @@ fn code_flow(issuer: &str, ca: &Path, user: &str, password: &str) -> Result<Stri
     );
     let answer: serde_json::Value =
         serde_json::from_str(&tokens).unwrap_or_else(|e| panic!("{e}: {tokens}"));
-    Ok(answer["id_token"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no id_token: {tokens}"))
-        .to_string())
+    Ok(Tokens::of(&answer, &tokens))
+}
+
+/// What the token endpoint answered.
+#[derive(Debug)]
+struct Tokens {
+    id: String,
+    refresh: String,
+}
+
+impl Tokens {
+    fn of(answer: &serde_json::Value, text: &str) -> Tokens {
+        let get = |k: &str| {
+            answer[k]
+                .as_str()
+                .unwrap_or_else(|| panic!("no {k}: {text}"))
+                .to_string()
+        };
+        Tokens {
+            id: get("id_token"),
+            refresh: get("refresh_token"),
+        }
+    }
+
+    /// The refresh grant: the next ID and refresh tokens.
+    fn refreshed(&self, issuer: &str, ca: &Path) -> Tokens {
+        let out = curl_ok(
+            ca,
+            &[
+                "--data-urlencode",
+                "grant_type=refresh_token",
+                "--data-urlencode",
+                &format!("refresh_token={}", self.refresh),
+                "--data-urlencode",
+                &format!("client_id={CLIENT}"),
+                &format!("{issuer}/token"),
+            ],
+        );
+        let answer: serde_json::Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        Tokens::of(&answer, &out)
+    }
 }
 
 /// Waits (polling, at most 60 s) until `issuer` answers its discovery document.
@@ -525,8 +563,11 @@ fn a_sip_clusters_oidc_provider_logs_users_into_our_cluster() {
     let admin = admin_kubeconfig(&world, "c1", dir.path()).unwrap();
     wait_for_issuer(&issuer, &ca);
 
-    // Logged in: that user, in their groups.
-    let token = code_flow(&issuer, &ca, "alice", "s3cret").unwrap();
+    // Logged in: that user, in their groups; a refreshed ID token works the same.
+    let tokens = code_flow(&issuer, &ca, "alice", "s3cret").unwrap();
+    let refreshed = tokens.refreshed(&issuer, &ca);
+    assert_ne!(refreshed.refresh, tokens.refresh);
+    let token = refreshed.id;
     let out = whoami(&admin, &token);
     assert!(out.status.success(), "{out:?}");
     let review: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

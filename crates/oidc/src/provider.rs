@@ -8,6 +8,9 @@
 //!   `iss`, `sub` (the username), `aud`/`azp` (the client), `exp`, `iat`, `auth_time`,
 //!   `nonce`, `preferred_username`, `name`, `email` and `email_verified` (when the user has an
 //!   email), `groups`.
+//! - The code flow also gives a refresh token: single use (each refresh gives the next one),
+//!   bound to its client, refused [`SESSION_LIFETIME`] seconds after the login it descends
+//!   from, and for a user no longer listed. They live in memory: a restart ends sessions.
 //! - After [`MAX_FAILURES`] failed logins for a username within [`FAILURE_WINDOW`] seconds,
 //!   that username is refused until the window has passed. An unknown username costs the
 //!   same hash computation as a known one.
@@ -28,6 +31,9 @@ use crate::password;
 
 /// Seconds an authorization code lives.
 pub const CODE_LIFETIME: u64 = 60;
+/// Seconds a login's session lasts: refresh tokens are refused after this long from the
+/// login they descend from.
+pub const SESSION_LIFETIME: u64 = 24 * 3600;
 /// Failed logins allowed per username within [`FAILURE_WINDOW`].
 pub const MAX_FAILURES: usize = 5;
 /// Seconds failed logins are remembered.
@@ -117,11 +123,19 @@ struct Grant {
     expires: u64,
 }
 
+/// What a refresh token continues.
+struct Session {
+    username: String,
+    client_id: String,
+    auth_time: u64,
+}
+
 #[derive(Default)]
 struct State {
     codes: HashMap<String, Grant>,
     /// Access tokens (for userinfo): the user and expiry.
     access: HashMap<String, (String, u64)>,
+    refresh: HashMap<String, Session>,
     failures: HashMap<String, Vec<u64>>,
 }
 
@@ -247,7 +261,7 @@ impl Provider {
 
     fn discovery(&self) -> serde_json::Value {
         let i = &self.config.issuer;
-        let mut grants = vec!["authorization_code"];
+        let mut grants = vec!["authorization_code", "refresh_token"];
         if self.config.password_grant {
             grants.push("password");
         }
@@ -496,7 +510,36 @@ impl Provider {
                     grant.nonce.as_deref(),
                     grant.auth_time,
                     now,
+                    true,
                 )
+            }
+            "refresh_token" => {
+                // Single use: taken out whatever follows.
+                let Some(session) = self.lock().refresh.remove(get("refresh_token")) else {
+                    return Reply::oauth_error(
+                        400,
+                        "invalid_grant",
+                        "unknown, used or expired refresh token",
+                    );
+                };
+                if session.client_id != client_id {
+                    return Reply::oauth_error(
+                        400,
+                        "invalid_grant",
+                        "the refresh token was issued to another client",
+                    );
+                }
+                if session.auth_time + SESSION_LIFETIME < now {
+                    return Reply::oauth_error(
+                        400,
+                        "invalid_grant",
+                        "the session ended: log in again",
+                    );
+                }
+                let Some((user, _)) = self.users.get(&session.username) else {
+                    return Reply::oauth_error(400, "invalid_grant", "the user is gone");
+                };
+                self.tokens(user, client_id, None, session.auth_time, now, true)
             }
             "password" if self.config.password_grant => {
                 match self.authenticate(get("username"), get("password"), now) {
@@ -505,7 +548,7 @@ impl Provider {
                             "login (password grant): {:?} for client {client_id:?}",
                             user.username
                         );
-                        self.tokens(user, client_id, None, now, now)
+                        self.tokens(user, client_id, None, now, now, false)
                     }
                     Err(why) => Reply::oauth_error(400, "invalid_grant", &why),
                 }
@@ -538,6 +581,7 @@ impl Provider {
         nonce: Option<&str>,
         auth_time: u64,
         now: u64,
+        refresh: bool,
     ) -> Reply {
         let lifetime = self.config.token_lifetime_seconds;
         let mut claims = self.claims(user);
@@ -559,18 +603,30 @@ impl Provider {
             Err(e) => return Reply::oauth_error(500, "server_error", &e),
         };
         let access = self.random();
-        self.lock()
+        let mut answer = serde_json::json!({
+            "access_token": access,
+            "token_type": "Bearer",
+            "expires_in": lifetime,
+            "id_token": id_token,
+        });
+        let mut state = self.lock();
+        state
             .access
-            .insert(access.clone(), (user.username.clone(), now + lifetime));
-        Reply::json(
-            200,
-            &serde_json::json!({
-                "access_token": access,
-                "token_type": "Bearer",
-                "expires_in": lifetime,
-                "id_token": id_token,
-            }),
-        )
+            .insert(access, (user.username.clone(), now + lifetime));
+        if refresh {
+            let token = self.random();
+            state.refresh.insert(
+                token.clone(),
+                Session {
+                    username: user.username.clone(),
+                    client_id: client_id.to_string(),
+                    auth_time,
+                },
+            );
+            answer["refresh_token"] = token.into();
+        }
+        drop(state);
+        Reply::json(200, &answer)
     }
 
     fn userinfo(&self, request: &Request, now: u64) -> Reply {
@@ -601,6 +657,8 @@ impl Provider {
         let mut s = self.lock();
         s.codes.retain(|_, g| g.expires >= now);
         s.access.retain(|_, (_, exp)| *exp >= now);
+        s.refresh
+            .retain(|_, session| session.auth_time + SESSION_LIFETIME >= now);
         s.failures.retain(|_, times| {
             times.retain(|t| t + FAILURE_WINDOW > now);
             !times.is_empty()

@@ -144,7 +144,7 @@ fn discovery_and_keys_describe_the_provider() {
     assert_eq!(d["token_endpoint"], "https://192.0.2.1:30443/token");
     assert_eq!(
         d["grant_types_supported"],
-        serde_json::json!(["authorization_code"])
+        serde_json::json!(["authorization_code", "refresh_token"])
     );
     assert_eq!(
         d["code_challenge_methods_supported"],
@@ -388,5 +388,86 @@ fn inconsistent_configurations_are_refused() {
             .err()
             .unwrap()
             .contains("redirect URI")
+    );
+}
+
+fn refresh(p: &Provider, token: &str, client: &str, now: u64) -> Reply {
+    post(
+        p,
+        "/token",
+        [
+            ("grant_type", "refresh_token"),
+            ("refresh_token", token),
+            ("client_id", client),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+        now,
+    )
+}
+
+#[test]
+fn refresh_tokens_are_single_use_bound_to_their_client_and_end_with_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = provider(dir.path(), true);
+    let code = code_of(&login(&p, "alice", "s3cret", NOW));
+    let first = json(&exchange(&p, &code, VERIFIER, NOW));
+    let r1 = first["refresh_token"].as_str().unwrap().to_string();
+
+    // A refresh gives a new ID token (same user and login time) and the next refresh token.
+    let later = NOW + 3000;
+    let second = refresh(&p, &r1, "kubernetes", later);
+    assert_eq!(
+        second.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&second.body)
+    );
+    let second = json(&second);
+    let claims = payload(second["id_token"].as_str().unwrap());
+    assert_eq!(claims["sub"], "alice");
+    assert_eq!(claims["iat"], later);
+    assert_eq!(claims["auth_time"], NOW);
+    assert!(claims.get("nonce").is_none());
+    let r2 = second["refresh_token"].as_str().unwrap().to_string();
+    assert_ne!(r1, r2);
+    // The used one is refused, so is the next one for another client (and it is spent).
+    assert_eq!(
+        json(&refresh(&p, &r1, "kubernetes", later))["error"],
+        "invalid_grant"
+    );
+    assert_eq!(
+        json(&refresh(&p, &r2, "other", later))["error"],
+        "invalid_client"
+    );
+    let r3 = json(&refresh(&p, &r2, "kubernetes", later))["refresh_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A day after the login, the session is over.
+    let over = refresh(&p, &r3, "kubernetes", NOW + SESSION_LIFETIME + 1);
+    assert_eq!(json(&over)["error"], "invalid_grant");
+
+    // The password grant gives no refresh token.
+    let pw = post(
+        &p,
+        "/token",
+        [
+            ("grant_type", "password"),
+            ("client_id", "kubernetes"),
+            ("username", "bob"),
+            ("password", "s3cret"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+        NOW,
+    );
+    assert!(json(&pw).get("refresh_token").is_none());
+    let d = json(&get(&p, "/.well-known/openid-configuration", NOW));
+    assert_eq!(
+        d["grant_types_supported"],
+        serde_json::json!(["authorization_code", "refresh_token", "password"])
     );
 }

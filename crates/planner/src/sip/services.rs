@@ -442,6 +442,13 @@ fn write_back(world: &mut World, allocators: &BTreeMap<String, PortAllocator>) {
     }
 }
 
+/// The cluster `spec.clusterRef` names when it is one of ours.
+fn own_cluster<'w>(world: &'w World, sip: &SipCluster) -> Option<(ObjectKey, &'w oi_api::Cluster)> {
+    let r = sip.spec.cluster_ref.as_ref()?;
+    let key = ObjectKey::new(sip.metadata.namespace_or_default(), r.name.clone());
+    world.clusters.get(&key).map(|c| (key, c))
+}
+
 /// The services `sip` asks for that we run, with their ports; the others go into the notes.
 fn wanted_services(
     world: &World,
@@ -450,10 +457,7 @@ fn wanted_services(
 ) -> Result<Vec<Wanted>, String> {
     let s = &sip.spec.services;
     let mut wanted = Vec::new();
-    let own_cluster = sip.spec.cluster_ref.as_ref().and_then(|r| {
-        let key = ObjectKey::new(sip.metadata.namespace_or_default(), r.name.clone());
-        world.clusters.get(&key).map(|c| (key, c))
-    });
+    let own_cluster = own_cluster(world, sip);
     for (i, lb) in s.load_balancer_control_plane.iter().enumerate() {
         let field = format!("spec.services.loadBalancerControlPlane[{i}]");
         if let Some((key, cluster)) = &own_cluster {

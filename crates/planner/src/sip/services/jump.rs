@@ -9,11 +9,12 @@ use std::collections::BTreeSet;
 
 use oi_api::common::Certificate;
 use oi_api::sip::JumpHostStatus;
-use oi_api::{Cluster, ObjectKey, SipCluster, World};
+use oi_api::{ObjectKey, SipCluster, World};
 use oi_pki::{CaKind, LeafSpec, SYSTEM_MASTERS};
 use time::OffsetDateTime;
 
 use super::oidc::{RENEW_BEFORE, SERVING_LIFETIME};
+use super::own_cluster;
 
 /// The user the jump host's kubeconfig authenticates as.
 pub fn user(key: &ObjectKey, service: &str) -> String {
@@ -21,16 +22,6 @@ pub fn user(key: &ObjectKey, service: &str) -> String {
         "oneinfra:sipcluster:{}:{}:{service}",
         key.namespace, key.name
     )
-}
-
-/// The cluster `spec.clusterRef` names when it is one of ours.
-pub(super) fn own_cluster<'w>(
-    world: &'w World,
-    sip: &SipCluster,
-) -> Option<(ObjectKey, &'w Cluster)> {
-    let r = sip.spec.cluster_ref.as_ref()?;
-    let key = ObjectKey::new(sip.metadata.namespace_or_default(), r.name.clone());
-    world.clusters.get(&key).map(|c| (key, c))
 }
 
 /// Keeps the client certificates of SIPCluster `key`'s jump hosts `services` in its status

@@ -24,6 +24,7 @@ use oi_api::{ApiServerOidc, ObjectKey, SipCluster, World};
 use oi_pki::{CaKind, CertificateAuthority, KeyAlgorithm, LeafSpec, Usage};
 use time::{Duration, OffsetDateTime};
 
+use super::own_cluster;
 use crate::url_host;
 
 /// How long a provider's CA is valid.
@@ -163,13 +164,6 @@ fn renew(
     Ok(())
 }
 
-/// The cluster `spec.clusterRef` names when it is one of ours.
-fn own_cluster(world: &World, sip: &SipCluster) -> Option<ObjectKey> {
-    let r = sip.spec.cluster_ref.as_ref()?;
-    let key = ObjectKey::new(sip.metadata.namespace_or_default(), r.name.clone());
-    world.clusters.contains_key(&key).then_some(key)
-}
-
 /// What the API servers of the `clusterRef` cluster are told about provider 0, when run.
 fn wanted_oidc(sip: &SipCluster) -> Option<ApiServerOidc> {
     let service = sip.spec.services.oidc_provider.first()?;
@@ -203,16 +197,18 @@ pub(super) fn wire_cluster(
     report: &crate::sip::SipReport,
     dropped: &[String],
 ) -> Option<String> {
-    let sip = &world.sip_clusters.get(&report.key)?.clone();
-    let cluster_key = own_cluster(world, sip)?;
-    let wanted = if report.deleted {
-        None
-    } else {
-        wanted_oidc(sip)
+    let (cluster_key, wanted, extra) = {
+        let sip = world.sip_clusters.get(&report.key)?;
+        let (cluster_key, _) = own_cluster(world, sip)?;
+        let wanted = if report.deleted {
+            None
+        } else {
+            wanted_oidc(sip)
+        };
+        let extra = sip.spec.services.oidc_provider.len().saturating_sub(1);
+        (cluster_key, wanted, extra)
     };
-    let extra = sip.spec.services.oidc_provider.len().saturating_sub(1);
-    let cluster = world.clusters.get_mut(&cluster_key)?;
-    let current = &mut cluster.spec.api_server.oidc;
+    let current = &mut world.clusters.get_mut(&cluster_key)?.spec.api_server.oidc;
     match wanted {
         Some(w) => {
             let note = format!(
@@ -224,9 +220,7 @@ pub(super) fn wire_cluster(
                     ""
                 }
             );
-            if current.as_ref() != Some(&w) {
-                *current = Some(w);
-            }
+            *current = Some(w);
             Some(note)
         }
         None => {

@@ -1,8 +1,6 @@
 //! The provider's ES256 signing key: made once (PKCS#8 PEM, 0600 from its creation, written
 //! atomically) and kept, so tokens stay valid across restarts; its public half as a JWK.
 
-use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
 use base64::Engine as _;
@@ -35,12 +33,18 @@ impl SigningKey {
     pub fn load_or_create(path: &Path) -> Result<SigningKey, String> {
         let rng = SystemRandom::new();
         let der = match std::fs::read_to_string(path) {
-            Ok(text) => decode_pem(&text)
+            Ok(text) => pem::parse(&text)
+                .ok()
+                .filter(|p| p.tag() == PEM_LABEL)
+                .map(pem::Pem::into_contents)
                 .ok_or_else(|| format!("{}: not a PKCS#8 PEM private key", path.display()))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
                     .map_err(|_| "cannot make a P-256 key".to_string())?;
-                write_private(path, &encode_pem(doc.as_ref()))?;
+                let text = pem::encode(&pem::Pem::new(PEM_LABEL, doc.as_ref()));
+                // Atomically, 0600 from its creation.
+                oi_cli_io::write_file(path, text.as_bytes(), 0o600)
+                    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
                 doc.as_ref().to_vec()
             }
             Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
@@ -111,46 +115,6 @@ impl SigningKey {
         .verify(input.as_bytes(), &sig)
         .is_ok()
     }
-}
-
-fn encode_pem(der: &[u8]) -> String {
-    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-    let mut out = format!("-----BEGIN {PEM_LABEL}-----\n");
-    for chunk in b64.as_bytes().chunks(64) {
-        out.push_str(&String::from_utf8_lossy(chunk));
-        out.push('\n');
-    }
-    out.push_str(&format!("-----END {PEM_LABEL}-----\n"));
-    out
-}
-
-fn decode_pem(text: &str) -> Option<Vec<u8>> {
-    let begin = format!("-----BEGIN {PEM_LABEL}-----");
-    let end = format!("-----END {PEM_LABEL}-----");
-    let body = text.split_once(&begin)?.1.split_once(&end)?.0;
-    let b64: String = body.chars().filter(|c| !c.is_whitespace()).collect();
-    base64::engine::general_purpose::STANDARD.decode(b64).ok()
-}
-
-/// Writes `content` to `path` atomically, 0600 from creation.
-fn write_private(path: &Path, content: &str) -> Result<(), String> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("key")
-    ));
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
-    f.write_all(content.as_bytes())
-        .and_then(|()| f.sync_all())
-        .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 #[cfg(test)]

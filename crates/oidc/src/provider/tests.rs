@@ -33,8 +33,16 @@ fn provider(dir: &std::path::Path, password_grant: bool) -> Provider {
     Provider::new(config, users, key).unwrap()
 }
 
+/// A form of `pairs`.
+fn form(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 fn auth_params(redirect: &str) -> Vec<(String, String)> {
-    [
+    form(&[
         ("client_id", "kubernetes"),
         ("redirect_uri", redirect),
         ("response_type", "code"),
@@ -43,10 +51,7 @@ fn auth_params(redirect: &str) -> Vec<(String, String)> {
         ("code_challenge_method", "S256"),
         ("state", "st<&>"),
         ("nonce", "n-1"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
+    ])
 }
 
 fn query(params: &[(String, String)]) -> String {
@@ -111,16 +116,13 @@ fn exchange(p: &Provider, code: &str, verifier: &str, now: u64) -> Reply {
     post(
         p,
         "/token",
-        [
+        form(&[
             ("grant_type", "authorization_code"),
             ("code", code),
             ("redirect_uri", REDIRECT),
             ("client_id", "kubernetes"),
             ("code_verifier", verifier),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect(),
+        ]),
         now,
     )
 }
@@ -236,16 +238,13 @@ fn a_code_needs_its_verifier_client_and_redirect_and_expires() {
     let other_redirect = post(
         &p,
         "/token",
-        vec![
-            ("grant_type".into(), "authorization_code".into()),
-            ("code".into(), code),
-            (
-                "redirect_uri".into(),
-                "http://localhost:18000/cb?x=1".into(),
-            ),
-            ("client_id".into(), "kubernetes".into()),
-            ("code_verifier".into(), VERIFIER.into()),
-        ],
+        form(&[
+            ("grant_type", "authorization_code"),
+            ("code", &code),
+            ("redirect_uri", "http://localhost:18000/cb?x=1"),
+            ("client_id", "kubernetes"),
+            ("code_verifier", VERIFIER),
+        ]),
         NOW,
     );
     assert_eq!(json(&other_redirect)["error"], "invalid_grant");
@@ -253,10 +252,7 @@ fn a_code_needs_its_verifier_client_and_redirect_and_expires() {
     let unknown_client = post(
         &p,
         "/token",
-        vec![
-            ("grant_type".into(), "authorization_code".into()),
-            ("client_id".into(), "x".into()),
-        ],
+        form(&[("grant_type", "authorization_code"), ("client_id", "x")]),
         NOW,
     );
     assert_eq!(unknown_client.status, 401);
@@ -319,16 +315,13 @@ fn wrong_passwords_are_refused_and_repeated_failures_lock_the_user_for_a_while()
 fn the_password_grant_is_off_unless_asked() {
     let dir = tempfile::tempdir().unwrap();
     let form = |password: &str| -> Vec<(String, String)> {
-        [
+        form(&[
             ("grant_type", "password"),
             ("client_id", "kubernetes"),
             ("username", "bob"),
             ("password", password),
             ("scope", "openid"),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+        ])
     };
     let off = provider(dir.path(), false);
     assert_eq!(
@@ -395,14 +388,11 @@ fn refresh(p: &Provider, token: &str, client: &str, now: u64) -> Reply {
     post(
         p,
         "/token",
-        [
+        form(&[
             ("grant_type", "refresh_token"),
             ("refresh_token", token),
             ("client_id", client),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect(),
+        ]),
         now,
     )
 }
@@ -453,15 +443,12 @@ fn refresh_tokens_are_single_use_bound_to_their_client_and_end_with_the_session(
     let pw = post(
         &p,
         "/token",
-        [
+        form(&[
             ("grant_type", "password"),
             ("client_id", "kubernetes"),
             ("username", "bob"),
             ("password", "s3cret"),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect(),
+        ]),
         NOW,
     );
     assert!(json(&pw).get("refresh_token").is_none());

@@ -110,6 +110,23 @@ impl std::fmt::Debug for HashParts {
     }
 }
 
+/// A redirect URI a client may register: absolute `http(s)`, with a host part, no fragment
+/// and no blanks (matched exactly, so nothing is normalized).
+///
+/// # Errors
+/// Why not.
+pub fn check_redirect_uri(uri: &str) -> Result<(), String> {
+    let scheme_ok = ["http://", "https://"]
+        .iter()
+        .any(|s| uri.strip_prefix(s).is_some_and(|rest| !rest.is_empty()));
+    if !scheme_ok || uri.contains('#') || uri.contains(char::is_whitespace) {
+        return Err(format!(
+            "{uri:?} is not an absolute http(s) URI without fragment"
+        ));
+    }
+    Ok(())
+}
+
 /// Parses a password hash.
 ///
 /// # Errors

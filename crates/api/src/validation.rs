@@ -385,6 +385,21 @@ pub fn validate_hypervisor(hypervisor: &Hypervisor) -> Vec<FieldError> {
     errors
 }
 
+/// `<at>.usernameClaim` and `<at>.groupsClaim`: claim names, without blanks or commas (they
+/// become kube-apiserver flag values).
+fn check_claims(errors: &mut Vec<FieldError>, at: &str, username: &str, groups: &str) {
+    for (field, claim) in [("usernameClaim", username), ("groupsClaim", groups)] {
+        if claim.contains(char::is_whitespace) || claim.contains(',') {
+            errors.push(FieldError::new(
+                format!("{at}.{field}"),
+                Reason::Invalid {
+                    problem: format!("{claim:?} is not a claim name"),
+                },
+            ));
+        }
+    }
+}
+
 /// `spec.apiServer.oidc`: an `https` issuer URL without query or fragment (kube-apiserver
 /// refuses others), a client ID, claims without blanks, a CA of PEM certificates.
 fn check_oidc(errors: &mut Vec<FieldError>, oidc: &crate::cluster::ApiServerOidc) {
@@ -418,14 +433,7 @@ fn check_oidc(errors: &mut Vec<FieldError>, oidc: &crate::cluster::ApiServerOidc
             format!("{:?} has blanks", oidc.client_id),
         ));
     }
-    for (field, claim) in [
-        ("usernameClaim", &oidc.username_claim),
-        ("groupsClaim", &oidc.groups_claim),
-    ] {
-        if claim.contains(char::is_whitespace) || claim.contains(',') {
-            errors.push(problem(field, format!("{claim:?} is not a claim name")));
-        }
-    }
+    check_claims(errors, at, &oidc.username_claim, &oidc.groups_claim);
     // kube-apiserver's list (its `--oidc-signing-algs` refuses others).
     const ALGS: [&str; 9] = [
         "RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384", "PS512",

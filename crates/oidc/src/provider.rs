@@ -187,12 +187,8 @@ impl Provider {
                 ));
             }
             for u in &c.redirect_uris {
-                if !(u.starts_with("http://") || u.starts_with("https://")) || u.contains('#') {
-                    return Err(format!(
-                        "client {}: redirect URI {u:?} is not an absolute http(s) URI without fragment",
-                        c.id
-                    ));
-                }
+                oi_api::oidc::check_redirect_uri(u)
+                    .map_err(|e| format!("client {}: redirect URI {e}", c.id))?;
             }
         }
         let mut by_name = BTreeMap::new();

@@ -4,7 +4,7 @@
 
 use base64::Engine as _;
 
-use super::{FieldError, NameRule, Reason, check_meta, check_name};
+use super::{FieldError, NameRule, Reason, check_claims, check_meta, check_name};
 use crate::meta::{Kind, Resource};
 use crate::metal3::{BareMetalHost, Secret, parse_bmc_address};
 use crate::sip::{LabelSelector, ROLES, SipCluster, parse_authorized_key};
@@ -135,28 +135,10 @@ pub fn validate_sip_cluster(sip: &SipCluster) -> Vec<FieldError> {
                 format!("{:?} has blanks", oidc.client_id),
             );
         }
-        for (field, claim) in [
-            ("usernameClaim", &oidc.username_claim),
-            ("groupsClaim", &oidc.groups_claim),
-        ] {
-            if claim.contains(char::is_whitespace) || claim.contains(',') {
-                invalid(
-                    &mut errors,
-                    format!("{at}.{field}"),
-                    format!("{claim:?} is not a claim name"),
-                );
-            }
-        }
+        check_claims(&mut errors, &at, &oidc.username_claim, &oidc.groups_claim);
         for (k, uri) in oidc.redirect_uris.iter().enumerate() {
-            let scheme_ok = ["http://", "https://"]
-                .iter()
-                .any(|s| uri.strip_prefix(s).is_some_and(|rest| !rest.is_empty()));
-            if !scheme_ok || uri.contains('#') || uri.contains(char::is_whitespace) {
-                invalid(
-                    &mut errors,
-                    format!("{at}.redirectURIs[{k}]"),
-                    format!("{uri:?} is not an absolute http(s) URI without fragment"),
-                );
+            if let Err(problem) = crate::oidc::check_redirect_uri(uri) {
+                invalid(&mut errors, format!("{at}.redirectURIs[{k}]"), problem);
             }
         }
     }

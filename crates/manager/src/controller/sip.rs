@@ -182,16 +182,15 @@ async fn run_services<S: Store, C: Connector, N: Network>(
         for h in store.list::<Hypervisor>(None).await? {
             world.hypervisors.insert(h.key(), h);
         }
-        for jump in &sip.spec.services.jump_host {
-            let secret = ObjectKey::new(key.namespace.clone(), jump.node_ssh_private_keys.clone());
-            if !world.secrets.contains_key(&secret)
-                && let Some(s) = store.get::<Secret>(&secret).await?
-            {
-                world.secrets.insert(secret, s);
-            }
-        }
-        for oidc in &sip.spec.services.oidc_provider {
-            let secret = ObjectKey::new(key.namespace.clone(), oidc.users_secret.clone());
+        // The Secrets the services read: the jump hosts' node keys, the OIDC providers' users.
+        let services = &sip.spec.services;
+        let names = services
+            .jump_host
+            .iter()
+            .map(|j| &j.node_ssh_private_keys)
+            .chain(services.oidc_provider.iter().map(|o| &o.users_secret));
+        for name in names {
+            let secret = ObjectKey::new(key.namespace.clone(), name.clone());
             if !world.secrets.contains_key(&secret)
                 && let Some(s) = store.get::<Secret>(&secret).await?
             {

@@ -38,8 +38,8 @@ impl Drop for Provider {
 }
 
 impl Provider {
-    /// Starts one on `ip:port` serving TLS with `cert`/`key`; waits (polling, at most 30 s)
-    /// for its discovery document.
+    /// Starts oauth2-mock-server on `ip:port` serving TLS with `cert`/`key`; waits (polling,
+    /// at most 30 s) for its discovery document.
     fn start(ip: &str, port: u16, cert: &Path, key: &Path, ca: &Path, log: &Path) -> Provider {
         let port_text = port.to_string();
         let log_file = std::fs::File::create(log).unwrap();
@@ -58,36 +58,27 @@ impl Provider {
             child,
             issuer: format!("https://{ip}:{port}"),
         };
-        let url = format!("{}/.well-known/openid-configuration", provider.issuer);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let out = curl(ca, &[&url]);
-            if out.contains("jwks_uri") {
-                assert!(out.contains(&provider.issuer), "{out}");
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the provider did not answer {url} within 30 s: {out}\n{}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        wait_for_issuer(&provider.issuer, ca, Duration::from_secs(30), Some(log));
         provider
     }
 
     /// An ID token for `client` (the password grant: its ID token names the client in
-    /// `aud`; the provider's user is `johndoe`).
+    /// `aud`; oauth2-mock-server's user is `johndoe` whatever the credentials).
     fn id_token(&self, ca: &Path, client: &str) -> String {
+        self.password_grant(ca, client, "alice", "unused")
+    }
+
+    /// The ID token of the password grant for `user`.
+    fn password_grant(&self, ca: &Path, client: &str, user: &str, password: &str) -> String {
         let out = curl(
             ca,
             &[
                 "-d",
                 "grant_type=password",
                 "-d",
-                "username=alice",
+                &format!("username={user}"),
                 "-d",
-                "password=unused",
+                &format!("password={password}"),
                 "-d",
                 &format!("client_id={client}"),
                 "-d",
@@ -276,16 +267,6 @@ fn an_oidc_id_token_is_answered_as_its_user_and_others_are_refused() {
     drop(set);
 }
 
-/// A child process killed when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 const SIP_TEST: &str = "a_sip_clusters_oidc_provider_logs_users_into_our_cluster";
 /// RFC 7636 appendix B: a PKCE verifier and its S256 challenge.
 const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
@@ -413,26 +394,30 @@ impl Tokens {
     }
 }
 
-/// Waits (polling, at most 60 s) until `issuer` answers its discovery document.
-fn wait_for_issuer(issuer: &str, ca: &Path) {
+/// Waits (polling, at most `within`) until `issuer` answers its discovery document, which
+/// must name it; `log`, the provider's, is shown if it does not.
+fn wait_for_issuer(issuer: &str, ca: &Path, within: Duration, log: Option<&Path>) {
     let url = format!("{issuer}/.well-known/openid-configuration");
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + within;
     loop {
         let out = curl(ca, &[&url]);
         if out.contains("jwks_uri") {
+            assert!(out.contains(issuer), "{out}");
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "{url} did not answer within 60 s: {out}"
+            "{url} did not answer within {within:?}: {out}\n{}",
+            log.map(|l| std::fs::read_to_string(l).unwrap_or_default())
+                .unwrap_or_default()
         );
-        std::thread::sleep(Duration::from_millis(250));
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 
-/// Another provider (ours, run here on loopback with its own CA and users): an issuer the
-/// cluster does not trust. Its password grant gives a token.
-fn another_issuer(dir: &Path, users: &str) -> (Killed, String) {
+/// Another provider (ours, run here on loopback with its own CA and users, its password
+/// grant on): an issuer the cluster does not trust. With its CA.
+fn another_issuer(dir: &Path, users: &str) -> (Provider, PathBuf) {
     let (ca, cert, key) = certificates(dir, "127.0.0.1");
     let port = oi_testsupport::free_loopback_port();
     let issuer = format!("https://127.0.0.1:{port}");
@@ -448,35 +433,19 @@ fn another_issuer(dir: &Path, users: &str) -> (Killed, String) {
         "passwordGrant": true,
     });
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
-    let log = std::fs::File::create(dir.join("provider.log")).unwrap();
+    let log = dir.join("provider.log");
+    let log_file = std::fs::File::create(&log).unwrap();
     let child = Command::new(oi_e2e::binary("oi-oidc-provider").unwrap())
         .args(["serve", "--config"])
         .arg(dir.join("config.json"))
         .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
+        .stdout(log_file.try_clone().unwrap())
+        .stderr(log_file)
         .spawn()
         .unwrap();
-    let guard = Killed(child);
-    wait_for_issuer(&issuer, &ca);
-    let out = curl_ok(
-        &ca,
-        &[
-            "-d",
-            "grant_type=password",
-            "-d",
-            &format!("client_id={CLIENT}"),
-            "-d",
-            "username=alice",
-            "-d",
-            "password=s3cret",
-            "-d",
-            "scope=openid",
-            &format!("{issuer}/token"),
-        ],
-    );
-    let answer: serde_json::Value = serde_json::from_str(&out).unwrap();
-    (guard, answer["id_token"].as_str().unwrap().to_string())
+    let provider = Provider { child, issuer };
+    wait_for_issuer(&provider.issuer, &ca, Duration::from_secs(60), Some(&log));
+    (provider, ca)
 }
 
 fn sip_cluster(hash: &str) -> String {
@@ -561,7 +530,7 @@ fn a_sip_clusters_oidc_provider_logs_users_into_our_cluster() {
         Some(issuer.as_str())
     );
     let admin = admin_kubeconfig(&world, "c1", dir.path()).unwrap();
-    wait_for_issuer(&issuer, &ca);
+    wait_for_issuer(&issuer, &ca, Duration::from_secs(60), None);
 
     // Logged in: that user, in their groups; a refreshed ID token works the same.
     let tokens = code_flow(&issuer, &ca, "alice", "s3cret").unwrap();
@@ -589,7 +558,8 @@ fn a_sip_clusters_oidc_provider_logs_users_into_our_cluster() {
     let other_dir = dir.path().join("other");
     std::fs::create_dir_all(&other_dir).unwrap();
     let users = format!("- username: alice\n  passwordHash: '{hash}'\n");
-    let (_other, foreign) = another_issuer(&other_dir, &users);
+    let (other, other_ca) = another_issuer(&other_dir, &users);
+    let foreign = other.password_grant(&other_ca, CLIENT, "alice", "s3cret");
     let out = whoami(&admin, &foreign);
     assert!(!out.status.success(), "{out:?}");
     assert!(

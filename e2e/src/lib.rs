@@ -428,6 +428,19 @@ impl LocalSet {
             .with_context(|| format!("set {} has no state file", self.name))
     }
 
+    /// The address of the set's first public hypervisor.
+    ///
+    /// # Errors
+    /// When the state cannot be read or there is no public hypervisor.
+    pub fn public_ip(&self) -> Result<std::net::Ipv4Addr> {
+        self.state()?
+            .hypervisors
+            .iter()
+            .find(|h| h.visibility == oi_local_hypervisor_set::plan::Visibility::Public)
+            .map(|h| h.ip)
+            .with_context(|| format!("set {} has no public hypervisor", self.name))
+    }
+
     /// The set's workers (`--workers`), from its state file.
     ///
     /// # Errors

@@ -481,13 +481,7 @@ fn a_sip_clusters_oidc_provider_logs_users_into_our_cluster() {
         return;
     }
     let set = LocalSet::create("sipoidc", 1, 1, false).unwrap();
-    let state = set.state().unwrap();
-    let public = state
-        .hypervisors
-        .iter()
-        .find(|h| h.visibility == oi_local_hypervisor_set::plan::Visibility::Public)
-        .expect("a public hypervisor")
-        .ip;
+    let public = set.public_ip().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let hash = oi_e2e::oi(
         &["sipcluster", "hash-password", "--iterations", "10000"],

@@ -775,13 +775,7 @@ fn the_jump_host_reaches_our_cluster_with_kubectl() {
         return;
     }
     let set = LocalSet::create("sipkube", 1, 1, false).unwrap();
-    let state = set.state().unwrap();
-    let public_ip = state
-        .hypervisors
-        .iter()
-        .find(|h| h.visibility == oi_local_hypervisor_set::plan::Visibility::Public)
-        .unwrap()
-        .ip;
+    let public_ip = set.public_ip().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let ops = dir.path().join("ops");
     let authorized = keygen(&ops);

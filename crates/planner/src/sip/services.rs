@@ -1071,28 +1071,23 @@ pub fn record_services(
         let owner = owner_cluster(&key.name);
         let result = results.iter().find(|r| &r.key == key);
         if plan.deleted {
-            // Gone only once its pods are: then its ports and file records go, and it
-            // leaves the world. Otherwise everything stays for the next try.
-            if result.is_some_and(|r| r.sweep_error.is_none()) {
-                for h in world.hypervisors.values_mut() {
-                    let mut ports = PortAllocator::from_hypervisor(h);
-                    let held = ports.cluster_owners(&key.namespace, &owner);
-                    if !held.is_empty() {
-                        for (o, _) in held {
-                            ports.release(&o);
-                        }
-                        ports.write_status(&mut h.status);
-                    }
-                    if let Some(clusters) = h.status.files.get_mut(&key.namespace) {
-                        clusters.remove(&owner);
-                        if clusters.is_empty() {
-                            h.status.files.remove(&key.namespace);
-                        }
-                    }
-                }
-                world.sip_clusters.remove(key);
+            // Gone only once its pods are: then its ports go, its file records below (no
+            // service is planned), and it leaves the world. Otherwise everything stays for
+            // the next try.
+            if result.is_none_or(|r| r.sweep_error.is_some()) {
+                continue;
             }
-            continue;
+            for h in world.hypervisors.values_mut() {
+                let mut ports = PortAllocator::from_hypervisor(h);
+                let held = ports.cluster_owners(&key.namespace, &owner);
+                if !held.is_empty() {
+                    for (o, _) in held {
+                        ports.release(&o);
+                    }
+                    ports.write_status(&mut h.status);
+                }
+            }
+            world.sip_clusters.remove(key);
         }
         if plan.error.is_none() {
             for h in world.hypervisors.values_mut() {

@@ -149,106 +149,140 @@ fn candidates(world: &World, sip: &SipCluster) -> (Vec<Candidate>, BTreeMap<Obje
     (candidates, data)
 }
 
-/// Processes every SIPCluster of the world (see the module documentation).
+/// Processes every SIPCluster of the world (see the module documentation), in name order.
+/// One that cannot get its hosts may get them from one after it that let hosts go in the
+/// same pass: those are processed again, until a pass lets nothing go (so that a second run
+/// changes nothing). Each pass that goes on let a host go: bounded by the SIPClusters' count.
 pub fn reconcile_sip(world: &mut World, now: OffsetDateTime) -> Vec<SipReport> {
     let keys: Vec<ObjectKey> = world.sip_clusters.keys().cloned().collect();
-    let mut reports = Vec::with_capacity(keys.len());
-    for key in keys {
-        let Some(sip) = world.sip_clusters.get(&key).cloned() else {
-            continue;
-        };
-        let (candidates, mut data) = candidates(world, &sip);
-        let deleted = sip.metadata().is_being_deleted();
-        let selection = if deleted {
-            Selection {
-                released: select::held_hosts(&key, &candidates)
-                    .into_iter()
-                    .map(|k| (k, "its SIPCluster is deleted".to_string()))
-                    .collect(),
-                ..Selection::default()
-            }
-        } else {
-            select(&key, &sip.spec.nodes, &candidates)
-        };
-        let mut relabelled = Vec::new();
-        for c in &candidates {
-            let labels = labels_for(&c.labels, &key, selection.hosts.get(&c.key));
-            if labels != c.labels
-                && let Some(host) = world.bare_metal_hosts.get_mut(&c.key)
-            {
-                host.metadata.labels = labels;
-                relabelled.push(c.key.clone());
-            }
+    let mut reports: Vec<SipReport> = keys
+        .iter()
+        .filter_map(|key| reconcile_one(world, key, now))
+        .collect();
+    let mut freed = reports.iter().any(|r| !r.selection.released.is_empty());
+    for _ in 0..keys.len() {
+        if !freed {
+            break;
         }
-        data.retain(|k, _| selection.hosts.contains_key(k));
-        if deleted {
-            // It stays in the world until its services are gone
-            // ([`services::record_services`] drops it then).
-            reports.push(SipReport {
-                key,
-                deleted: true,
-                selection,
-                hosts: data,
-                relabelled,
-                ready: false,
-                reason: String::new(),
-                message: String::new(),
-            });
-            continue;
-        }
-        let held = describe_hosts(&selection);
-        let (ready, reason, message) = if !selection.shortfalls.is_empty() {
-            let shortfalls: Vec<String> = selection
-                .shortfalls
-                .iter()
-                .map(ToString::to_string)
-                .collect();
-            (
-                false,
-                REASON_UNSCHEDULABLE,
-                format!("unschedulable, no host labelled: {}", shortfalls.join("; ")),
-            )
-        } else if !sip.spec.services.is_empty() {
-            // Its services' run sets the condition once they are placed and running
-            // (`services::record_services`).
-            (
-                false,
-                REASON_INFRA_SERVICE_FAILURE,
-                format!(
-                    "hosts {held}; support services asked for: {}",
-                    requested_services(&sip).join(", ")
-                ),
-            )
-        } else {
-            (
-                true,
-                REASON_RECONCILIATION_SUCCEEDED,
-                format!("hosts {held}"),
-            )
-        };
-        // With services asked for and the hosts selected, the services' run decides
-        // (`services::record_services`): setting it here too would flip it at every run.
-        let services_decide = selection.shortfalls.is_empty() && !sip.spec.services.is_empty();
-        if !services_decide && let Some(s) = world.sip_clusters.get_mut(&key) {
-            let status = if ready {
-                ConditionStatus::True
-            } else {
-                ConditionStatus::False
+        freed = false;
+        for report in reports
+            .iter_mut()
+            .filter(|r| !r.deleted && !r.selection.shortfalls.is_empty())
+        {
+            let Some(mut again) = reconcile_one(world, &report.key, now) else {
+                continue;
             };
-            s.set_condition(CONDITION_READY, status, reason, &message, now);
+            freed |= !again.selection.released.is_empty();
+            // What the earlier pass did to its hosts stays said.
+            for k in &report.relabelled {
+                if !again.relabelled.contains(k) {
+                    again.relabelled.push(k.clone());
+                }
+            }
+            for r in &report.selection.released {
+                if !again.selection.released.contains(r) {
+                    again.selection.released.push(r.clone());
+                }
+            }
+            *report = again;
         }
-        reports.push(SipReport {
+    }
+    reports
+}
+
+/// One pass over SIPCluster `key`: its hosts selected and labelled, its condition set.
+fn reconcile_one(world: &mut World, key: &ObjectKey, now: OffsetDateTime) -> Option<SipReport> {
+    let key = key.clone();
+    let sip = world.sip_clusters.get(&key).cloned()?;
+    let (candidates, mut data) = candidates(world, &sip);
+    let deleted = sip.metadata().is_being_deleted();
+    let selection = if deleted {
+        Selection {
+            released: select::held_hosts(&key, &candidates)
+                .into_iter()
+                .map(|k| (k, "its SIPCluster is deleted".to_string()))
+                .collect(),
+            ..Selection::default()
+        }
+    } else {
+        select(&key, &sip.spec.nodes, &candidates)
+    };
+    let mut relabelled = Vec::new();
+    for c in &candidates {
+        let labels = labels_for(&c.labels, &key, selection.hosts.get(&c.key));
+        if labels != c.labels
+            && let Some(host) = world.bare_metal_hosts.get_mut(&c.key)
+        {
+            host.metadata.labels = labels;
+            relabelled.push(c.key.clone());
+        }
+    }
+    data.retain(|k, _| selection.hosts.contains_key(k));
+    if deleted {
+        // It stays in the world until its services are gone
+        // ([`services::record_services`] drops it then).
+        return Some(SipReport {
             key,
-            deleted: false,
+            deleted: true,
             selection,
             hosts: data,
             relabelled,
-            ready,
-            reason: reason.to_string(),
-            message,
+            ready: false,
+            reason: String::new(),
+            message: String::new(),
         });
     }
-    reports
+    let held = describe_hosts(&selection);
+    let (ready, reason, message) = if !selection.shortfalls.is_empty() {
+        let shortfalls: Vec<String> = selection
+            .shortfalls
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        (
+            false,
+            REASON_UNSCHEDULABLE,
+            format!("unschedulable, no host labelled: {}", shortfalls.join("; ")),
+        )
+    } else if !sip.spec.services.is_empty() {
+        // Its services' run sets the condition once they are placed and running
+        // (`services::record_services`).
+        (
+            false,
+            REASON_INFRA_SERVICE_FAILURE,
+            format!(
+                "hosts {held}; support services asked for: {}",
+                requested_services(&sip).join(", ")
+            ),
+        )
+    } else {
+        (
+            true,
+            REASON_RECONCILIATION_SUCCEEDED,
+            format!("hosts {held}"),
+        )
+    };
+    // With services asked for and the hosts selected, the services' run decides
+    // (`services::record_services`): setting it here too would flip it at every run.
+    let services_decide = selection.shortfalls.is_empty() && !sip.spec.services.is_empty();
+    if !services_decide && let Some(s) = world.sip_clusters.get_mut(&key) {
+        let status = if ready {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        };
+        s.set_condition(CONDITION_READY, status, reason, &message, now);
+    }
+    Some(SipReport {
+        key,
+        deleted: false,
+        selection,
+        hosts: data,
+        relabelled,
+        ready,
+        reason: reason.to_string(),
+        message,
+    })
 }
 
 fn requested_services(sip: &SipCluster) -> Vec<&'static str> {

@@ -800,3 +800,44 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn hosts_one_sip_cluster_lets_go_reach_an_earlier_one_in_the_same_run() {
+    // b holds h05 and h07 (its two workers), a (processed first) wants five workers of the
+    // seven, held nothing of b's. h05 leaves and comes back still labelled for b, which then
+    // holds three and lets h09 go: a, short of one before, gets its five in the same run.
+    let mut world = load(&[
+        &prop_inventory(),
+        &sip_doc("a", (0, 0, "rack"), (3, 2, "host"), "{}"),
+        &sip_doc("b", (1, 0, "rack"), (2, 0, "host"), "{}"),
+    ]);
+    for (h, sip) in [
+        ("h05", "b"),
+        ("h07", "b"),
+        ("h09", "b"),
+        ("h01", "a"),
+        ("h03", "a"),
+    ] {
+        let labels = &mut world
+            .bare_metal_hosts
+            .get_mut(&key(h))
+            .unwrap()
+            .metadata
+            .labels;
+        labels.insert(CLUSTER_NAME_LABEL.into(), sip.into());
+        labels.insert(CLUSTER_NAMESPACE_LABEL.into(), NS.into());
+        labels.insert(NODE_TYPE_LABEL.into(), "Worker".into());
+        labels.insert(NODE_STATE_LABEL.into(), "active".into());
+    }
+    let reports = reconcile_sip(&mut world, NOW);
+    let a = reports.iter().find(|r| r.key == key("a")).unwrap();
+    assert!(a.selection.shortfalls.is_empty(), "{}", a.summary());
+    assert_eq!(held(&world, "a").len(), 5);
+    let b = reports.iter().find(|r| r.key == key("b")).unwrap();
+    assert_eq!(b.selection.released.len(), 1, "{}", b.summary());
+    // A second run changes nothing.
+    let before = world.bare_metal_hosts.clone();
+    let again = reconcile_sip(&mut world, NOW);
+    assert_eq!(world.bare_metal_hosts, before);
+    assert!(again.iter().all(|r| r.relabelled.is_empty()));
+}

@@ -11,6 +11,10 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --locked --workspace --all-targets -- -D warnings
+echo "== cargo build --bins"
+# The e2e tests run the workspace's binaries; nextest builds only those of packages with
+# integration tests, so a binary could otherwise be missing on a fresh clone (or stale here).
+cargo build --locked --workspace --bins
 echo "== cargo nextest"
 # Local hypervisor sets the tests leave behind (each test destroys its own; a drop that
 # fails says so only in the captured output of a passing test) are named and destroyed here.

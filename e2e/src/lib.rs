@@ -106,8 +106,9 @@ pub fn binary(name: &str) -> Result<PathBuf> {
     let path = bin_dir()?.join(name);
     ensure!(
         path.is_file(),
-        "binary `{name}` not found at {}: build it first (`cargo build --workspace --bins`; \
-         `cargo nextest run --workspace` builds every binary)",
+        "binary `{name}` not found at {}: build it first (`cargo build --workspace --bins`, as \
+         scripts/test.sh does; `cargo nextest run` builds only the binaries of packages with \
+         integration tests)",
         path.display()
     );
     Ok(path)

@@ -304,6 +304,23 @@ fn reconcile(world: &str) -> oi_e2e::Run {
     .unwrap()
 }
 
+/// What `oi reconcile --dry-run` prints for `world` (it must succeed).
+fn dry_run(world: &str) -> String {
+    oi(
+        &[
+            "reconcile",
+            "--dry-run",
+            "--image-repository",
+            "localhost/oneinfra",
+        ],
+        world,
+    )
+    .unwrap()
+    .ok("oi reconcile --dry-run")
+    .unwrap()
+    .stdout
+}
+
 /// An HTTP GET of `path` on `ip:port`, its whole answer.
 fn http_get(ip: Ipv4Addr, port: u16, path: &str) -> Result<String, String> {
     use std::io::{Read, Write};
@@ -423,6 +440,29 @@ fn sip_services_run_on_a_public_hypervisor() {
         host("w-1", "worker", worker.ip, &emulator.address(WORKER)),
     ]
     .join("---\n");
+    // What a run would do, first: the hosts it chooses, the services' pods and files on the
+    // first public hypervisor.
+    let planned = dry_run(&manifests);
+    assert!(
+        planned.starts_with(&format!(
+            "sipcluster {NS}/t1: hosts ControlPlane: active cp-1; Worker: active w-1"
+        )),
+        "{planned}"
+    );
+    let on_public = planned
+        .split(&format!("hypervisor {}:\n", state.hypervisors[0].name))
+        .nth(1)
+        .unwrap_or_else(|| panic!("{planned}"));
+    for service in ["jump-host-0", "lb-control-plane-0", "lb-worker-0"] {
+        assert!(
+            on_public.contains(&format!("  create pod {NS}/t1-{service}\n")),
+            "{planned}"
+        );
+    }
+    assert!(
+        on_public.contains("/jump-host-0/sshd_config\n"),
+        "{planned}"
+    );
     let first = reconcile(&manifests).ok("oi reconcile").unwrap();
     let endpoints = format!(
         "services: control plane load balancer lb-control-plane-0 at {public_ip}:{CP_LB_PORT}, \
@@ -541,6 +581,16 @@ fn sip_services_run_on_a_public_hypervisor() {
         assert!(!second.stderr.contains(verb), "{}", second.stderr);
     }
     assert_eq!(second.stdout, first.stdout);
+    let planned = dry_run(&first.stdout);
+    for service in ["jump-host-0", "lb-control-plane-0", "lb-worker-0"] {
+        assert!(
+            planned.contains(&format!("  keep pod {NS}/t1-{service}\n")),
+            "{planned}"
+        );
+    }
+    for verb in ["create pod", "replace pod", "remove", "write file"] {
+        assert!(!planned.contains(verb), "{planned}");
+    }
 
     // Draining the public hypervisor the services run on moves them all to the other one,
     // ports, pods and directories.
@@ -610,6 +660,12 @@ fn sip_services_run_on_a_public_hypervisor() {
     .unwrap()
     .ok("oi sipcluster delete")
     .unwrap();
+    let planned = dry_run(&deleted.stdout);
+    assert!(
+        planned.contains(&format!("  remove pod {NS}/t1-jump-host-0\n"))
+            && planned.contains(&format!("  remove directory /etc/oneinfra/_sip/{NS}/t1\n")),
+        "{planned}"
+    );
     let gone = reconcile(&deleted.stdout)
         .ok("oi reconcile after delete")
         .unwrap();

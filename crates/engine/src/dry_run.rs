@@ -1,4 +1,6 @@
-//! `--dry-run`: the plan compared with what each hypervisor lists (read-only calls only).
+//! `--dry-run`: the plan compared with what each hypervisor lists (read-only calls only):
+//! the clusters' pods ([`dry_run`]) and the SIPClusters' support services
+//! ([`dry_run_services`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -6,6 +8,7 @@ use futures::future::join_all;
 use oi_api::ObjectKey;
 use oi_api::runtime::labels;
 use oi_cri::{HypervisorRuntime, PodDecision, PodStatus, pod_decision};
+use oi_planner::sip::services::SipServices;
 use oi_planner::{ClusterPlan, ComponentPlan, Plan};
 
 use crate::connect::{Connector, connect_all};
@@ -20,15 +23,20 @@ pub struct HypervisorPlan {
     pub remove: Vec<String>,
     /// Host paths whose content would be written.
     pub files: Vec<String>,
+    /// Directories that would be removed (a deleted cluster's, a retired component's, a
+    /// support service's that left).
+    pub remove_directories: Vec<String>,
     /// Set when the hypervisor could not be asked.
     pub unreachable: Option<String>,
 }
 
-/// The plan of a run, per hypervisor, and the clusters that could not be planned.
+/// The plan of a run, per hypervisor, and the clusters (and SIPClusters' services) that
+/// could not be planned.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DryRun {
     pub hypervisors: BTreeMap<String, HypervisorPlan>,
     pub failures: BTreeMap<ObjectKey, String>,
+    pub sip_failures: BTreeMap<ObjectKey, String>,
 }
 
 /// Lists the managed pods of every hypervisor of `plan` (`list_pods` only: no mutating
@@ -58,19 +66,35 @@ pub fn diff(plan: &Plan, listed: &BTreeMap<String, Result<Vec<PodStatus>, String
     let mut out = DryRun::default();
     let mut wanted: BTreeMap<&str, Vec<&ComponentPlan>> = BTreeMap::new();
     let mut left_alone: BTreeSet<(&str, &str)> = BTreeSet::new();
+    let mut directories: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for (key, cluster) in &plan.clusters {
         match cluster {
             ClusterPlan::Unplannable(e) => {
                 out.failures.insert(key.clone(), e.to_string());
                 left_alone.insert((&key.namespace, &key.name));
             }
-            ClusterPlan::Teardown(_) => {}
+            ClusterPlan::Teardown(t) => {
+                for h in &t.hypervisors {
+                    directories
+                        .entry(h)
+                        .or_default()
+                        .extend(t.directories.iter().map(String::as_str));
+                }
+            }
             ClusterPlan::Converge(c) => {
                 for component in &c.components {
                     wanted
                         .entry(component.hypervisor.as_str())
                         .or_default()
                         .push(component);
+                }
+                for r in &c.retiring {
+                    if let Some(h) = &r.hypervisor {
+                        directories
+                            .entry(h)
+                            .or_default()
+                            .extend(r.directories.iter().map(String::as_str));
+                    }
                 }
             }
         }
@@ -118,9 +142,107 @@ pub fn diff(plan: &Plan, listed: &BTreeMap<String, Result<Vec<PodStatus>, String
                         plan.remove.push(format!("{}/{}", pod.namespace, pod.name));
                     }
                 }
+                plan.remove_directories.extend(
+                    directories
+                        .remove(h.as_str())
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(str::to_string),
+                );
             }
         }
         out.hypervisors.insert(h.clone(), plan);
     }
     out
+}
+
+/// Adds to `out` what running the SIPClusters' services of `plans` would do
+/// ([`crate::sip::execute_services`]): their pods listed on each hypervisor each holds
+/// (`list_pods` only) and compared with the plans ([`diff_services`]).
+pub async fn dry_run_services<C: Connector>(
+    world: &oi_api::World,
+    plans: &[SipServices],
+    connector: &C,
+    out: &mut DryRun,
+) {
+    let names: BTreeSet<String> = plans
+        .iter()
+        .filter(|p| p.error.is_none())
+        .flat_map(|p| p.hypervisors.iter().cloned())
+        .collect();
+    let runtimes = connect_all(world, &names, connector).await;
+    let mut listed = BTreeMap::new();
+    for plan in plans.iter().filter(|p| p.error.is_none()) {
+        for h in &plan.hypervisors {
+            let pods = match runtimes.get(h) {
+                Some(Ok(rt)) => rt
+                    .list_pods(&crate::sip::selector(&plan.key, None))
+                    .await
+                    .map_err(|e| e.to_string()),
+                Some(Err(e)) => Err(e.to_string()),
+                None => Err(format!("hypervisor {h} does not exist")),
+            };
+            listed.insert((plan.key.clone(), h.clone()), pods);
+        }
+    }
+    diff_services(plans, &listed, out);
+}
+
+/// What running `plans` would do on hypervisors where each SIPCluster's pods are `listed`
+/// (by SIPCluster and hypervisor), added to `out`: per service, its pod created, replaced
+/// (it runs otherwise, or a file it reads changes) or kept, and its changed files; pods of
+/// the SIPCluster planned nowhere removed, with the directories of services that left. A
+/// SIPCluster whose services cannot be placed is a failure (nothing is done for it).
+pub fn diff_services(
+    plans: &[SipServices],
+    listed: &BTreeMap<(ObjectKey, String), Result<Vec<PodStatus>, String>>,
+    out: &mut DryRun,
+) {
+    for plan in plans {
+        if let Some(e) = &plan.error {
+            out.sip_failures.insert(plan.key.clone(), e.clone());
+            continue;
+        }
+        for h in &plan.hypervisors {
+            let entry = out.hypervisors.entry(h.clone()).or_default();
+            let pods = match listed.get(&(plan.key.clone(), h.clone())) {
+                Some(Ok(pods)) => pods,
+                Some(Err(e)) => {
+                    entry.unreachable.get_or_insert_with(|| e.clone());
+                    continue;
+                }
+                None => {
+                    entry
+                        .unreachable
+                        .get_or_insert_with(|| "not listed".to_string());
+                    continue;
+                }
+            };
+            let services: Vec<_> = plan
+                .services
+                .iter()
+                .filter(|s| &s.hypervisor == h)
+                .collect();
+            for s in &services {
+                let id = format!("{}/{}", s.pod.namespace, s.pod.name);
+                let changed = oi_cri::requests::file_writes(&s.files, &s.known_files).0;
+                match pod_decision(&s.pod, pods) {
+                    PodDecision::Create => entry.create.push(id),
+                    PodDecision::Keep if changed.is_empty() => entry.keep.push(id),
+                    PodDecision::Keep | PodDecision::Replace { .. } => entry.replace.push(id),
+                }
+                entry
+                    .files
+                    .extend(changed.into_iter().map(|f| f.path.clone()));
+            }
+            for pod in pods {
+                if !services.iter().any(|s| s.pod.name == pod.name) {
+                    entry.remove.push(format!("{}/{}", pod.namespace, pod.name));
+                }
+            }
+            if let Some(dirs) = plan.leaving.get(h) {
+                entry.remove_directories.extend(dirs.iter().cloned());
+            }
+        }
+    }
 }

@@ -65,7 +65,7 @@ use oi_cri::HypervisorRuntime;
 use oi_planner::{ClusterPlan, ClusterResult, Plan, Reason};
 
 pub use connect::{ConnectError, Connector, CriConnector, remove_throwaway_pods};
-pub use dry_run::{DryRun, HypervisorPlan, dry_run};
+pub use dry_run::{DryRun, HypervisorPlan, diff_services, dry_run, dry_run_services};
 pub use error::StepError;
 pub use etcd::{EtcdClient, EtcdError, Member};
 pub use https::{HttpsError, HttpsRequest, HttpsResponse, Network, RealNetwork, Tls};

@@ -71,7 +71,8 @@ fn runtime<'r, R>(runtimes: &'r Runtimes<R>, hypervisor: &str) -> Result<&'r R, 
     }
 }
 
-fn selector(key: &oi_api::ObjectKey, service: Option<&str>) -> BTreeMap<String, String> {
+/// The labels of `key`'s pods (of its `service`'s, when given).
+pub(crate) fn selector(key: &oi_api::ObjectKey, service: Option<&str>) -> BTreeMap<String, String> {
     let mut s = BTreeMap::from([
         (
             labels::SIP_CLUSTER_NAMESPACE.to_string(),

@@ -700,6 +700,32 @@ async fn dry_run_lists_the_plan_without_mutating() {
         .map(|f| f.rsplit('/').next().unwrap_or(f))
         .collect();
     assert_eq!(files, ["etcd-server.crt", "etcd-server.key"]);
+    assert!(private.remove_directories.is_empty(), "{private:?}");
+
+    // Deleted: every pod of it goes, and its directories on each hypervisor it used.
+    let mut w = report.world.clone();
+    w.clusters
+        .get_mut(&ObjectKey::new("default", "c"))
+        .unwrap()
+        .metadata
+        .deletion_timestamp = Some(NOW);
+    let plan = dry_run(
+        &oi_planner::plan(w, NOW, &PlanOptions::default()),
+        &h.connector,
+    )
+    .await;
+    for hv in [hv.as_str(), "public-1"] {
+        let p = &plan.hypervisors[hv];
+        assert!(!p.remove.is_empty() && p.keep.is_empty(), "{hv}: {p:?}");
+        assert_eq!(
+            p.remove_directories,
+            [
+                oi_api::runtime::paths::cluster_config_dir("default", "c"),
+                oi_api::runtime::paths::cluster_data_dir("default", "c"),
+            ],
+            "{hv}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -1745,4 +1771,122 @@ async fn a_restore_stages_every_replica_before_stopping_any_then_starts_them_tog
     let again = h2.run(restored.world.clone()).await;
     assert!(again.all_ready());
     assert_eq!(again.counts.mutating_calls, 0);
+}
+
+/// A SIPCluster `t1` with a jump host (no hosts to reach) on port `port`, and its node keys.
+fn with_sip_cluster(mut w: World, port: u16) -> World {
+    let docs = format!(
+        "apiVersion: airship.airshipit.org/v1\nkind: SIPCluster\nmetadata: {{name: t1, namespace: default}}\nspec:\n  nodes: {{}}\n  services:\n    jumpHost:\n    - image: jump\n      nodePort: {port}\n      nodeInterfaceId: oam-ipv4\n      nodeSSHPrivateKeys: keys\n      sshAuthorizedKeys: ['ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGFu4aD6Qg2jhyY5fba9gqFO5quRH/2GbGT/qO/VrDt5 ops@example']\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: keys, namespace: default}}\nstringData: {{id_ed25519: \"-----BEGIN OPENSSH PRIVATE KEY-----\\nnode key\\n\"}}\n"
+    );
+    let sip = World::load(&docs, "sip").unwrap();
+    w.sip_clusters.extend(sip.sip_clusters);
+    w.secrets.extend(sip.secrets);
+    w
+}
+
+/// The SIPClusters of `w` selected and their services planned, as `oi reconcile` does.
+fn sip_plans(
+    w: &mut World,
+) -> (
+    Vec<oi_planner::sip::SipReport>,
+    Vec<oi_planner::sip::services::SipServices>,
+) {
+    let reports = oi_planner::sip::reconcile_sip(w, NOW);
+    let plans = oi_planner::sip::services::plan_services(
+        w,
+        &reports,
+        &oi_planner::render::RenderOptions::default(),
+        NOW,
+    );
+    (reports, plans)
+}
+
+async fn sip_dry_run(h: &Harness, w: &World) -> DryRun {
+    let mut w = w.clone();
+    let (_, plans) = sip_plans(&mut w);
+    let mut out = DryRun::default();
+    dry_run_services(&w, &plans, &h.connector, &mut out).await;
+    out
+}
+
+#[tokio::test]
+async fn a_dry_run_lists_what_running_sip_services_would_do_without_mutating() {
+    let h = Harness::new();
+    let w = with_sip_cluster(world(1, &[]), 30010);
+    let planned = sip_dry_run(&h, &w).await;
+    assert!(h.connector.all_calls().is_empty());
+    let public = &planned.hypervisors["public-1"];
+    assert_eq!(public.create, ["default/t1-jump-host-0"]);
+    assert!(public.keep.is_empty() && public.remove.is_empty());
+    assert!(
+        public
+            .files
+            .iter()
+            .any(|f| f.ends_with("/jump-host-0/sshd_config")),
+        "{public:?}"
+    );
+    assert!(planned.sip_failures.is_empty(), "{planned:?}");
+
+    // Run and recorded: the same plan keeps the pod and writes nothing.
+    let mut w = w;
+    let (reports, plans) = sip_plans(&mut w);
+    let results =
+        crate::sip::execute_services(&w, &plans, &options(), &h.connector, &|_: &Event| {}).await;
+    let outcomes =
+        oi_planner::sip::services::record_services(&mut w, &reports, &plans, &results, NOW);
+    assert!(outcomes.iter().all(|o| o.ready), "{outcomes:?}");
+    h.connector.clear();
+    let planned = sip_dry_run(&h, &w).await;
+    assert!(h.connector.all_calls().is_empty());
+    let public = &planned.hypervisors["public-1"];
+    assert_eq!(public.keep, ["default/t1-jump-host-0"]);
+    assert!(public.create.is_empty() && public.replace.is_empty() && public.files.is_empty());
+
+    // A changed authorized key: the file rewritten, the pod restarted to read it.
+    let mut changed = w.clone();
+    let key = ObjectKey::new("default", "t1");
+    changed.sip_clusters.get_mut(&key).unwrap().spec.services.jump_host[0].ssh_authorized_keys =
+        vec!["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGFu4aD6Qg2jhyY5fba9gqFO5quRH/2GbGT/qO/VrDt5 other@example".into()];
+    let planned = sip_dry_run(&h, &changed).await;
+    let public = &planned.hypervisors["public-1"];
+    assert_eq!(public.replace, ["default/t1-jump-host-0"]);
+    assert!(public.keep.is_empty(), "{public:?}");
+    assert!(
+        public.files.iter().all(|f| f.ends_with("/authorized_keys")) && public.files.len() == 1,
+        "{public:?}"
+    );
+
+    // Deleted: its pod and its directories go.
+    let mut deleted = w.clone();
+    deleted
+        .sip_clusters
+        .get_mut(&key)
+        .unwrap()
+        .metadata
+        .deletion_timestamp = Some(NOW);
+    let planned = sip_dry_run(&h, &deleted).await;
+    let public = &planned.hypervisors["public-1"];
+    assert_eq!(public.remove, ["default/t1-jump-host-0"]);
+    assert!(public.create.is_empty() && public.keep.is_empty());
+    assert!(
+        public
+            .remove_directories
+            .iter()
+            .any(|d| d.ends_with("/_sip/default/t1")),
+        "{public:?}"
+    );
+
+    // The hypervisor down: said, not guessed.
+    h.connector.down.lock().unwrap().insert("public-1".into());
+    let planned = sip_dry_run(&h, &w).await;
+    assert!(
+        planned.hypervisors["public-1"].unreachable.is_some(),
+        "{planned:?}"
+    );
+    h.connector.down.lock().unwrap().clear();
+
+    // A port outside the hypervisor's range: the SIPCluster cannot be planned.
+    let planned = sip_dry_run(&h, &with_sip_cluster(world(1, &[]), 40000)).await;
+    assert!(planned.sip_failures[&key].contains("40000"), "{planned:?}");
+    assert!(planned.hypervisors.is_empty(), "{planned:?}");
 }

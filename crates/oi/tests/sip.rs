@@ -201,6 +201,62 @@ fn reconcile_labels_upstream_hosts_and_keeps_everything_else() {
     assert!(stderr(&missing).contains("sipcluster default/nope not found"));
 }
 
+/// `--dry-run` over upstream's samples: the hosts it would choose, and that its services
+/// cannot be placed (no public hypervisor), said on stdout; exit 1; no file touched.
+#[test]
+fn a_dry_run_shows_the_hosts_a_sip_cluster_would_get_and_why_its_services_cannot_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = write_samples(dir.path());
+    let before: Vec<String> = files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
+    let mut args = reconcile_args(&files);
+    args.push("--dry-run".into());
+    let out = run(&args);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let plan = stdout(&out);
+    let lines: Vec<&str> = plan.lines().collect();
+    assert_eq!(lines.len(), 2, "{plan}");
+    assert!(
+        lines[0].starts_with(
+            "sipcluster sipcluster-system/sipcluster-system: hosts ControlPlane: active "
+        ) && lines[0].contains("; newly chosen: "),
+        "{plan}"
+    );
+    assert_eq!(
+        lines[1],
+        "sipcluster sipcluster-system/sipcluster-system cannot be planned: \
+         spec.services.loadBalancerControlPlane[0].nodePort: no public hypervisor can run the \
+         control plane load balancer lb-control-plane-0 (there is none)"
+    );
+    assert_eq!(
+        stderr(&out),
+        "error: the dry run is incomplete: 1 SIPClusters cannot be planned \
+         (sipcluster-system/sipcluster-system)\n"
+    );
+    for (f, text) in files.iter().zip(&before) {
+        assert_eq!(&std::fs::read_to_string(f).unwrap(), text, "{f}");
+    }
+
+    // Unschedulable: what lacks is said, and the dry run is incomplete.
+    let sip = before[0].replacen("active: 1", "active: 3", 1);
+    std::fs::write(&files[0], sip).unwrap();
+    let out = run(&args);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let plan = stdout(&out);
+    assert!(
+        plan.starts_with("sipcluster sipcluster-system/sipcluster-system: unschedulable, no host labelled: node set ControlPlane lacks 2 hosts"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains(
+            "sipcluster sipcluster-system/sipcluster-system cannot be planned: unschedulable"
+        ),
+        "{plan}"
+    );
+}
+
 #[test]
 fn an_unschedulable_sip_cluster_labels_nothing_and_fails_after_writing() {
     let dir = tempfile::tempdir().unwrap();

@@ -111,9 +111,13 @@ fn sip_warnings(world: &oi_api::World) -> Vec<String> {
     out
 }
 
-/// The plan of `--dry-run`, for a person.
-pub fn render_plan(plan: &DryRun) -> String {
+/// The plan of `--dry-run`, for a person: what the SIPClusters' host selection would do
+/// (`sip`, one line each), then per hypervisor, then what cannot be planned.
+pub fn render_plan(plan: &DryRun, sip: &[String]) -> String {
     let mut out = String::new();
+    for line in sip {
+        let _ = writeln!(out, "{line}");
+    }
     for (h, p) in &plan.hypervisors {
         if let Some(e) = &p.unreachable {
             let _ = writeln!(out, "hypervisor {h}: unreachable: {e}");
@@ -133,9 +137,15 @@ pub fn render_plan(plan: &DryRun) -> String {
         for f in &p.files {
             let _ = writeln!(out, "  write file {f}");
         }
+        for d in &p.remove_directories {
+            let _ = writeln!(out, "  remove directory {d}");
+        }
     }
     for (cluster, e) in &plan.failures {
         let _ = writeln!(out, "cluster {cluster} cannot be planned: {e}");
+    }
+    for (sip, e) in &plan.sip_failures {
+        let _ = writeln!(out, "sipcluster {sip} cannot be planned: {e}");
     }
     out
 }
@@ -150,16 +160,21 @@ pub fn dry_run_incomplete(plan: &DryRun) -> Option<String> {
         .map(|(h, _)| h.as_str())
         .collect();
     let mut lines = Vec::new();
-    if !plan.failures.is_empty() {
-        lines.push(format!(
-            "{} clusters cannot be planned ({})",
-            plan.failures.len(),
-            plan.failures
-                .keys()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+    for (what, failures) in [
+        ("clusters", &plan.failures),
+        ("SIPClusters", &plan.sip_failures),
+    ] {
+        if !failures.is_empty() {
+            lines.push(format!(
+                "{} {what} cannot be planned ({})",
+                failures.len(),
+                failures
+                    .keys()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
     }
     if !unreachable.is_empty() {
         lines.push(format!(
@@ -233,6 +248,52 @@ impl Runner {
     ) -> (oi_api::World, Executed) {
         let plan = oi_planner::plan(world, now, &self.plan_options);
         self.execute(plan, now)
+    }
+
+    /// What one run of everything the world holds would do (`--dry-run`): the SIPClusters'
+    /// host selection and services planned as [`Runner::run_with_sip`] plans them, compared
+    /// with what the hypervisors list (read-only calls). Also one line per SIPCluster: its
+    /// hosts, notes, and what waits for the clusters' run. A SIPCluster that cannot get its
+    /// hosts is a failure of the dry run.
+    pub fn dry_run_with_sip(
+        &self,
+        mut world: oi_api::World,
+        now: time::OffsetDateTime,
+    ) -> (DryRun, Vec<String>) {
+        let reports = oi_planner::sip::reconcile_sip(&mut world, now);
+        let plans = oi_planner::sip::services::plan_services(
+            &mut world,
+            &reports,
+            &self.plan_options.render,
+            now,
+        );
+        let plan = oi_planner::plan(world, now, &self.plan_options);
+        let mut dry_run = self.runtime.block_on(async {
+            let mut dry_run = oi_engine::dry_run(&plan, &self.connector).await;
+            oi_engine::dry_run_services(&plan.world, &plans, &self.connector, &mut dry_run).await;
+            dry_run
+        });
+        let mut lines = Vec::new();
+        for r in &reports {
+            lines.push(r.summary());
+            if !r.deleted && !r.selection.shortfalls.is_empty() {
+                dry_run
+                    .sip_failures
+                    .insert(r.key.clone(), r.message.clone());
+            }
+        }
+        for p in &plans {
+            for note in &p.notes {
+                lines.push(format!("sipcluster {}: {note}", p.key));
+            }
+            for why in &p.waiting {
+                lines.push(format!(
+                    "sipcluster {}: planned after the clusters' run: {why}",
+                    p.key
+                ));
+            }
+        }
+        (dry_run, lines)
     }
 
     /// One run of everything the world holds: SIPClusters' hosts first (pure, one at a time,
@@ -342,11 +403,8 @@ pub fn run(
     let world = manifests::load(&args.input, input, ctx.now)?;
     let runner = Runner::new(args.image_repository.clone(), args.max_wait, args.quiet)?;
     if args.dry_run {
-        let plan = oi_planner::plan(world, ctx.now, &runner.plan_options);
-        let dry_run = runner
-            .runtime
-            .block_on(oi_engine::dry_run(&plan, &runner.connector));
-        output.write_all(render_plan(&dry_run).as_bytes())?;
+        let (dry_run, sip) = runner.dry_run_with_sip(world, ctx.now);
+        output.write_all(render_plan(&dry_run, &sip).as_bytes())?;
         return match dry_run_incomplete(&dry_run) {
             Some(why) => Err(OutputThenFail(why).into()),
             None => Ok(None),
@@ -460,7 +518,9 @@ mod tests {
                     HypervisorPlan {
                         create: vec!["default/c-control-plane-0-etcd".into()],
                         keep: vec!["default/d-ingress".into()],
+                        remove: vec!["default/t1-jump-host-0".into()],
                         files: vec!["/etc/oneinfra/default/c/c-ingress/haproxy.cfg".into()],
+                        remove_directories: vec!["/etc/oneinfra/_sip/default/t1".into()],
                         ..HypervisorPlan::default()
                     },
                 ),
@@ -473,12 +533,30 @@ mod tests {
                 ),
             ]),
             failures: BTreeMap::new(),
+            sip_failures: BTreeMap::from([(
+                ObjectKey::new("default", "t2"),
+                "no public hypervisor".to_string(),
+            )]),
         };
         assert_eq!(
-            render_plan(&plan),
-            "hypervisor h1:\n  create pod default/c-control-plane-0-etcd\n  keep pod \
-             default/d-ingress\n  write file /etc/oneinfra/default/c/c-ingress/haproxy.cfg\n\
-             hypervisor h2: unreachable: connection refused\n"
+            render_plan(
+                &plan,
+                &["sipcluster default/t1: deleted, 2 host(s) let go".into()]
+            ),
+            "sipcluster default/t1: deleted, 2 host(s) let go\n\
+             hypervisor h1:\n  create pod default/c-control-plane-0-etcd\n  keep pod \
+             default/d-ingress\n  remove pod default/t1-jump-host-0\n  write file \
+             /etc/oneinfra/default/c/c-ingress/haproxy.cfg\n  remove directory \
+             /etc/oneinfra/_sip/default/t1\n\
+             hypervisor h2: unreachable: connection refused\n\
+             sipcluster default/t2 cannot be planned: no public hypervisor\n"
+        );
+        assert_eq!(
+            dry_run_incomplete(&plan).as_deref(),
+            Some(
+                "the dry run is incomplete: 1 SIPClusters cannot be planned (default/t2); \
+                 1 hypervisors cannot be reached (h2)"
+            )
         );
     }
 }

@@ -561,7 +561,9 @@ fn a_sip_clusters_oidc_provider_logs_users_into_our_cluster() {
         "{out:?}"
     );
 
-    // Deleted: the provider goes, and the API servers no longer trust its tokens.
+    // Deleted: the provider goes, and the API servers no longer trust its tokens; the CA
+    // file they read goes too.
+    assert_eq!(oidc_ca_files(&set).len(), 1);
     let deleted = oi_e2e::oi(
         &[
             "sipcluster",
@@ -592,5 +594,31 @@ fn a_sip_clusters_oidc_provider_logs_users_into_our_cluster() {
         String::from_utf8_lossy(&out.stderr).contains("Unauthorized"),
         "{out:?}"
     );
+    assert!(
+        gone.stderr.contains("removed 1 files it no longer has"),
+        "{}",
+        gone.stderr
+    );
+    let left = oidc_ca_files(&set);
+    assert!(left.is_empty(), "{left:?}");
     drop(set);
+}
+
+/// The API servers' OIDC CA files on the set's hypervisors.
+fn oidc_ca_files(set: &LocalSet) -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.file_name().is_some_and(|n| n == "oidc-ca.crt") {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for h in set.state().unwrap().hypervisors {
+        walk(&set.etc_oneinfra(&h.name), &mut out);
+    }
+    out
 }

@@ -253,6 +253,19 @@ pub fn file_writes<'a>(
     (changed, hashes)
 }
 
+/// The paths `known` records that `files` no longer has, among those inside directory `dir`:
+/// what is removed once nothing reads them. A record naming a path outside `dir` is never
+/// acted upon (the records come from the world, which people edit).
+pub fn stale_files(files: &[HostFile], known: &BTreeMap<String, String>, dir: &str) -> Vec<String> {
+    let inside = format!("{}/", dir.trim_end_matches('/'));
+    known
+        .keys()
+        .filter(|path| path.starts_with(&inside) && check_host_path(path).is_ok())
+        .filter(|path| !files.iter().any(|f| &f.path == *path))
+        .cloned()
+        .collect()
+}
+
 /// Splits files into batches whose base64 payload stays under [`WRITER_BATCH_BYTES`] (a file
 /// larger than that gets a batch of its own). Most file sets make one batch.
 pub fn writer_batches(files: &[HostFile]) -> Vec<Vec<&HostFile>> {

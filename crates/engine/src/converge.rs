@@ -234,9 +234,11 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         for outcome in together {
             outcome?;
         }
-        // A live component's pods it no longer renders (its cluster's VPN turned off): gone.
+        // A live component's pods and files it no longer renders (its cluster's VPN or OIDC
+        // issuer turned off): gone, now that no pod that reads them runs.
         for c in &plan.components {
             self.remove_stale_pods(key, c).await?;
+            self.remove_stale_files(key, c, result).await?;
         }
         // 6. Observe until ready or out of time.
         loop {
@@ -393,6 +395,38 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             );
         }
         Ok(outcome)
+    }
+
+    /// Removes the files of component `c` its hypervisor's status records and its rendering no
+    /// longer has (inside its configuration directory only), and their records.
+    async fn remove_stale_files(
+        &self,
+        key: &ObjectKey,
+        c: &ComponentPlan,
+        result: &mut ClusterResult,
+    ) -> Step {
+        let dir = oi_api::runtime::paths::component_config_dir(&key.namespace, &key.name, c.name());
+        let stale = oi_cri::requests::stale_files(&c.rendered.files, &c.known_files, &dir);
+        if stale.is_empty() {
+            return Ok(());
+        }
+        self.runtime(&c.hypervisor)?
+            .remove_host_paths(&stale)
+            .await?;
+        if let Some(placed) = result
+            .files
+            .iter_mut()
+            .find(|p| p.component == c.name() && p.hypervisor == c.hypervisor)
+        {
+            placed.hashes.retain(|path, _| !stale.contains(path));
+        }
+        self.emit(
+            Some(&c.hypervisor),
+            key,
+            Some(c.name()),
+            format!("removed {} files it no longer has", stale.len()),
+        );
+        Ok(())
     }
 
     /// Removes the pods of component `c` that its rendering no longer has.

@@ -23,6 +23,8 @@ pub struct HypervisorPlan {
     pub remove: Vec<String>,
     /// Host paths whose content would be written.
     pub files: Vec<String>,
+    /// Files that would be removed: recorded as placed, no longer planned.
+    pub remove_files: Vec<String>,
     /// Directories that would be removed (a deleted cluster's, a retired component's, a
     /// support service's that left).
     pub remove_directories: Vec<String>,
@@ -61,12 +63,14 @@ pub async fn dry_run<C: Connector>(plan: &Plan, connector: &C) -> DryRun {
 /// What executing `plan` would do on hypervisors whose managed pods are `listed` (or could
 /// not be listed): per pod planned, create, replace (it runs otherwise, or must restart to
 /// read changed files) or keep; pods planned nowhere are removed, but for those of clusters
-/// that cannot be planned, which a run leaves alone; files whose content changes.
+/// that cannot be planned, which a run leaves alone; files whose content changes, files
+/// no longer planned, directories of what goes.
 pub fn diff(plan: &Plan, listed: &BTreeMap<String, Result<Vec<PodStatus>, String>>) -> DryRun {
     let mut out = DryRun::default();
     let mut wanted: BTreeMap<&str, Vec<&ComponentPlan>> = BTreeMap::new();
     let mut left_alone: BTreeSet<(&str, &str)> = BTreeSet::new();
     let mut directories: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut stale: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for (key, cluster) in &plan.clusters {
         match cluster {
             ClusterPlan::Unplannable(e) => {
@@ -87,6 +91,19 @@ pub fn diff(plan: &Plan, listed: &BTreeMap<String, Result<Vec<PodStatus>, String
                         .entry(component.hypervisor.as_str())
                         .or_default()
                         .push(component);
+                    let dir = oi_api::runtime::paths::component_config_dir(
+                        &key.namespace,
+                        &key.name,
+                        component.name(),
+                    );
+                    stale
+                        .entry(component.hypervisor.as_str())
+                        .or_default()
+                        .extend(oi_cri::requests::stale_files(
+                            &component.rendered.files,
+                            &component.known_files,
+                            &dir,
+                        ));
                 }
                 for r in &c.retiring {
                     if let Some(h) = &r.hypervisor {
@@ -142,6 +159,7 @@ pub fn diff(plan: &Plan, listed: &BTreeMap<String, Result<Vec<PodStatus>, String
                         plan.remove.push(format!("{}/{}", pod.namespace, pod.name));
                     }
                 }
+                plan.remove_files = stale.remove(h.as_str()).unwrap_or_default();
                 plan.remove_directories.extend(
                     directories
                         .remove(h.as_str())
@@ -190,7 +208,8 @@ pub async fn dry_run_services<C: Connector>(
 
 /// What running `plans` would do on hypervisors where each SIPCluster's pods are `listed`
 /// (by SIPCluster and hypervisor), added to `out`: per service, its pod created, replaced
-/// (it runs otherwise, or a file it reads changes) or kept, and its changed files; pods of
+/// (it runs otherwise, or a file it reads changes) or kept, its changed files and those it
+/// no longer has; pods of
 /// the SIPCluster planned nowhere removed, with the directories of services that left. A
 /// SIPCluster whose services cannot be placed is a failure (nothing is done for it).
 pub fn diff_services(
@@ -234,6 +253,11 @@ pub fn diff_services(
                 entry
                     .files
                     .extend(changed.into_iter().map(|f| f.path.clone()));
+                entry.remove_files.extend(oi_cri::requests::stale_files(
+                    &s.files,
+                    &s.known_files,
+                    &oi_planner::sip::services::config_dir(&plan.key, &s.name),
+                ));
             }
             for pod in pods {
                 if !services.iter().any(|s| s.pod.name == pod.name) {

@@ -221,6 +221,29 @@ async fn run_service<R: HypervisorRuntime>(
             }
         }
     }
+    // Files it no longer has (a node key taken out of the Secret): gone, now that the pod
+    // runs as rendered.
+    let stale = oi_cri::requests::stale_files(
+        &s.files,
+        &s.known_files,
+        &oi_planner::sip::services::config_dir(key, &s.name),
+    );
+    if !stale.is_empty() {
+        if let Err(e) = rt.remove_host_paths(&stale).await {
+            out.message = format!("removing files it no longer has: {e}");
+            return out;
+        }
+        if let Some(hashes) = &mut out.hashes {
+            hashes.retain(|path, _| !stale.contains(path));
+        }
+        emit(
+            progress,
+            key,
+            h,
+            Some(&s.name),
+            format!("removed {} files it no longer has", stale.len()),
+        );
+    }
     match outcome {
         Outcome::Created => emit(
             progress,

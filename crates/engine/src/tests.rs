@@ -1437,8 +1437,29 @@ async fn public_pods(h: &Harness) -> BTreeSet<String> {
         .collect()
 }
 
+/// The paths of the files of the fake hypervisor `h` under `dir`.
+fn files_under(harness: &Harness, h: &str, dir: &str) -> BTreeSet<String> {
+    harness.connector.runtimes[h]
+        .files()
+        .into_keys()
+        .filter(|p| p.starts_with(&format!("{dir}/")))
+        .collect()
+}
+
+/// What the world records as placed for component `component` of cluster `default/c` on `h`.
+fn recorded(w: &World, h: &str, component: &str) -> BTreeSet<String> {
+    w.hypervisors[&ObjectKey::cluster_scoped(h)]
+        .status
+        .files
+        .get("default")
+        .and_then(|c| c.get("c"))
+        .and_then(|c| c.get(component))
+        .map(|f| f.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
 #[tokio::test]
-async fn turning_the_vpn_off_removes_its_endpoint_pod_and_egress() {
+async fn turning_the_vpn_off_removes_its_endpoint_pod_egress_and_files() {
     let h = Harness::new();
     let key = ObjectKey::new("default", "c");
     let mut w = world(1, &[("c", 1)]);
@@ -1446,8 +1467,28 @@ async fn turning_the_vpn_off_removes_its_endpoint_pod_and_egress() {
     let report = h.run(w).await;
     assert!(report.all_ready(), "{:?}", report.clusters);
     assert!(public_pods(&h).await.contains("c-ingress-vpn"));
+    let dir = "/etc/oneinfra/default/c/c-ingress";
+    let with_vpn = files_under(&h, "public-1", dir);
+    let vpn_files: BTreeSet<String> = ["vpn.conf", "vpn-proxy.crt", "vpn-proxy.key"]
+        .iter()
+        .map(|f| format!("{dir}/{f}"))
+        .collect();
+    assert!(with_vpn.is_superset(&vpn_files), "{with_vpn:?}");
+    assert_eq!(recorded(&report.world, "public-1", "c-ingress"), with_vpn);
     let mut w = report.world.clone();
     w.clusters.get_mut(&key).unwrap().spec.vpn.enabled = false;
+    // The dry run says which files go.
+    let planned = dry_run(
+        &oi_planner::plan(w.clone(), NOW, &PlanOptions::default()),
+        &h.connector,
+    )
+    .await;
+    let removed: BTreeSet<String> = planned.hypervisors["public-1"]
+        .remove_files
+        .iter()
+        .cloned()
+        .collect();
+    assert!(removed.is_superset(&vpn_files), "{removed:?}");
     let off = h.run(w).await;
     assert!(off.all_ready(), "{:?}", off.clusters);
     assert_eq!(
@@ -1457,9 +1498,65 @@ async fn turning_the_vpn_off_removes_its_endpoint_pod_and_egress() {
     assert_eq!(off.counts.pods_removed, 1);
     // The API server went without its egress configuration (its pod replaced).
     assert_eq!(off.counts.pods_replaced, 1);
+    // The endpoint's files (its private key among them) went, and their records.
+    let without = files_under(&h, "public-1", dir);
+    assert!(without.is_disjoint(&vpn_files), "{without:?}");
+    assert_eq!(
+        with_vpn
+            .difference(&without)
+            .cloned()
+            .collect::<BTreeSet<_>>(),
+        removed
+    );
+    assert_eq!(recorded(&off.world, "public-1", "c-ingress"), without);
     let again = h.run(off.world.clone()).await;
     assert_eq!(again.counts.pods_removed, 0);
     assert_eq!(again.counts.mutating_calls, 0);
+}
+
+#[tokio::test]
+async fn a_record_naming_a_file_outside_the_components_directory_is_never_acted_upon() {
+    let h = Harness::new();
+    let report = h.run(world(1, &[("c", 1)])).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    let mut w = report.world.clone();
+    let records = w
+        .hypervisors
+        .get_mut(&ObjectKey::cluster_scoped("public-1"))
+        .unwrap()
+        .status
+        .files
+        .get_mut("default")
+        .unwrap()
+        .get_mut("c")
+        .unwrap()
+        .get_mut("c-ingress")
+        .unwrap();
+    records.insert("/etc/passwd".into(), "edited".into());
+    records.insert(
+        "/etc/oneinfra/default/c/c-ingress/old.crt".into(),
+        "old".into(),
+    );
+    h.connector.clear();
+    let next = h.run(w).await;
+    assert!(next.all_ready(), "{:?}", next.clusters);
+    let removals: Vec<Call> = h.connector.runtimes["public-1"]
+        .calls()
+        .into_iter()
+        .filter(|c| matches!(c, Call::RemoveHostPaths(_)))
+        .collect();
+    assert_eq!(
+        removals,
+        [Call::RemoveHostPaths(vec![
+            "/etc/oneinfra/default/c/c-ingress/old.crt".into()
+        ])]
+    );
+    let kept = recorded(&next.world, "public-1", "c-ingress");
+    assert!(kept.contains("/etc/passwd"), "{kept:?}");
+    assert!(
+        !kept.contains("/etc/oneinfra/default/c/c-ingress/old.crt"),
+        "{kept:?}"
+    );
 }
 
 #[tokio::test]
@@ -1889,4 +1986,62 @@ async fn a_dry_run_lists_what_running_sip_services_would_do_without_mutating() {
     let planned = sip_dry_run(&h, &with_sip_cluster(world(1, &[]), 40000)).await;
     assert!(planned.sip_failures[&key].contains("40000"), "{planned:?}");
     assert!(planned.hypervisors.is_empty(), "{planned:?}");
+}
+
+#[tokio::test]
+async fn a_node_key_taken_out_of_the_secret_leaves_the_jump_host() {
+    let h = Harness::new();
+    let mut w = with_sip_cluster(world(1, &[]), 30010);
+    let run = |mut w: World| async {
+        let (reports, plans) = sip_plans(&mut w);
+        let results =
+            crate::sip::execute_services(&w, &plans, &options(), &h.connector, &|_: &Event| {})
+                .await;
+        let outcomes =
+            oi_planner::sip::services::record_services(&mut w, &reports, &plans, &results, NOW);
+        assert!(outcomes.iter().all(|o| o.ready), "{outcomes:?}");
+        w
+    };
+    w = run(w).await;
+    let dir = "/etc/oneinfra/_sip/default/t1/jump-host-0";
+    let old_key = format!("{dir}/node-keys/id_ed25519");
+    assert!(files_under(&h, "public-1", dir).contains(&old_key));
+    // The Secret now holds another key only.
+    let secret = w
+        .secrets
+        .get_mut(&ObjectKey::new("default", "keys"))
+        .unwrap();
+    let replaced = World::load(
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: keys, namespace: default}\nstringData: {id_rsa: \"-----BEGIN OPENSSH PRIVATE KEY-----\\nanother\\n\"}\n",
+        "keys",
+    )
+    .unwrap();
+    *secret = replaced.secrets.into_values().next().unwrap();
+    let planned = sip_dry_run(&h, &w).await;
+    assert_eq!(
+        planned.hypervisors["public-1"].remove_files,
+        [old_key.clone()],
+        "{planned:?}"
+    );
+    h.connector.clear();
+    w = run(w).await;
+    let files = files_under(&h, "public-1", dir);
+    assert!(!files.contains(&old_key), "{files:?}");
+    assert!(
+        files.contains(&format!("{dir}/node-keys/id_rsa")),
+        "{files:?}"
+    );
+    let recorded: BTreeSet<String> = w.hypervisors[&ObjectKey::cluster_scoped("public-1")]
+        .status
+        .files
+        .values()
+        .flat_map(|c| c.values())
+        .flat_map(|c| c.values())
+        .flat_map(|f| f.keys().cloned())
+        .filter(|p| p.starts_with(dir))
+        .collect();
+    assert_eq!(recorded, files);
+    // Converged: nothing more to remove.
+    let planned = sip_dry_run(&h, &w).await;
+    assert!(planned.hypervisors["public-1"].remove_files.is_empty());
 }

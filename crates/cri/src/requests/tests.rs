@@ -399,3 +399,50 @@ fn file_writes_selects_changed_files_and_returns_all_hashes() {
         "a second write with the returned hashes writes nothing"
     );
 }
+
+#[test]
+fn stale_files_are_the_records_of_files_no_longer_planned_inside_the_directory() {
+    let planned = HostFile {
+        path: "/etc/oneinfra/ns/c/c-ingress/haproxy.cfg".into(),
+        content: b"x".to_vec(),
+        mode: 0o644,
+    };
+    let known = BTreeMap::from(
+        [
+            "/etc/oneinfra/ns/c/c-ingress/haproxy.cfg",
+            "/etc/oneinfra/ns/c/c-ingress/vpn-proxy.key",
+            "/etc/oneinfra/ns/c/c-ingress/sub/old.crt",
+            // Outside the directory, beside it, or not a clean path: never acted upon.
+            "/etc/oneinfra/ns/c/c-ingress-2/vpn-proxy.key",
+            "/etc/passwd",
+            "/etc/oneinfra/ns/c/c-ingress/../../../../passwd",
+            "/etc/oneinfra/ns/c/c-ingress",
+        ]
+        .map(|p| (p.to_string(), "h".to_string())),
+    );
+    assert_eq!(
+        stale_files(&[planned.clone()], &known, "/etc/oneinfra/ns/c/c-ingress"),
+        [
+            "/etc/oneinfra/ns/c/c-ingress/sub/old.crt",
+            "/etc/oneinfra/ns/c/c-ingress/vpn-proxy.key"
+        ]
+    );
+    assert_eq!(
+        stale_files(&[planned], &known, "/etc/oneinfra/ns/c/c-ingress/"),
+        stale_files(
+            &[],
+            &BTreeMap::from([
+                (
+                    "/etc/oneinfra/ns/c/c-ingress/sub/old.crt".to_string(),
+                    String::new()
+                ),
+                (
+                    "/etc/oneinfra/ns/c/c-ingress/vpn-proxy.key".to_string(),
+                    String::new()
+                ),
+            ]),
+            "/etc/oneinfra/ns/c/c-ingress"
+        )
+    );
+    assert!(stale_files(&[], &BTreeMap::new(), "/etc/oneinfra/ns/c/c-ingress").is_empty());
+}

@@ -137,6 +137,9 @@ pub fn render_plan(plan: &DryRun, sip: &[String]) -> String {
         for f in &p.files {
             let _ = writeln!(out, "  write file {f}");
         }
+        for f in &p.remove_files {
+            let _ = writeln!(out, "  remove file {f}");
+        }
         for d in &p.remove_directories {
             let _ = writeln!(out, "  remove directory {d}");
         }
@@ -520,6 +523,9 @@ mod tests {
                         keep: vec!["default/d-ingress".into()],
                         remove: vec!["default/t1-jump-host-0".into()],
                         files: vec!["/etc/oneinfra/default/c/c-ingress/haproxy.cfg".into()],
+                        remove_files: vec![
+                            "/etc/oneinfra/default/c/c-ingress/vpn-proxy.key".into(),
+                        ],
                         remove_directories: vec!["/etc/oneinfra/_sip/default/t1".into()],
                         ..HypervisorPlan::default()
                     },
@@ -546,7 +552,8 @@ mod tests {
             "sipcluster default/t1: deleted, 2 host(s) let go\n\
              hypervisor h1:\n  create pod default/c-control-plane-0-etcd\n  keep pod \
              default/d-ingress\n  remove pod default/t1-jump-host-0\n  write file \
-             /etc/oneinfra/default/c/c-ingress/haproxy.cfg\n  remove directory \
+             /etc/oneinfra/default/c/c-ingress/haproxy.cfg\n  remove file \
+             /etc/oneinfra/default/c/c-ingress/vpn-proxy.key\n  remove directory \
              /etc/oneinfra/_sip/default/t1\n\
              hypervisor h2: unreachable: connection refused\n\
              sipcluster default/t2 cannot be planned: no public hypervisor\n"

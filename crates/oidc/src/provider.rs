@@ -11,9 +11,11 @@
 //! - The code flow also gives a refresh token: single use (each refresh gives the next one),
 //!   bound to its client, refused [`SESSION_LIFETIME`] seconds after the login it descends
 //!   from, and for a user no longer listed. They live in memory: a restart ends sessions.
-//! - After [`MAX_FAILURES`] failed logins for a username within [`FAILURE_WINDOW`] seconds,
-//!   that username is refused until the window has passed. An unknown username costs the
-//!   same hash computation as a known one.
+//! - After [`MAX_FAILURES`] failed logins for a username from one address within
+//!   [`FAILURE_WINDOW`] seconds, that username is refused from that address until the window
+//!   has passed; after [`MAX_FAILURES_PER_USER`] from any addresses, from everywhere. One
+//!   client guessing cannot lock a user out; many guessing together get few guesses each. An
+//!   unknown username costs the same hash computation as a known one.
 //! - Nothing secret is logged: log lines name users and clients, never passwords, codes or
 //!   tokens.
 
@@ -34,8 +36,11 @@ pub const CODE_LIFETIME: u64 = 60;
 /// Seconds a login's session lasts: refresh tokens are refused after this long from the
 /// login they descend from.
 pub const SESSION_LIFETIME: u64 = 24 * 3600;
-/// Failed logins allowed per username within [`FAILURE_WINDOW`].
+/// Failed logins allowed per username and client address within [`FAILURE_WINDOW`].
 pub const MAX_FAILURES: usize = 5;
+/// Failed logins allowed per username, from all addresses together, within
+/// [`FAILURE_WINDOW`].
+pub const MAX_FAILURES_PER_USER: usize = 50;
 /// Seconds failed logins are remembered.
 pub const FAILURE_WINDOW: u64 = 900;
 
@@ -50,6 +55,8 @@ pub struct Request {
     pub authorization: Option<String>,
     /// The body, form-decoded (`application/x-www-form-urlencoded`).
     pub form: Vec<(String, String)>,
+    /// The client's address, when known: failed logins are counted per username and address.
+    pub peer: Option<std::net::IpAddr>,
 }
 
 /// A reply.
@@ -136,7 +143,8 @@ struct State {
     /// Access tokens (for userinfo): the user and expiry.
     access: HashMap<String, (String, u64)>,
     refresh: HashMap<String, Session>,
-    failures: HashMap<String, Vec<u64>>,
+    /// Failed logins by username: when, and from where.
+    failures: HashMap<String, Vec<(u64, Option<std::net::IpAddr>)>>,
 }
 
 /// The provider.
@@ -244,8 +252,8 @@ impl Provider {
                     Err(r) => r,
                 }
             }
-            ("POST", "/auth") => self.login(&request.form, now),
-            ("POST", "/token") => self.token(&request.form, now),
+            ("POST", "/auth") => self.login(&request.form, request.peer, now),
+            ("POST", "/token") => self.token(&request.form, request.peer, now),
             ("GET" | "POST", "/userinfo") => self.userinfo(request),
             (
                 _,
@@ -385,13 +393,24 @@ impl Provider {
         )
     }
 
-    /// Checks a username and password, counting failures. `Err` is what to tell the user.
-    fn authenticate(&self, username: &str, password: &str, now: u64) -> Result<&OidcUser, String> {
+    /// Checks a username and password from `peer`, counting failures. `Err` is what to tell
+    /// the user.
+    fn authenticate(
+        &self,
+        username: &str,
+        password: &str,
+        peer: Option<std::net::IpAddr>,
+        now: u64,
+    ) -> Result<&OidcUser, String> {
         {
             let state = self.lock();
-            let recent = state.failures.get(username).map_or(0, Vec::len);
-            if recent >= MAX_FAILURES {
-                eprintln!("login refused for {username:?}: too many failed logins");
+            let failures = state.failures.get(username).map_or(&[][..], Vec::as_slice);
+            let from_peer = failures.iter().filter(|(_, p)| *p == peer).count();
+            if from_peer >= MAX_FAILURES || failures.len() >= MAX_FAILURES_PER_USER {
+                eprintln!(
+                    "login refused for {username:?} from {}: too many failed logins",
+                    peer.map_or_else(|| "an unknown address".to_string(), |p| p.to_string())
+                );
                 return Err("too many failed logins for this user; try again later".into());
             }
         }
@@ -400,7 +419,9 @@ impl Provider {
         let ok = password::verify(parts, password) && user.is_some();
         match user {
             Some((u, _)) if ok => {
-                self.lock().failures.remove(username);
+                if let Some(failures) = self.lock().failures.get_mut(username) {
+                    failures.retain(|(_, p)| *p != peer);
+                }
                 Ok(u)
             }
             _ => {
@@ -408,14 +429,17 @@ impl Provider {
                     .failures
                     .entry(username.to_string())
                     .or_default()
-                    .push(now);
-                eprintln!("login failed for {username:?}");
+                    .push((now, peer));
+                eprintln!(
+                    "login failed for {username:?} from {}",
+                    peer.map_or_else(|| "an unknown address".to_string(), |p| p.to_string())
+                );
                 Err("invalid username or password".into())
             }
         }
     }
 
-    fn login(&self, form: &[(String, String)], now: u64) -> Reply {
+    fn login(&self, form: &[(String, String)], peer: Option<std::net::IpAddr>, now: u64) -> Reply {
         let p: BTreeMap<String, String> = form.iter().cloned().collect();
         let a = match self.auth_request(&p) {
             Ok(a) => a,
@@ -423,7 +447,7 @@ impl Provider {
         };
         let username = p.get("username").map(String::as_str).unwrap_or_default();
         let password = p.get("password").map(String::as_str).unwrap_or_default();
-        let user = match self.authenticate(username, password, now) {
+        let user = match self.authenticate(username, password, peer, now) {
             Ok(u) => u,
             Err(why) => {
                 let status = if why.starts_with("too many") {
@@ -462,7 +486,7 @@ impl Provider {
         ))
     }
 
-    fn token(&self, form: &[(String, String)], now: u64) -> Reply {
+    fn token(&self, form: &[(String, String)], peer: Option<std::net::IpAddr>, now: u64) -> Reply {
         let p: BTreeMap<&str, &str> = form.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let get = |k: &str| p.get(k).copied().unwrap_or_default();
         let client_id = get("client_id");
@@ -528,7 +552,7 @@ impl Provider {
                 self.tokens(user, client_id, None, session.auth_time, now, true)
             }
             "password" if self.config.password_grant => {
-                match self.authenticate(get("username"), get("password"), now) {
+                match self.authenticate(get("username"), get("password"), peer, now) {
                     Ok(user) => {
                         eprintln!(
                             "login (password grant): {:?} for client {client_id:?}",
@@ -643,7 +667,7 @@ impl Provider {
         s.refresh
             .retain(|_, session| session.auth_time + SESSION_LIFETIME >= now);
         s.failures.retain(|_, times| {
-            times.retain(|t| t + FAILURE_WINDOW > now);
+            times.retain(|(t, _)| t + FAILURE_WINDOW > now);
             !times.is_empty()
         });
     }

@@ -71,7 +71,7 @@ pub async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, provid
             };
             let service = hyper::service::service_fn(move |request: HttpRequest<Incoming>| {
                 let provider = Arc::clone(&provider);
-                async move { Ok::<_, Infallible>(answer(&provider, request).await) }
+                async move { Ok::<_, Infallible>(answer(&provider, request, peer).await) }
             });
             // A client that does not finish its headers is dropped (slow clients cannot hold
             // connections open for ever).
@@ -84,7 +84,11 @@ pub async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, provid
     }
 }
 
-async fn answer(provider: &Provider, request: HttpRequest<Incoming>) -> Response<Full<Bytes>> {
+async fn answer(
+    provider: &Provider,
+    request: HttpRequest<Incoming>,
+    peer: std::net::SocketAddr,
+) -> Response<Full<Bytes>> {
     let (parts, body) = request.into_parts();
     let form = if parts.method == http::Method::POST {
         let is_form = parts
@@ -117,6 +121,8 @@ async fn answer(provider: &Provider, request: HttpRequest<Incoming>) -> Response
             .and_then(|v| v.to_str().ok())
             .map(str::to_string),
         form,
+        // An IPv4 client of a dual-stack socket counts as its IPv4 address.
+        peer: Some(peer.ip().to_canonical()),
     };
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)

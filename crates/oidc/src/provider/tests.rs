@@ -78,11 +78,22 @@ fn get(p: &Provider, path_and_query: &str, now: u64) -> Reply {
 }
 
 fn post(p: &Provider, path: &str, form: Vec<(String, String)>, now: u64) -> Reply {
+    post_from(p, path, form, None, now)
+}
+
+fn post_from(
+    p: &Provider,
+    path: &str,
+    form: Vec<(String, String)>,
+    peer: Option<std::net::IpAddr>,
+    now: u64,
+) -> Reply {
     p.handle(
         &Request {
             method: "POST".into(),
             path: path.into(),
             form,
+            peer,
             ..Request::default()
         },
         now,
@@ -90,10 +101,15 @@ fn post(p: &Provider, path: &str, form: Vec<(String, String)>, now: u64) -> Repl
 }
 
 fn login(p: &Provider, user: &str, password: &str, now: u64) -> Reply {
+    login_from(p, user, password, None, now)
+}
+
+/// A login through the form from client address `peer`.
+fn login_from(p: &Provider, user: &str, password: &str, peer: Option<&str>, now: u64) -> Reply {
     let mut form = auth_params(REDIRECT);
     form.push(("username".into(), user.into()));
     form.push(("password".into(), password.into()));
-    post(p, "/auth", form, now)
+    post_from(p, "/auth", form, peer.map(|a| a.parse().unwrap()), now)
 }
 
 fn code_of(reply: &Reply) -> String {
@@ -289,6 +305,51 @@ fn bad_requests_never_redirect_to_unregistered_uris() {
             .unwrap()
             .starts_with("http://localhost:18000/cb?x=1&error=invalid_scope")
     );
+}
+
+#[test]
+fn failures_lock_a_user_out_from_that_address_and_from_everywhere_only_when_many() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = provider(dir.path(), false);
+    let (a, b) = (Some("192.0.2.10"), Some("198.51.100.20"));
+    for _ in 0..MAX_FAILURES {
+        assert_eq!(login_from(&p, "alice", "wrong", a, NOW).status, 401);
+    }
+    // One address guessing locks alice out from there, not from elsewhere, and no one else.
+    assert_eq!(login_from(&p, "alice", "s3cret", a, NOW + 1).status, 429);
+    code_of(&login_from(&p, "alice", "s3cret", b, NOW + 1));
+    code_of(&login_from(&p, "bob", "s3cret", a, NOW + 1));
+    // Her login from b does not lift the lock on a.
+    assert_eq!(login_from(&p, "alice", "s3cret", a, NOW + 2).status, 429);
+    // Many addresses guessing together: once MAX_FAILURES_PER_USER failed, alice is refused
+    // from everywhere, an address that never failed too.
+    let mut failed = MAX_FAILURES;
+    let mut host = 0;
+    while failed < MAX_FAILURES_PER_USER {
+        host += 1;
+        let address = format!("203.0.113.{host}");
+        for _ in 0..MAX_FAILURES.min(MAX_FAILURES_PER_USER - failed) {
+            assert_eq!(
+                login_from(&p, "alice", "wrong", Some(&address), NOW + 3).status,
+                401
+            );
+            failed += 1;
+        }
+    }
+    assert_eq!(login_from(&p, "alice", "s3cret", b, NOW + 4).status, 429);
+    assert_eq!(
+        login_from(&p, "alice", "s3cret", Some("203.0.113.250"), NOW + 4).status,
+        429
+    );
+    code_of(&login_from(&p, "bob", "s3cret", b, NOW + 4));
+    // The window passed: everyone may try again.
+    code_of(&login_from(
+        &p,
+        "alice",
+        "s3cret",
+        a,
+        NOW + 4 + FAILURE_WINDOW,
+    ));
 }
 
 #[test]

@@ -1898,6 +1898,17 @@ fn sip_plans(
     (reports, plans)
 }
 
+/// The SIPClusters' services of `w` run and recorded (each must run): the world after.
+async fn run_sip(h: &Harness, mut w: World) -> World {
+    let (reports, plans) = sip_plans(&mut w);
+    let results =
+        crate::sip::execute_services(&w, &plans, &options(), &h.connector, &|_: &Event| {}).await;
+    let outcomes =
+        oi_planner::sip::services::record_services(&mut w, &reports, &plans, &results, NOW);
+    assert!(outcomes.iter().all(|o| o.ready), "{outcomes:?}");
+    w
+}
+
 async fn sip_dry_run(h: &Harness, w: &World) -> DryRun {
     let mut w = w.clone();
     let (_, plans) = sip_plans(&mut w);
@@ -1925,13 +1936,7 @@ async fn a_dry_run_lists_what_running_sip_services_would_do_without_mutating() {
     assert!(planned.sip_failures.is_empty(), "{planned:?}");
 
     // Run and recorded: the same plan keeps the pod and writes nothing.
-    let mut w = w;
-    let (reports, plans) = sip_plans(&mut w);
-    let results =
-        crate::sip::execute_services(&w, &plans, &options(), &h.connector, &|_: &Event| {}).await;
-    let outcomes =
-        oi_planner::sip::services::record_services(&mut w, &reports, &plans, &results, NOW);
-    assert!(outcomes.iter().all(|o| o.ready), "{outcomes:?}");
+    let w = run_sip(&h, w).await;
     h.connector.clear();
     let planned = sip_dry_run(&h, &w).await;
     assert!(h.connector.all_calls().is_empty());
@@ -1991,18 +1996,7 @@ async fn a_dry_run_lists_what_running_sip_services_would_do_without_mutating() {
 #[tokio::test]
 async fn a_node_key_taken_out_of_the_secret_leaves_the_jump_host() {
     let h = Harness::new();
-    let mut w = with_sip_cluster(world(1, &[]), 30010);
-    let run = |mut w: World| async {
-        let (reports, plans) = sip_plans(&mut w);
-        let results =
-            crate::sip::execute_services(&w, &plans, &options(), &h.connector, &|_: &Event| {})
-                .await;
-        let outcomes =
-            oi_planner::sip::services::record_services(&mut w, &reports, &plans, &results, NOW);
-        assert!(outcomes.iter().all(|o| o.ready), "{outcomes:?}");
-        w
-    };
-    w = run(w).await;
+    let mut w = run_sip(&h, with_sip_cluster(world(1, &[]), 30010)).await;
     let dir = "/etc/oneinfra/_sip/default/t1/jump-host-0";
     let old_key = format!("{dir}/node-keys/id_ed25519");
     assert!(files_under(&h, "public-1", dir).contains(&old_key));
@@ -2024,7 +2018,7 @@ async fn a_node_key_taken_out_of_the_secret_leaves_the_jump_host() {
         "{planned:?}"
     );
     h.connector.clear();
-    w = run(w).await;
+    w = run_sip(&h, w).await;
     let files = files_under(&h, "public-1", dir);
     assert!(!files.contains(&old_key), "{files:?}");
     assert!(

@@ -2014,7 +2014,7 @@ async fn a_node_key_taken_out_of_the_secret_leaves_the_jump_host() {
     let planned = sip_dry_run(&h, &w).await;
     assert_eq!(
         planned.hypervisors["public-1"].remove_files,
-        [old_key.clone()],
+        std::slice::from_ref(&old_key),
         "{planned:?}"
     );
     h.connector.clear();

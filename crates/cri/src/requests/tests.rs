@@ -421,7 +421,11 @@ fn stale_files_are_the_records_of_files_no_longer_planned_inside_the_directory()
         .map(|p| (p.to_string(), "h".to_string())),
     );
     assert_eq!(
-        stale_files(&[planned.clone()], &known, "/etc/oneinfra/ns/c/c-ingress"),
+        stale_files(
+            std::slice::from_ref(&planned),
+            &known,
+            "/etc/oneinfra/ns/c/c-ingress"
+        ),
         [
             "/etc/oneinfra/ns/c/c-ingress/sub/old.crt",
             "/etc/oneinfra/ns/c/c-ingress/vpn-proxy.key"

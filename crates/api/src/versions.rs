@@ -112,6 +112,14 @@ pub struct InfraImages {
     pub oidc_provider: Image,
 }
 
+impl InfraImages {
+    /// The images only SIPClusters' support services run (on public hypervisors, where they
+    /// are placed): never needed on a private hypervisor.
+    pub fn sip_service_only(&self) -> [Image; 2] {
+        [self.jump_host, self.oidc_provider]
+    }
+}
+
 const fn k8s(name: &'static str, tag: &'static str) -> Image {
     Image { name, tag }
 }

@@ -190,13 +190,17 @@ pub fn image_tarballs(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(tars)
 }
 
-/// Tarballs (file names `<image>_<tag>.tar`) of images only SIPClusters' support services
-/// run: those go to public hypervisors, where services are placed, and never run on a
-/// private one (the jump host's image carries kubectl: 17 MiB a hypervisor saved).
-const PUBLIC_ONLY: [&str; 2] = ["jump-host_", "oidc-provider_"];
-
-/// The tarballs a hypervisor of `visibility` imports: all of them on a public one.
+/// The tarballs a hypervisor of `visibility` imports: all of them on a public one; a private
+/// one skips the images only SIPClusters' support services run
+/// ([`oi_api::versions::InfraImages::sip_service_only`], tarballs `<image>_<tag>.tar` as
+/// `cargo xtask images` names them), which are placed on public hypervisors only (the jump
+/// host's image carries kubectl: 17 MiB a hypervisor saved).
 pub fn tarballs_for(visibility: crate::plan::Visibility, tarballs: &[PathBuf]) -> Vec<PathBuf> {
+    let public_only: Vec<String> = oi_api::versions::INFRA
+        .sip_service_only()
+        .iter()
+        .map(|i| format!("{}_", i.short_name()))
+        .collect();
     tarballs
         .iter()
         .filter(|t| {
@@ -204,7 +208,7 @@ pub fn tarballs_for(visibility: crate::plan::Visibility, tarballs: &[PathBuf]) -
                 || !t
                     .file_name()
                     .and_then(|n| n.to_str())
-                    .is_some_and(|n| PUBLIC_ONLY.iter().any(|p| n.starts_with(p)))
+                    .is_some_and(|n| public_only.iter().any(|p| n.starts_with(p.as_str())))
         })
         .cloned()
         .collect()

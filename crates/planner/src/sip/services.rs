@@ -271,6 +271,43 @@ struct Wanted {
     ports: Vec<(String, u16, String)>,
 }
 
+/// Where one service runs: its directories on its hypervisor, the hypervisor's address and
+/// the service's ports (ascending).
+struct Site {
+    config: String,
+    state: String,
+    address: String,
+    ports: Vec<u16>,
+}
+
+impl Site {
+    /// A file of its configuration directory.
+    fn file(&self, name: &str, content: Vec<u8>, mode: u32) -> HostFile {
+        HostFile {
+            path: format!("{}/{name}", self.config),
+            content,
+            mode,
+        }
+    }
+
+    /// Its configuration directory (read-only) and its state directory, mounted where they
+    /// are on the hypervisor.
+    fn mounts(&self) -> [Mount; 2] {
+        [
+            Mount {
+                host_path: self.config.clone(),
+                container_path: self.config.clone(),
+                readonly: true,
+            },
+            Mount {
+                host_path: self.state.clone(),
+                container_path: self.state.clone(),
+                readonly: false,
+            },
+        ]
+    }
+}
+
 /// The service of a port owner's `component` (`<service>-<port name>`).
 pub fn service_of(component: &str) -> &str {
     component.rsplit_once('-').map_or(component, |(s, _)| s)
@@ -715,25 +752,20 @@ fn render(
     options: &RenderOptions,
 ) -> Result<ServicePlan, String> {
     let key = &report.key;
-    let config = config_dir(key, &w.name);
-    let state = state_dir(key, &w.name);
-    let address = hypervisor.spec.ip_address.clone();
-    let file = |name: &str, content: Vec<u8>, mode: u32| HostFile {
-        path: format!("{config}/{name}"),
-        content,
-        mode,
+    let site = Site {
+        config: config_dir(key, &w.name),
+        state: state_dir(key, &w.name),
+        address: hypervisor.spec.ip_address.clone(),
+        ports: {
+            let mut p: Vec<u16> = w.ports.iter().map(|(_, p, _)| *p).collect();
+            p.sort_unstable();
+            p
+        },
     };
+    let (config, state, ports) = (&site.config, &site.state, &site.ports);
+    let file = |name: &str, content: Vec<u8>, mode: u32| site.file(name, content, mode);
     let image = |i: oi_api::versions::Image| i.reference(options.image_repository.as_deref());
-    let config_mount = Mount {
-        host_path: config.clone(),
-        container_path: config.clone(),
-        readonly: true,
-    };
-    let ports: Vec<u16> = {
-        let mut p: Vec<u16> = w.ports.iter().map(|(_, p, _)| *p).collect();
-        p.sort_unstable();
-        p
-    };
+    let [config_mount, state_mount] = site.mounts();
     // The active hosts of a node set with their address on `interface`.
     let hosts = |role: &str, interface: &str| -> Vec<(String, String)> {
         report
@@ -753,16 +785,16 @@ fn render(
             let backends = hosts("ControlPlane", &lb.node_interface_id);
             let cfg = control_plane_lb_config(ports[0], &backends);
             (
-                haproxy_container(image(INFRA.haproxy), &config, config_mount),
+                haproxy_container(image(INFRA.haproxy), config, config_mount),
                 vec![file("haproxy.cfg", cfg.into_bytes(), 0o644)],
             )
         }
         ServiceKind::LoadBalancerWorker => {
             let lb = &s.load_balancer_worker[w.index];
             let backends = hosts("Worker", &lb.node_interface_id);
-            let cfg = worker_lb_config(&ports, &backends);
+            let cfg = worker_lb_config(ports, &backends);
             (
-                haproxy_container(image(INFRA.haproxy), &config, config_mount),
+                haproxy_container(image(INFRA.haproxy), config, config_mount),
                 vec![file("haproxy.cfg", cfg.into_bytes(), 0o644)],
             )
         }
@@ -824,7 +856,7 @@ fn render(
             ));
             files.push(file(
                 "sshd_config",
-                sshd_config(&address, ports[0], &state).into_bytes(),
+                sshd_config(&site.address, ports[0], state).into_bytes(),
                 0o644,
             ));
             // Waiting for the cluster's endpoint is in the plan's `waiting`.
@@ -837,34 +869,19 @@ fn render(
                 command: vec![
                     "/bin/sh".into(),
                     "-c".into(),
-                    jump_host_start(&config, &state),
+                    jump_host_start(config, state),
                 ],
                 args: Vec::new(),
                 env: BTreeMap::new(),
-                mounts: vec![
-                    config_mount,
-                    Mount {
-                        host_path: state.clone(),
-                        container_path: state.clone(),
-                        readonly: false,
-                    },
-                ],
+                mounts: vec![config_mount, state_mount],
                 privileged: false,
                 resources: oi_api::versions::container_resources("sshd"),
             };
             (container, files)
         }
-        ServiceKind::OidcProvider => oidc::render(
-            world,
-            sip,
-            w.index,
-            &w.name,
-            &address,
-            ports[0],
-            &config,
-            &state,
-            image(INFRA.oidc_provider),
-        )?,
+        ServiceKind::OidcProvider => {
+            oidc::render(world, sip, w, &site, image(INFRA.oidc_provider))?
+        }
     };
     let mut files = files;
     files.sort_by(|a, b| a.path.cmp(&b.path));
@@ -894,8 +911,8 @@ fn render(
         kind: w.kind,
         index: w.index,
         hypervisor: hypervisor.metadata.name.clone(),
-        address,
-        ports,
+        address: site.address,
+        ports: site.ports,
         pod,
         files,
         known_files,

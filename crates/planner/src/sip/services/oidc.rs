@@ -18,7 +18,7 @@ use oi_api::oidc::{
     DEFAULT_REDIRECT_URIS, DEFAULT_TOKEN_LIFETIME_SECONDS, ProviderClient, ProviderConfig,
     USERS_KEY, parse_users,
 };
-use oi_api::runtime::{ContainerSpec, HostFile, Mount};
+use oi_api::runtime::{ContainerSpec, HostFile};
 use oi_api::sip::OidcProviderStatus;
 use oi_api::{ApiServerOidc, ObjectKey, SipCluster, World};
 use oi_pki::{CaKind, CertificateAuthority, KeyAlgorithm, LeafSpec, Usage};
@@ -240,14 +240,11 @@ pub(super) fn wire_cluster(
 pub(super) fn render(
     world: &World,
     sip: &SipCluster,
-    index: usize,
-    name: &str,
-    address: &str,
-    port: u16,
-    config: &str,
-    state: &str,
+    w: &super::Wanted,
+    site: &super::Site,
     image: String,
 ) -> Result<(ContainerSpec, Vec<HostFile>), String> {
+    let (index, name, config, state) = (w.index, &w.name, &site.config, &site.state);
     let service = &sip.spec.services.oidc_provider[index];
     let at = format!("spec.services.oidcProvider[{index}]");
     let ns = sip.metadata.namespace_or_default();
@@ -277,7 +274,7 @@ pub(super) fn render(
         .status
         .oidc_providers
         .iter()
-        .find(|p| p.service == name)
+        .find(|p| &p.service == name)
         .ok_or_else(|| format!("{at}: its certificates were not made"))?;
     let redirect_uris = if service.redirect_uris.is_empty() {
         DEFAULT_REDIRECT_URIS
@@ -287,6 +284,8 @@ pub(super) fn render(
     } else {
         service.redirect_uris.clone()
     };
+    let address = &site.address;
+    let port = site.ports.first().copied().unwrap_or_default();
     let listen = format!("{}:{port}", url_host(address))
         .parse()
         .map_err(|_| format!("{at}: {address} is not an IP address to listen on"))?;
@@ -306,11 +305,7 @@ pub(super) fn render(
     };
     let provider_json = serde_json::to_string_pretty(&provider)
         .map_err(|e| format!("{at}: its configuration: {e}"))?;
-    let file = |n: &str, content: Vec<u8>, mode: u32| HostFile {
-        path: format!("{config}/{n}"),
-        content,
-        mode,
-    };
+    let file = |n: &str, content: Vec<u8>, mode: u32| site.file(n, content, mode);
     let files = vec![
         file("config.json", provider_json.into_bytes(), 0o644),
         file(USERS_KEY, users.into_bytes(), 0o600),
@@ -340,18 +335,7 @@ pub(super) fn render(
         ],
         args: Vec::new(),
         env: std::collections::BTreeMap::new(),
-        mounts: vec![
-            Mount {
-                host_path: config.to_string(),
-                container_path: config.to_string(),
-                readonly: true,
-            },
-            Mount {
-                host_path: state.to_string(),
-                container_path: state.to_string(),
-                readonly: false,
-            },
-        ],
+        mounts: site.mounts().to_vec(),
         privileged: false,
         resources: oi_api::versions::container_resources("oidc-provider"),
     };

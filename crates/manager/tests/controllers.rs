@@ -1904,6 +1904,37 @@ async fn the_sip_cluster_controller_runs_its_services_beside_clusters_and_tears_
         .collect();
     assert!(!cluster_ports.contains(&30090) && !cluster_ports.contains(&30091));
 
+    // More control plane hosts than the inventory has: unschedulable, and it says so; its
+    // hosts and its running services are kept (planned with the hosts it holds).
+    let grow = |h: &Harness, active: i64| {
+        let mut sip: oi_api::SipCluster = h.store.object(&k).unwrap();
+        sip.spec.nodes.get_mut("ControlPlane").unwrap().count.active = active;
+        sip
+    };
+    h.store.update(&grow(&h, 3)).await.unwrap();
+    // Not ready: tried again soon, not at the ready pace.
+    assert_ne!(
+        reconcile_sip_cluster(&k, &h.ctx).await.unwrap(),
+        Action::Requeue(Duration::from_secs(300))
+    );
+    let sip: oi_api::SipCluster = h.store.object(&k).unwrap();
+    let ready = sip.condition("Ready").unwrap();
+    assert_eq!(
+        (ready.status, ready.reason.as_str()),
+        (ConditionStatus::False, "Unschedulable"),
+        "{}",
+        ready.message
+    );
+    assert_eq!(sip_ports(&h), placed);
+    assert!(h.pods().contains(&"public-1/s1-jump-host-0".to_string()));
+    h.store.update(&grow(&h, 1)).await.unwrap();
+    reconcile_sip_cluster(&k, &h.ctx).await.unwrap();
+    let sip: oi_api::SipCluster = h.store.object(&k).unwrap();
+    assert_eq!(
+        sip.condition("Ready").unwrap().reason,
+        "ReconciliationSucceeded"
+    );
+
     // Deleted while its hypervisor cannot be reached: the teardown fails, and the finalizer,
     // its ports and its pods all stay for the next try (which knows where to look).
     h.store.delete::<oi_api::SipCluster>(&k).await.unwrap();

@@ -96,8 +96,12 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
         .await;
         return Ok(Next::Done(Action::AwaitChange));
     }
-    // With services, their run decides readiness ([`oi_planner::sip::services::record_services`]).
+    // With services, their run decides readiness ([`oi_planner::sip::services::record_services`]);
+    // an unschedulable one that keeps running its services stays unschedulable.
     let (ready, reason, message) = match services.as_ref().and_then(|s| s.outcome.as_ref()) {
+        _ if !report.selection.shortfalls.is_empty() => {
+            (report.ready, report.reason.clone(), report.message.clone())
+        }
         Some(o) if o.ready => (
             true,
             oi_api::sip::REASON_RECONCILIATION_SUCCEEDED.to_string(),

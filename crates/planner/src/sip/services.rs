@@ -194,7 +194,9 @@ pub fn state_dir(key: &ObjectKey, service: &str) -> String {
 
 /// Plans the services of every SIPCluster of `reports` (see the module documentation),
 /// claiming and releasing their ports in the world's hypervisors. A SIPCluster whose hosts
-/// could not be selected is left as it is (its services keep running as they were).
+/// could not be selected gets no services; one that already runs services keeps them,
+/// planned with the hosts it still holds (so a drain moves them and their certificates are
+/// renewed), and keeps its `Unschedulable` condition.
 ///
 /// An OIDC provider's CA and serving certificate are made (or renewed, [`RENEW_BEFORE`] ahead
 /// of their end, or when the provider's address changes) in the SIPCluster's
@@ -207,11 +209,25 @@ pub fn plan_services(
     options: &RenderOptions,
     now: time::OffsetDateTime,
 ) -> Vec<SipServices> {
-    reports
+    let planned: Vec<&SipReport> = reports
         .iter()
-        .filter(|r| r.deleted || r.selection.shortfalls.is_empty())
+        .filter(|r| r.deleted || r.selection.shortfalls.is_empty() || holds_ports(world, &r.key))
+        .collect();
+    planned
+        .into_iter()
         .map(|r| plan_one(world, r, options, now))
         .collect()
+}
+
+/// Whether SIPCluster `key` holds ports on some hypervisor: it runs services.
+fn holds_ports(world: &World, key: &ObjectKey) -> bool {
+    let owner = owner_cluster(&key.name);
+    world.hypervisors.values().any(|h| {
+        h.status
+            .allocated_ports
+            .iter()
+            .any(|a| a.cluster_namespace == key.namespace && a.cluster == owner)
+    })
 }
 
 /// Plans again the SIPClusters of `plans` that waited for their `clusterRef` cluster (see
@@ -1145,9 +1161,8 @@ pub fn record_services(
         if plan.deleted {
             continue;
         }
-        let held = reports
-            .iter()
-            .find(|r| &r.key == key)
+        let report = reports.iter().find(|r| &r.key == key);
+        let held = report
             .map(|r| super::describe_hosts(&r.selection))
             .unwrap_or_default();
         let running: Vec<String> = plan
@@ -1186,7 +1201,9 @@ pub fn record_services(
         } else {
             (ConditionStatus::False, REASON_INFRA_SERVICE_FAILURE)
         };
-        if let Some(sip) = world.sip_clusters.get_mut(key) {
+        // An unschedulable one keeps the condition its selection set.
+        let unschedulable = report.is_some_and(|r| !r.selection.shortfalls.is_empty());
+        if !unschedulable && let Some(sip) = world.sip_clusters.get_mut(key) {
             sip.set_condition(CONDITION_READY, status, reason, &message, now);
         }
         outcomes.push(ServicesOutcome {

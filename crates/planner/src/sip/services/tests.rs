@@ -928,3 +928,84 @@ fn records_set_ready_from_the_services_and_keep_the_transition_time() {
     let again = w.sip_clusters[&key("s1")].condition("Ready").unwrap();
     assert_eq!(again.last_transition_time, later);
 }
+
+#[test]
+fn an_unschedulable_sip_cluster_keeps_its_services_which_a_drain_moves() {
+    let mut w = world(
+        ALL,
+        &[
+            hypervisor("public-1", true, "10.1.0.2", (30000, 30100)),
+            hypervisor("public-2", true, "10.1.0.3", (30000, 30100)),
+        ],
+    );
+    let (_, plans) = plan(&mut w);
+    assert!(plans[0].services.iter().all(|s| s.hypervisor == "public-1"));
+    // It asks for more control plane hosts than the inventory has: unschedulable, its hosts
+    // and services kept, planned with the hosts it holds.
+    s1(&mut w)
+        .spec
+        .nodes
+        .get_mut("ControlPlane")
+        .unwrap()
+        .count
+        .active = 5;
+    let (reports, plans) = plan(&mut w);
+    assert!(
+        !reports[0].selection.shortfalls.is_empty(),
+        "{}",
+        reports[0].message
+    );
+    assert_eq!(plans.len(), 1, "its services are still planned");
+    assert!(plans[0].error.is_none(), "{:?}", plans[0].error);
+    assert!(plans[0].services.iter().all(|s| s.hypervisor == "public-1"));
+    let backends = text(file(
+        plans[0]
+            .services
+            .iter()
+            .find(|s| s.kind == ServiceKind::LoadBalancerControlPlane)
+            .unwrap(),
+        "haproxy.cfg",
+    ));
+    assert!(backends.contains(":6443"), "{backends}");
+    // Drained: they move, and the SIPCluster stays unschedulable whatever its services do.
+    spec(&mut w, "public-1").drain = true;
+    let (reports, plans) = plan(&mut w);
+    assert!(plans[0].services.iter().all(|s| s.hypervisor == "public-2"));
+    assert!(ports_of(&w, "public-1").is_empty());
+    let results = vec![SipServicesResult {
+        key: key("s1"),
+        services: plans[0]
+            .services
+            .iter()
+            .map(|s| ServiceResult {
+                name: s.name.clone(),
+                hypervisor: s.hypervisor.clone(),
+                running: true,
+                message: String::new(),
+                hashes: Some(BTreeMap::new()),
+            })
+            .collect(),
+        sweep_error: None,
+    }];
+    let outcomes = record_services(&mut w, &reports, &plans, &results, NOW);
+    assert!(outcomes[0].ready, "{:?}", outcomes[0]);
+    let ready = s1(&mut w).condition("Ready").unwrap().clone();
+    assert_eq!(ready.status, oi_api::common::ConditionStatus::False);
+    assert_eq!(ready.reason, "Unschedulable", "{}", ready.message);
+
+    // One that never ran services gets none while unschedulable.
+    let mut fresh = world(
+        ALL,
+        &[hypervisor("public-1", true, "10.1.0.2", (30000, 30100))],
+    );
+    s1(&mut fresh)
+        .spec
+        .nodes
+        .get_mut("ControlPlane")
+        .unwrap()
+        .count
+        .active = 5;
+    let (_, plans) = plan(&mut fresh);
+    assert!(plans.is_empty(), "{plans:?}");
+    assert!(ports_of(&fresh, "public-1").is_empty());
+}

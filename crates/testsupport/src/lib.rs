@@ -70,12 +70,43 @@ pub fn require_root_and_commands(test: &str, commands: &[&str]) -> bool {
         .all(|c| require(test, &format!("command `{c}` on PATH"), have_command(c)))
 }
 
+/// Where [`free_loopback_port`] picks: below the kernel's ephemeral range (32768-60999 on
+/// these machines), which it hands out to every outgoing connection and `bind(0)` of every
+/// process, and above the ports services listen on by convention.
+pub const TEST_PORTS: std::ops::Range<u16> = 20000..32000;
+
 /// A TCP port on 127.0.0.1 that nothing listens on at the time of the call (bound, then
-/// released), for a process under test to listen on.
+/// released), for a process under test to listen on. It is taken from [`TEST_PORTS`], outside
+/// the kernel's ephemeral range: between this call and the process's own bind, no outgoing
+/// connection of a test running beside it can be given the same port, as one given by
+/// `bind(0)` could be. A process starts at its own place (process id, time) and goes on one
+/// port at a time: its calls never repeat a port, and tests running at once seldom meet.
 ///
 /// # Panics
-/// When no port can be bound on loopback at all.
+/// When no port of [`TEST_PORTS`] nor any other can be bound on loopback.
 pub fn free_loopback_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    static START: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let span = u32::from(TEST_PORTS.end - TEST_PORTS.start);
+    // Where this process starts (process id and time); then one port after the other, so
+    // two calls of one process never give the same port.
+    let start = *START.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        std::process::id()
+            .wrapping_mul(2_654_435_761)
+            .wrapping_add(nanos)
+    });
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let offset = u16::try_from(start.wrapping_add(n) % span).unwrap_or(0);
+        let port = TEST_PORTS.start + offset;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     match std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
         Ok(address) => address.port(),
         Err(e) => panic!("cannot bind a port on 127.0.0.1: {e}"),
@@ -240,5 +271,31 @@ impl Drop for S3Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn free_ports_are_distinct_outside_the_ephemeral_range_and_bindable() {
+        let ports: Vec<u16> = (0..200).map(|_| free_loopback_port()).collect();
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
+        assert!(ports.iter().all(|p| TEST_PORTS.contains(p)), "{ports:?}");
+        // The port a call would give next, listened on by someone: passed over.
+        let p = free_loopback_port();
+        let next = if p + 1 < TEST_PORTS.end {
+            p + 1
+        } else {
+            TEST_PORTS.start
+        };
+        let _held = std::net::TcpListener::bind(("127.0.0.1", next));
+        let q = free_loopback_port();
+        assert_ne!(q, next);
+        std::net::TcpListener::bind(("127.0.0.1", q)).unwrap();
     }
 }

@@ -5,7 +5,8 @@
 //! hypervisor of a kind, no free port) keeps exactly its input state, ports included, and is
 //! reported; the clusters after it proceed. Components are derived from
 //! `controlPlaneReplicas`, named `<cluster>-control-plane-<i>` (lowest free index first) and
-//! `<cluster>-ingress`. Scaling down marks the replicas with the highest index for deletion
+//! `<cluster>-ingress`. Scaling down marks replicas for deletion, those sharing a hypervisor
+//! (then a zone) with another first, the highest index among equals
 //! (`metadata.deletionTimestamp = now`): they keep their hypervisor and ports until the engine
 //! has removed their etcd member and pod and calls [`remove_component`]. A cluster marked for
 //! deletion is left as it is; the engine tears it down, then calls [`remove_cluster`].
@@ -630,6 +631,34 @@ impl ClusterPrep<'_> {
         self.hvs[i].draining.then(|| h.clone())
     }
 
+    /// Which `count` of the replicas `staying` (indexes into `components`, in replica order)
+    /// go when scaling down: one at a time, the replica sharing its hypervisor with the most
+    /// others of them, then its zone, the highest in replica order among equals.
+    fn surplus(&self, components: &[Component], staying: &[usize], count: usize) -> Vec<usize> {
+        let domain = |i: usize| {
+            let h = components[i].spec.hypervisor.as_deref().unwrap_or_default();
+            let zone = self.index.get(h).and_then(|&x| self.hvs[x].zone.as_deref());
+            (h, crate::schedule::Domain::of(h, zone))
+        };
+        let mut left: Vec<usize> = staying.to_vec();
+        let mut victims = Vec::new();
+        for _ in 0..count {
+            let crowding = |i: usize| {
+                let (h, d) = domain(i);
+                let same_hypervisor = left.iter().filter(|&&j| domain(j).0 == h).count();
+                let same_domain = left.iter().filter(|&&j| domain(j).1 == d).count();
+                (same_hypervisor, same_domain)
+            };
+            // The last of the most crowded (`left` is in replica order; `max_by_key` gives
+            // the last of equal maxima).
+            let Some(pos) = (0..left.len()).max_by_key(|&p| crowding(left[p])) else {
+                break;
+            };
+            victims.push(left.remove(pos));
+        }
+        victims
+    }
+
     /// Creates missing replicas and the ingress; marks surplus ones for deletion; takes the
     /// next step of moving what runs on a drained hypervisor (see [`Drain`]).
     fn derive(&self, cluster: &Cluster, components: &mut Vec<Component>) -> Drain {
@@ -650,9 +679,11 @@ impl ClusterPrep<'_> {
         let mut drain = Drain::None;
 
         // Control plane: in replica order. Surplus replicas go, those on a drained
-        // hypervisor first, then the highest. One on a drained hypervisor only goes once
-        // the cluster was ready with every replica that stays joined (its replacement
-        // among them): within a run the engine retires before it joins.
+        // hypervisor first, then those sharing a hypervisor (then a zone) with another
+        // replica, the highest first (the replicas left stay as spread as they can be). One
+        // on a drained hypervisor only goes once the cluster was ready with every replica
+        // that stays joined (its replacement among them): within a run the engine retires
+        // before it joins.
         let replicas = live_replicas(name, components);
         let desired = cluster.control_plane_replicas() as usize;
         let (leaving, staying): (Vec<usize>, Vec<usize>) = replicas
@@ -660,12 +691,7 @@ impl ClusterPrep<'_> {
             .partition(|&&i| self.on_drained(&components[i]).is_some());
         let excess = replicas.len().saturating_sub(desired);
         let leaving_victims: Vec<usize> = leaving.iter().rev().take(excess).copied().collect();
-        let staying_victims: Vec<usize> = staying
-            .iter()
-            .rev()
-            .take(excess - leaving_victims.len())
-            .copied()
-            .collect();
+        let staying_victims = self.surplus(components, &staying, excess - leaving_victims.len());
         for &i in &staying_victims {
             components[i].metadata.deletion_timestamp = Some(self.now);
         }

@@ -299,6 +299,78 @@ fn placed_components_stay() {
     );
 }
 
+/// Scaling down keeps the replicas left as spread as they can be: the one sharing a
+/// hypervisor goes, not simply the highest (the property test found the sequence below:
+/// 2 → 1 → 2 → 3 → 2 replicas on two hypervisors left two replicas on one).
+#[test]
+fn scale_down_lets_a_replica_sharing_a_hypervisor_go_first() {
+    let two = vec![
+        hypervisor("private-1", false, "10.0.0.1", None, (30000, 30099)),
+        hypervisor("private-2", false, "10.0.0.2", None, (30000, 30099)),
+        hypervisor("public-1", true, "192.0.2.1", None, (40000, 40099)),
+    ];
+    let scale = |w: &mut World, n: u32| {
+        w.clusters
+            .get_mut(&key("c1"))
+            .unwrap()
+            .spec
+            .control_plane_replicas = Some(n);
+    };
+    let live = |w: &World| -> Vec<(String, String)> {
+        w.components
+            .values()
+            .filter(|c| {
+                c.spec.role == ComponentRole::ControlPlane && !c.metadata.is_being_deleted()
+            })
+            .map(|c| {
+                (
+                    c.metadata.name.clone(),
+                    c.spec.hypervisor.clone().unwrap_or_default(),
+                )
+            })
+            .collect()
+    };
+    let mut w = ok(world(two, vec![cluster("c1", 2, false)]));
+    scale(&mut w, 1);
+    w = ok(w);
+    scale(&mut w, 2);
+    w = ok(w);
+    let gone: Vec<ObjectKey> = w
+        .components
+        .iter()
+        .filter(|(_, c)| c.metadata.is_being_deleted())
+        .map(|(k, _)| k.clone())
+        .collect();
+    for k in gone {
+        assert!(remove_component(&mut w, &k).is_some());
+    }
+    scale(&mut w, 3);
+    w = ok(w);
+    let three = live(&w);
+    assert_eq!(three.len(), 3);
+    // Two of the three share a hypervisor; the highest of those two goes.
+    let shared: Vec<&(String, String)> = three
+        .iter()
+        .filter(|(_, h)| three.iter().filter(|(_, o)| o == h).count() == 2)
+        .collect();
+    assert_eq!(shared.len(), 2, "{three:?}");
+    scale(&mut w, 2);
+    w = ok(w);
+    let left = live(&w);
+    let hypervisors: BTreeSet<&String> = left.iter().map(|(_, h)| h).collect();
+    assert_eq!(
+        hypervisors.len(),
+        2,
+        "replicas left share a hypervisor: {left:?}"
+    );
+    let went: Vec<&(String, String)> = three.iter().filter(|r| !left.contains(r)).collect();
+    assert_eq!(
+        went,
+        [shared.iter().max().copied().unwrap()],
+        "{three:?} -> {left:?}"
+    );
+}
+
 #[test]
 fn scale_down_marks_highest_indexes_and_keeps_their_ports_until_removed() {
     let w = ok(world(basic(), vec![cluster("c1", 3, false)]));

@@ -77,6 +77,25 @@ fn file<'a>(s: &'a ServicePlan, name: &str) -> &'a HostFile {
         .unwrap_or_else(|| panic!("{name} not in {:?}", s.files))
 }
 
+/// The result of a run in which every service of `plan` runs.
+fn all_running(plan: &SipServices) -> Vec<SipServicesResult> {
+    vec![SipServicesResult {
+        key: plan.key.clone(),
+        services: plan
+            .services
+            .iter()
+            .map(|s| ServiceResult {
+                name: s.name.clone(),
+                hypervisor: s.hypervisor.clone(),
+                running: true,
+                message: String::new(),
+                hashes: Some(BTreeMap::new()),
+            })
+            .collect(),
+        sweep_error: None,
+    }]
+}
+
 fn text(f: &HostFile) -> String {
     String::from_utf8(f.content.clone()).unwrap()
 }
@@ -592,21 +611,7 @@ fn the_control_plane_of_a_cluster_of_ours_is_its_ingress_and_its_api_servers_tru
     assert_eq!(text(file(s, "tls.crt")), format!("{serving}{ca}"));
 
     // Every service runs: ready.
-    let results = vec![SipServicesResult {
-        key: key("s1"),
-        services: p
-            .services
-            .iter()
-            .map(|s| ServiceResult {
-                name: s.name.clone(),
-                hypervisor: s.hypervisor.clone(),
-                running: true,
-                message: String::new(),
-                hashes: Some(BTreeMap::new()),
-            })
-            .collect(),
-        sweep_error: None,
-    }];
+    let results = all_running(p);
     let outcomes = record_services(&mut w, &reports, &plans, &results, NOW);
     assert!(outcomes[0].ready, "{:?}", outcomes[0]);
     assert!(
@@ -972,21 +977,7 @@ fn an_unschedulable_sip_cluster_keeps_its_services_which_a_drain_moves() {
     let (reports, plans) = plan(&mut w);
     assert!(plans[0].services.iter().all(|s| s.hypervisor == "public-2"));
     assert!(ports_of(&w, "public-1").is_empty());
-    let results = vec![SipServicesResult {
-        key: key("s1"),
-        services: plans[0]
-            .services
-            .iter()
-            .map(|s| ServiceResult {
-                name: s.name.clone(),
-                hypervisor: s.hypervisor.clone(),
-                running: true,
-                message: String::new(),
-                hashes: Some(BTreeMap::new()),
-            })
-            .collect(),
-        sweep_error: None,
-    }];
+    let results = all_running(&plans[0]);
     let outcomes = record_services(&mut w, &reports, &plans, &results, NOW);
     assert!(outcomes[0].ready, "{:?}", outcomes[0]);
     let ready = s1(&mut w).condition("Ready").unwrap().clone();

@@ -123,6 +123,29 @@ pub struct Mount {
     pub readonly: bool,
 }
 
+/// Why a host path is refused for writing or removal, if it is (the CRI client checks
+/// every path it writes or removes; the planner removes no file that fails it).
+pub fn check_host_path(path: &str) -> Result<(), &'static str> {
+    if !path.starts_with('/') {
+        return Err("not absolute");
+    }
+    if path.contains('\0') || path.contains('\n') {
+        return Err("contains a NUL or newline character");
+    }
+    let mut components = 0;
+    for part in path.split('/') {
+        match part {
+            "" => {}
+            "." | ".." => return Err("contains . or .. components"),
+            _ => components += 1,
+        }
+    }
+    if components == 0 {
+        return Err("is the root directory");
+    }
+    Ok(())
+}
+
 /// A file to place on a hypervisor's filesystem.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct HostFile {

@@ -166,27 +166,7 @@ pub fn throwaway_pod(container: &ContainerSpec, unique: &str) -> PodSpec {
     }
 }
 
-/// Why a host path is refused for writing or removal, if it is.
-pub fn check_host_path(path: &str) -> Result<(), &'static str> {
-    if !path.starts_with('/') {
-        return Err("not absolute");
-    }
-    if path.contains('\0') || path.contains('\n') {
-        return Err("contains a NUL or newline character");
-    }
-    let mut components = 0;
-    for part in path.split('/') {
-        match part {
-            "" => {}
-            "." | ".." => return Err("contains . or .. components"),
-            _ => components += 1,
-        }
-    }
-    if components == 0 {
-        return Err("is the root directory");
-    }
-    Ok(())
-}
+pub use oi_api::runtime::check_host_path;
 
 /// The shell script of the writer container. For each file `i` (0..`$OI_FILES`) it reads
 /// `$OI_F<i>_PATH`, `$OI_F<i>_MODE` and the base64 chunks `$OI_F<i>_D0..$OI_F<i>_D<n-1>`
@@ -251,19 +231,6 @@ pub fn file_writes<'a>(
         hashes.insert(file.path.clone(), hash);
     }
     (changed, hashes)
-}
-
-/// The paths `known` records that `files` no longer has, among those inside directory `dir`:
-/// what is removed once nothing reads them. A record naming a path outside `dir` is never
-/// acted upon (the records come from the world, which people edit).
-pub fn stale_files(files: &[HostFile], known: &BTreeMap<String, String>, dir: &str) -> Vec<String> {
-    let inside = format!("{}/", dir.trim_end_matches('/'));
-    known
-        .keys()
-        .filter(|path| path.starts_with(&inside) && check_host_path(path).is_ok())
-        .filter(|path| !files.iter().any(|f| &f.path == *path))
-        .cloned()
-        .collect()
 }
 
 /// Splits files into batches whose base64 payload stays under [`WRITER_BATCH_BYTES`] (a file

@@ -397,21 +397,20 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         Ok(outcome)
     }
 
-    /// Removes the files of component `c` its hypervisor's status records and its rendering no
-    /// longer has (inside its configuration directory only), and their records.
+    /// Removes the files of component `c` its rendering no longer has
+    /// ([`ComponentPlan::stale_files`]), and their records.
     async fn remove_stale_files(
         &self,
         key: &ObjectKey,
         c: &ComponentPlan,
         result: &mut ClusterResult,
     ) -> Step {
-        let dir = oi_api::runtime::paths::component_config_dir(&key.namespace, &key.name, c.name());
-        let stale = oi_cri::requests::stale_files(&c.rendered.files, &c.known_files, &dir);
+        let stale = &c.stale_files;
         if stale.is_empty() {
             return Ok(());
         }
         self.runtime(&c.hypervisor)?
-            .remove_host_paths(&stale)
+            .remove_host_paths(stale)
             .await?;
         if let Some(placed) = result
             .files

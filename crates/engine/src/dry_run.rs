@@ -70,7 +70,6 @@ pub fn diff(plan: &Plan, listed: &BTreeMap<String, Result<Vec<PodStatus>, String
     let mut wanted: BTreeMap<&str, Vec<&ComponentPlan>> = BTreeMap::new();
     let mut left_alone: BTreeSet<(&str, &str)> = BTreeSet::new();
     let mut directories: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    let mut stale: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for (key, cluster) in &plan.clusters {
         match cluster {
             ClusterPlan::Unplannable(e) => {
@@ -91,19 +90,6 @@ pub fn diff(plan: &Plan, listed: &BTreeMap<String, Result<Vec<PodStatus>, String
                         .entry(component.hypervisor.as_str())
                         .or_default()
                         .push(component);
-                    let dir = oi_api::runtime::paths::component_config_dir(
-                        &key.namespace,
-                        &key.name,
-                        component.name(),
-                    );
-                    stale
-                        .entry(component.hypervisor.as_str())
-                        .or_default()
-                        .extend(oi_cri::requests::stale_files(
-                            &component.rendered.files,
-                            &component.known_files,
-                            &dir,
-                        ));
                 }
                 for r in &c.retiring {
                     if let Some(h) = &r.hypervisor {
@@ -141,6 +127,7 @@ pub fn diff(plan: &Plan, listed: &BTreeMap<String, Result<Vec<PodStatus>, String
                             .into_iter()
                             .map(|f| f.path.clone()),
                     );
+                    plan.remove_files.extend(c.stale_files.iter().cloned());
                 }
                 for pod in pods {
                     let planned = components.iter().any(|c| {
@@ -159,7 +146,6 @@ pub fn diff(plan: &Plan, listed: &BTreeMap<String, Result<Vec<PodStatus>, String
                         plan.remove.push(format!("{}/{}", pod.namespace, pod.name));
                     }
                 }
-                plan.remove_files = stale.remove(h.as_str()).unwrap_or_default();
                 plan.remove_directories.extend(
                     directories
                         .remove(h.as_str())
@@ -253,11 +239,7 @@ pub fn diff_services(
                 entry
                     .files
                     .extend(changed.into_iter().map(|f| f.path.clone()));
-                entry.remove_files.extend(oi_cri::requests::stale_files(
-                    &s.files,
-                    &s.known_files,
-                    &oi_planner::sip::services::config_dir(&plan.key, &s.name),
-                ));
+                entry.remove_files.extend(s.stale_files.iter().cloned());
             }
             for pod in pods {
                 if !services.iter().any(|s| s.pod.name == pod.name) {

@@ -223,13 +223,9 @@ async fn run_service<R: HypervisorRuntime>(
     }
     // Files it no longer has (a node key taken out of the Secret): gone, now that the pod
     // runs as rendered.
-    let stale = oi_cri::requests::stale_files(
-        &s.files,
-        &s.known_files,
-        &oi_planner::sip::services::config_dir(key, &s.name),
-    );
+    let stale = &s.stale_files;
     if !stale.is_empty() {
-        if let Err(e) = rt.remove_host_paths(&stale).await {
+        if let Err(e) = rt.remove_host_paths(stale).await {
             out.message = format!("removing files it no longer has: {e}");
             return out;
         }

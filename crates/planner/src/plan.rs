@@ -123,6 +123,9 @@ pub struct ComponentPlan {
     pub rendered: Rendered,
     /// The hashes of its files as its hypervisor's status records them.
     pub known_files: BTreeMap<String, String>,
+    /// Files of those records it no longer renders, inside its configuration directory (see
+    /// [`crate::restarts::stale_files`]): removed once its pods run as rendered.
+    pub stale_files: Vec<String>,
     /// Its pods that restart because files they read change.
     pub restart: BTreeSet<String>,
     /// Its running pods told to reload, because files they reload changed.
@@ -422,9 +425,19 @@ fn convergence(
             .filter(|l| l.files.iter().any(|f| changed.contains(f.as_str())))
             .cloned()
             .collect();
+        let stale_files = crate::restarts::stale_files(
+            &r.files,
+            &known_files,
+            &oi_api::runtime::paths::component_config_dir(
+                &key.namespace,
+                &key.name,
+                &c.metadata.name,
+            ),
+        );
         components.push(ComponentPlan {
             reload,
             staged,
+            stale_files,
             restart: pods_reading_changed_files(&r, &known_files),
             apiserver_url: url(world, c, names::APISERVER),
             role: c.spec.role,

@@ -21,6 +21,19 @@ pub fn changed_files<'r>(
         .collect()
 }
 
+/// The paths `known` records that `files` no longer has, among those inside directory `dir`:
+/// what is removed once nothing reads them. A record naming a path outside `dir` is never
+/// acted upon (the records come from the world, which people edit).
+pub fn stale_files(files: &[HostFile], known: &BTreeMap<String, String>, dir: &str) -> Vec<String> {
+    let inside = format!("{}/", dir.trim_end_matches('/'));
+    known
+        .keys()
+        .filter(|path| path.starts_with(&inside) && oi_api::runtime::check_host_path(path).is_ok())
+        .filter(|path| !files.iter().any(|f| &f.path == *path))
+        .cloned()
+        .collect()
+}
+
 /// The pods of `rendered` that must restart because files they read change (their hash
 /// differs from `known`). A pod reads the files its containers name (command, arguments,
 /// environment) and the files that those files name (a kubeconfig or an haproxy

@@ -101,3 +101,54 @@ fn only_the_pods_that_read_a_changed_file_restart() {
         .collect();
     assert_eq!(fresh, ["apiserver"]);
 }
+
+#[test]
+fn stale_files_are_the_records_of_files_no_longer_planned_inside_the_directory() {
+    let planned = HostFile {
+        path: "/etc/oneinfra/ns/c/c-ingress/haproxy.cfg".into(),
+        content: b"x".to_vec(),
+        mode: 0o644,
+    };
+    let known = BTreeMap::from(
+        [
+            "/etc/oneinfra/ns/c/c-ingress/haproxy.cfg",
+            "/etc/oneinfra/ns/c/c-ingress/vpn-proxy.key",
+            "/etc/oneinfra/ns/c/c-ingress/sub/old.crt",
+            // Outside the directory, beside it, or not a clean path: never acted upon.
+            "/etc/oneinfra/ns/c/c-ingress-2/vpn-proxy.key",
+            "/etc/passwd",
+            "/etc/oneinfra/ns/c/c-ingress/../../../../passwd",
+            "/etc/oneinfra/ns/c/c-ingress",
+        ]
+        .map(|p| (p.to_string(), "h".to_string())),
+    );
+    assert_eq!(
+        stale_files(
+            std::slice::from_ref(&planned),
+            &known,
+            "/etc/oneinfra/ns/c/c-ingress"
+        ),
+        [
+            "/etc/oneinfra/ns/c/c-ingress/sub/old.crt",
+            "/etc/oneinfra/ns/c/c-ingress/vpn-proxy.key"
+        ]
+    );
+    assert_eq!(
+        stale_files(&[planned], &known, "/etc/oneinfra/ns/c/c-ingress/"),
+        stale_files(
+            &[],
+            &BTreeMap::from([
+                (
+                    "/etc/oneinfra/ns/c/c-ingress/sub/old.crt".to_string(),
+                    String::new()
+                ),
+                (
+                    "/etc/oneinfra/ns/c/c-ingress/vpn-proxy.key".to_string(),
+                    String::new()
+                ),
+            ]),
+            "/etc/oneinfra/ns/c/c-ingress"
+        )
+    );
+    assert!(stale_files(&[], &BTreeMap::new(), "/etc/oneinfra/ns/c/c-ingress").is_empty());
+}

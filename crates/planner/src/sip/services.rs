@@ -117,6 +117,9 @@ pub struct ServicePlan {
     pub files: Vec<HostFile>,
     /// The hashes of its files as its hypervisor's status records them.
     pub known_files: BTreeMap<String, String>,
+    /// Files of those records it no longer has, inside its configuration directory (see
+    /// [`crate::restarts::stale_files`]): removed once its pod runs as rendered.
+    pub stale_files: Vec<String>,
 }
 
 impl ServicePlan {
@@ -922,7 +925,9 @@ fn render(
         .and_then(|c| c.get(&w.name))
         .cloned()
         .unwrap_or_default();
+    let stale_files = crate::restarts::stale_files(&files, &known_files, &site.config);
     Ok(ServicePlan {
+        stale_files,
         name: w.name.clone(),
         kind: w.kind,
         index: w.index,

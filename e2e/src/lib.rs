@@ -114,6 +114,27 @@ pub fn binary(name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// Every file under `dir` (directories that cannot be read are passed over), sorted.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
 /// What a command printed, with its exit status.
 #[derive(Debug, Clone)]
 pub struct Run {
@@ -794,21 +815,11 @@ impl<'s> Worker<'s> {
 
     /// Files under its root, relative, sorted.
     pub fn files(&self) -> Vec<String> {
-        let mut found = Vec::new();
-        let mut stack = vec![self.root.clone()];
-        while let Some(d) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&d) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                let path = entry.path();
-                if path.is_dir() {
-                    stack.push(path);
-                } else if let Ok(rel) = path.strip_prefix(&self.root) {
-                    found.push(rel.display().to_string());
-                }
-            }
-        }
+        let mut found: Vec<String> = files_under(&self.root)
+            .iter()
+            .filter_map(|p| p.strip_prefix(&self.root).ok())
+            .map(|rel| rel.display().to_string())
+            .collect();
         found.sort();
         found
     }

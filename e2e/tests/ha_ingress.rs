@@ -30,28 +30,20 @@ fn holders(set: &LocalSet, hypervisors: &[String], address: &str) -> Vec<String>
 
 /// The VRRP state keepalived on `hypervisor` last said it entered (its container log).
 fn vrrp_state(set: &LocalSet, hypervisor: &str) -> Option<String> {
-    fn logs(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                logs(&path, out);
-            } else if path.file_name().is_some_and(|n| n == "keepalived.log") {
-                out.push(path);
-            }
-        }
-    }
-    let mut found = Vec::new();
-    logs(&set.var_log_oneinfra(hypervisor), &mut found);
-    found.iter().find_map(|path| {
-        let text = std::fs::read_to_string(path).ok()?;
-        let line = text.lines().rev().find(|l| l.contains(") Entering "))?;
-        let state = line
-            .split(") Entering ")
-            .nth(1)?
-            .split_whitespace()
-            .next()?;
-        Some(state.to_string())
-    })
+    let found = oi_e2e::files_under(&set.var_log_oneinfra(hypervisor));
+    found
+        .iter()
+        .filter(|p| p.file_name().is_some_and(|n| n == "keepalived.log"))
+        .find_map(|path| {
+            let text = std::fs::read_to_string(path).ok()?;
+            let line = text.lines().rev().find(|l| l.contains(") Entering "))?;
+            let state = line
+                .split(") Entering ")
+                .nth(1)?
+                .split_whitespace()
+                .next()?;
+            Some(state.to_string())
+        })
 }
 
 /// The set's two public hypervisors, and an unused address of its network (`.200`) for the

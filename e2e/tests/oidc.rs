@@ -606,19 +606,11 @@ fn a_sip_clusters_oidc_provider_logs_users_into_our_cluster() {
 
 /// The API servers' OIDC CA files on the set's hypervisors.
 fn oidc_ca_files(set: &LocalSet) -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.file_name().is_some_and(|n| n == "oidc-ca.crt") {
-                out.push(path);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    for h in set.state().unwrap().hypervisors {
-        walk(&set.etc_oneinfra(&h.name), &mut out);
-    }
-    out
+    set.state()
+        .unwrap()
+        .hypervisors
+        .iter()
+        .flat_map(|h| oi_e2e::files_under(&set.etc_oneinfra(&h.name)))
+        .filter(|p| p.file_name().is_some_and(|n| n == "oidc-ca.crt"))
+        .collect()
 }

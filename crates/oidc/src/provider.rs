@@ -20,6 +20,7 @@
 //!   tokens.
 
 use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 use std::sync::Mutex;
 
 use base64::Engine as _;
@@ -56,7 +57,7 @@ pub struct Request {
     /// The body, form-decoded (`application/x-www-form-urlencoded`).
     pub form: Vec<(String, String)>,
     /// The client's address, when known: failed logins are counted per username and address.
-    pub peer: Option<std::net::IpAddr>,
+    pub peer: Option<IpAddr>,
 }
 
 /// A reply.
@@ -144,7 +145,7 @@ struct State {
     access: HashMap<String, (String, u64)>,
     refresh: HashMap<String, Session>,
     /// Failed logins by username: when, and from where.
-    failures: HashMap<String, Vec<(u64, Option<std::net::IpAddr>)>>,
+    failures: HashMap<String, Vec<(u64, Option<IpAddr>)>>,
 }
 
 /// The provider.
@@ -399,18 +400,16 @@ impl Provider {
         &self,
         username: &str,
         password: &str,
-        peer: Option<std::net::IpAddr>,
+        peer: Option<IpAddr>,
         now: u64,
     ) -> Result<&OidcUser, String> {
+        let from = peer.map_or_else(|| "an unknown address".to_string(), |p| p.to_string());
         {
             let state = self.lock();
             let failures = state.failures.get(username).map_or(&[][..], Vec::as_slice);
             let from_peer = failures.iter().filter(|(_, p)| *p == peer).count();
             if from_peer >= MAX_FAILURES || failures.len() >= MAX_FAILURES_PER_USER {
-                eprintln!(
-                    "login refused for {username:?} from {}: too many failed logins",
-                    peer.map_or_else(|| "an unknown address".to_string(), |p| p.to_string())
-                );
+                eprintln!("login refused for {username:?} from {from}: too many failed logins");
                 return Err("too many failed logins for this user; try again later".into());
             }
         }
@@ -430,16 +429,13 @@ impl Provider {
                     .entry(username.to_string())
                     .or_default()
                     .push((now, peer));
-                eprintln!(
-                    "login failed for {username:?} from {}",
-                    peer.map_or_else(|| "an unknown address".to_string(), |p| p.to_string())
-                );
+                eprintln!("login failed for {username:?} from {from}");
                 Err("invalid username or password".into())
             }
         }
     }
 
-    fn login(&self, form: &[(String, String)], peer: Option<std::net::IpAddr>, now: u64) -> Reply {
+    fn login(&self, form: &[(String, String)], peer: Option<IpAddr>, now: u64) -> Reply {
         let p: BTreeMap<String, String> = form.iter().cloned().collect();
         let a = match self.auth_request(&p) {
             Ok(a) => a,
@@ -486,7 +482,7 @@ impl Provider {
         ))
     }
 
-    fn token(&self, form: &[(String, String)], peer: Option<std::net::IpAddr>, now: u64) -> Reply {
+    fn token(&self, form: &[(String, String)], peer: Option<IpAddr>, now: u64) -> Reply {
         let p: BTreeMap<&str, &str> = form.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let get = |k: &str| p.get(k).copied().unwrap_or_default();
         let client_id = get("client_id");

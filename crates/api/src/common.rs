@@ -66,6 +66,12 @@ pub mod condition_types {
     /// Ours: a Cluster has nothing left on a drained hypervisor (`True`), or not yet
     /// (`False`: `Moving`, `Waiting` or `NoCapacity`). Only clusters a drain touched have it.
     pub const DRAINED: &str = "Drained";
+    /// Ours: a Cluster has nothing left on a lost hypervisor (`True`, reason `Replaced`), or
+    /// not yet (`False`: `Replacing`). Only clusters that lost a hypervisor have it.
+    pub const HEALED: &str = "Healed";
+    /// Ours: a Hypervisor answered the manager's last probe (`True`), or not (`False`, since
+    /// `lastTransitionTime`). Written by `oi-manager`'s Hypervisor controller.
+    pub const REACHABLE: &str = "Reachable";
 }
 
 /// Status of a condition.

@@ -258,6 +258,7 @@ fn hypervisor_status() -> Value {
         ),
         ("freedPorts", array(port())),
         ("files", map(map(map(map(string()))))),
+        ("conditions", conditions()),
     ])
 }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::common::Certificate;
+use crate::common::{Certificate, Condition, ConditionStatus, condition_types, find_condition};
 use crate::meta::{Kind, ObjectMeta, is_default, null_as_default, resource};
 
 /// A machine exposing a CRI endpoint.
@@ -162,6 +162,10 @@ pub struct HypervisorStatus {
     pub freed_ports: Vec<u16>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub files: NamespacedClusterFileMap,
+    /// Ours, optional: `Reachable` (see [`condition_types::REACHABLE`]), kept by
+    /// `oi-manager`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
 }
 
 /// A port of a hypervisor allocated to a component of a cluster.
@@ -194,5 +198,50 @@ impl HypervisorSpec {
             (None, Some(remote)) => Some(CriEndpoint::Remote(remote)),
             _ => None,
         }
+    }
+}
+
+/// Why a hypervisor is lost for good: what runs there is replaced elsewhere, without it (see
+/// [`Hypervisor::lost`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lost {
+    /// It is being deleted (`oi hypervisor remove`, or `kubectl delete hypervisor`).
+    Removed,
+    /// It has not answered since `since`, longer than the grace period allowed.
+    Unreachable { since: time::OffsetDateTime },
+}
+
+impl std::fmt::Display for Lost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Lost::Removed => f.write_str("removed"),
+            Lost::Unreachable { since } => {
+                let since = since
+                    .format(&time::format_description::well_known::Rfc3339)
+                    .unwrap_or_else(|_| since.to_string());
+                write!(f, "unreachable since {since}")
+            }
+        }
+    }
+}
+
+impl Hypervisor {
+    /// Whether the hypervisor is lost for good, and why: it is being deleted, or (with
+    /// `unreachable_after` set) its `Reachable` condition has been `False` for longer than
+    /// that at `now`. A lost hypervisor gets nothing new, and what runs there is replaced
+    /// elsewhere without waiting for it.
+    pub fn lost(
+        &self,
+        now: time::OffsetDateTime,
+        unreachable_after: Option<time::Duration>,
+    ) -> Option<Lost> {
+        if self.metadata.is_being_deleted() {
+            return Some(Lost::Removed);
+        }
+        let grace = unreachable_after?;
+        let c = find_condition(&self.status.conditions, condition_types::REACHABLE)?;
+        let since = c.last_transition_time?;
+        (c.status == ConditionStatus::False && now - since >= grace)
+            .then_some(Lost::Unreachable { since })
     }
 }

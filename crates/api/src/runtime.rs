@@ -52,6 +52,11 @@ pub mod paths {
     pub fn component_data_dir(namespace: &str, cluster: &str, component: &str) -> String {
         format!("{}/{component}", cluster_data_dir(namespace, cluster))
     }
+
+    /// The etcd data directory of a control plane replica.
+    pub fn etcd_data_dir(namespace: &str, cluster: &str, component: &str) -> String {
+        format!("{}/etcd", component_data_dir(namespace, cluster, component))
+    }
 }
 
 pub mod labels {

@@ -53,6 +53,13 @@ struct State {
     job_runs: BTreeMap<String, u64>,
     pods: BTreeMap<String, PodStatus>,
     files: BTreeMap<String, HostFile>,
+    /// Directories the pods' processes keep data in: a container's writable mounts, from
+    /// the time it is created until they are removed or lost.
+    data_dirs: BTreeSet<String>,
+    /// Log tails by container name ([`FakeRuntime::set_log`]).
+    logs: BTreeMap<String, String>,
+    /// Containers that exit as soon as they start, by name, with their exit code.
+    exit_on_start: BTreeMap<String, i32>,
     calls: Vec<Call>,
     next_id: u64,
 }
@@ -149,6 +156,47 @@ impl FakeRuntime {
         }
     }
 
+    /// Loses a directory, as a disk that failed would: it and everything under it are gone
+    /// (until a container that mounts it is created again, which makes it anew).
+    pub fn lose_path(&self, path: &str) {
+        let mut state = self.state();
+        let prefix = format!("{}/", path.trim_end_matches('/'));
+        state
+            .data_dirs
+            .retain(|d| d != path && !d.starts_with(&prefix));
+        state
+            .files
+            .retain(|p, _| p != path && !p.starts_with(&prefix));
+    }
+
+    /// Makes every container named `container` created from now on exit at once with
+    /// `code` (`None`: run again).
+    pub fn exit_on_start(&self, container: &str, code: Option<i32>) {
+        let mut state = self.state();
+        match code {
+            Some(code) => state.exit_on_start.insert(container.to_string(), code),
+            None => state.exit_on_start.remove(container),
+        };
+    }
+
+    /// What [`HypervisorRuntime::log_tail`] answers for containers named `container`.
+    pub fn set_log(&self, container: &str, log: &str) {
+        self.state()
+            .logs
+            .insert(container.to_string(), log.to_string());
+    }
+
+    /// Simulates a machine that went away with everything on it: every container of every
+    /// pod exits with `code`.
+    pub fn crash_all(&self, code: i32) {
+        for pod in self.state().pods.values_mut() {
+            for c in &mut pod.containers {
+                c.state = ContainerState::Exited;
+                c.exit_code = Some(code);
+            }
+        }
+    }
+
     /// Every mutating call so far, in order.
     pub fn calls(&self) -> Vec<Call> {
         self.state().calls.clone()
@@ -220,15 +268,27 @@ impl FakeRuntime {
             .containers
             .iter()
             .enumerate()
-            .map(|(i, c)| ContainerStatus {
-                id: format!("{id}-{i}"),
-                name: c.name.clone(),
-                image: c.image.clone(),
-                state: ContainerState::Running,
-                exit_code: None,
+            .map(|(i, c)| {
+                let exit = state.exit_on_start.get(&c.name).copied();
+                ContainerStatus {
+                    id: format!("{id}-{i}"),
+                    name: c.name.clone(),
+                    image: c.image.clone(),
+                    state: if exit.is_some() {
+                        ContainerState::Exited
+                    } else {
+                        ContainerState::Running
+                    },
+                    exit_code: exit,
+                }
             })
             .collect();
         containers.sort_by(|a, b| a.name.cmp(&b.name));
+        for m in spec.containers.iter().flat_map(|c| &c.mounts) {
+            if !m.readonly {
+                state.data_dirs.insert(m.host_path.clone());
+            }
+        }
         state.pods.insert(
             id.clone(),
             PodStatus {
@@ -314,15 +374,44 @@ impl HypervisorRuntime for FakeRuntime {
         if paths.is_empty() {
             return Ok(());
         }
-        let mut state = self.state();
-        state.calls.push(Call::RemoveHostPaths(paths.to_vec()));
+        self.state()
+            .calls
+            .push(Call::RemoveHostPaths(paths.to_vec()));
         for p in paths {
-            let prefix = format!("{}/", p.trim_end_matches('/'));
-            state
-                .files
-                .retain(|path, _| path != p && !path.starts_with(&prefix));
+            self.lose_path(p);
         }
         Ok(())
+    }
+
+    /// A path is present when a file was written there or under it, or it lies in a data
+    /// directory (whatever a process keeps there).
+    async fn host_paths_present(&self, paths: &[String]) -> Result<BTreeSet<String>> {
+        self.check_paths(paths.iter().map(String::as_str))?;
+        let state = self.state();
+        let under = |p: &str, dir: &str| {
+            p == dir || p.starts_with(&format!("{}/", dir.trim_end_matches('/')))
+        };
+        Ok(paths
+            .iter()
+            .filter(|p| {
+                state.files.keys().any(|f| under(f, p))
+                    || state.data_dirs.iter().any(|d| under(p, d))
+            })
+            .cloned()
+            .collect())
+    }
+
+    async fn log_tail(&self, container_id: &str) -> Result<String> {
+        let state = self.state();
+        let name = state
+            .pods
+            .values()
+            .flat_map(|p| &p.containers)
+            .find(|c| c.id == container_id)
+            .map(|c| c.name.clone());
+        Ok(name
+            .and_then(|n| state.logs.get(&n).cloned())
+            .unwrap_or_default())
     }
 
     async fn exec(&self, job: &'static str, container_id: &str, command: &[String]) -> Result<()> {

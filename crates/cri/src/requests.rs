@@ -290,6 +290,61 @@ pub fn writer_container(files: &[&HostFile], toolbox_image: &str) -> ContainerSp
     }
 }
 
+/// The script of the path prober: prints each of its arguments that exists under the host
+/// root, one a line. Read-only.
+pub const PROBER_SCRIPT: &str = r#"for p in "$@"; do
+  if [ -e "/host$p" ]; then echo "$p"; fi
+done
+"#;
+
+/// The host root, read-only.
+fn host_root_read_only() -> Mount {
+    Mount {
+        readonly: true,
+        ..host_root_mount()
+    }
+}
+
+/// The path prober container (paths must have passed [`check_host_path`]): prints those of
+/// `paths` that exist.
+pub fn prober_container(paths: &[String], toolbox_image: &str) -> ContainerSpec {
+    ContainerSpec {
+        name: "oi-path-prober".to_string(),
+        image: toolbox_image.to_string(),
+        command: vec![
+            "sh".into(),
+            "-c".into(),
+            PROBER_SCRIPT.into(),
+            "oi-probe".into(),
+        ],
+        args: paths.to_vec(),
+        env: BTreeMap::new(),
+        mounts: vec![host_root_read_only()],
+        privileged: false,
+        resources: None,
+    }
+}
+
+/// The log tail reader: prints the last `bytes` of the container log at `log_path` (an
+/// absolute host path, as the runtime reports it). Read-only.
+pub fn log_tail_container(log_path: &str, bytes: usize, toolbox_image: &str) -> ContainerSpec {
+    ContainerSpec {
+        name: "oi-log-tail".to_string(),
+        image: toolbox_image.to_string(),
+        command: vec![
+            "sh".into(),
+            "-c".into(),
+            r#"tail -c "$1" "/host$2" 2>/dev/null; exit 0"#.into(),
+            "oi-log-tail".into(),
+        ],
+        args: vec![bytes.to_string(), log_path.to_string()],
+        env: BTreeMap::new(),
+        mounts: vec![host_root_read_only()],
+        privileged: false,
+        resources: None,
+    }
+}
+
 /// The remover container (paths must have passed [`check_host_path`]).
 pub fn remover_container(paths: &[String], toolbox_image: &str) -> ContainerSpec {
     ContainerSpec {

@@ -1,7 +1,7 @@
 //! The narrow interface the engine drives a hypervisor through, and its real implementation
 //! on [`CriClient`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -192,6 +192,18 @@ pub trait HypervisorRuntime: Send + Sync {
         timeout: Duration,
     ) -> impl Future<Output = Result<()>> + Send;
 
+    /// Which of `paths` exist on the hypervisor, through one read-only container; makes no
+    /// CRI call when `paths` is empty. Refuses `/` and relative paths.
+    fn host_paths_present(
+        &self,
+        paths: &[String],
+    ) -> impl Future<Output = Result<BTreeSet<String>>> + Send;
+
+    /// The last bytes (at most [`LOG_TAIL_BYTES`]) of what the container `container_id`
+    /// printed, as plain text, through one read-only container: why a component exited, in
+    /// its own words.
+    fn log_tail(&self, container_id: &str) -> impl Future<Output = Result<String>> + Send;
+
     /// Runs `command` in the running container `container_id` (CRI `ExecSync`, at most 30 s):
     /// telling a process to reload its files, for instance.
     ///
@@ -206,8 +218,8 @@ pub trait HypervisorRuntime: Send + Sync {
     ) -> impl Future<Output = Result<()>> + Send;
 }
 
-/// How long a throwaway pod's log tail is, in bytes.
-const LOG_TAIL_BYTES: usize = 2048;
+/// How long a log tail is, in bytes.
+pub const LOG_TAIL_BYTES: usize = 2048;
 /// How often a throwaway container's state is polled.
 const POLL: Duration = Duration::from_millis(50);
 /// Bound on writer and remover containers.
@@ -366,6 +378,20 @@ impl CriClient {
         }
     }
 
+    /// Runs a read-only helper and returns what it printed.
+    async fn run_reader(&self, job: &'static str, container: &ContainerSpec) -> Result<String> {
+        let exit = self.run_collecting(container, HELPER_TIMEOUT, true).await?;
+        if exit.code != 0 {
+            return Err(Error::HelperFailed {
+                target: self.target().clone(),
+                job,
+                exit_code: exit.code,
+                log_tail: exit.log_tail,
+            });
+        }
+        Ok(exit.log_tail)
+    }
+
     async fn run_helper(&self, job: &'static str, container: &ContainerSpec) -> Result<()> {
         self.run_bounded(job, container, HELPER_TIMEOUT).await
     }
@@ -430,6 +456,17 @@ impl CriClient {
         container: &ContainerSpec,
         timeout: Duration,
     ) -> Result<Exit> {
+        self.run_collecting(container, timeout, false).await
+    }
+
+    /// [`Self::run_to_completion`], its output collected whatever the exit code when
+    /// `always` (a reader's answer), else only when it failed.
+    async fn run_collecting(
+        &self,
+        container: &ContainerSpec,
+        timeout: Duration,
+        always: bool,
+    ) -> Result<Exit> {
         self.ensure_image(&container.image).await?;
         let pod = requests::throwaway_pod(container, &unique_suffix());
         let config = requests::sandbox_config(&pod, &self.options().log_root);
@@ -453,12 +490,13 @@ impl CriClient {
         .await;
         let outcome = match waited {
             Ok(Some(code)) => {
+                let tail = always || code != 0;
                 let log_tail = self
-                    .collect_log(&sandbox_id, &config, &pod, &container.name, code != 0)
+                    .collect_log(&sandbox_id, &config, &pod, &container.name, tail)
                     .await;
                 Ok(Exit {
                     code,
-                    log_tail: if code == 0 { String::new() } else { log_tail },
+                    log_tail: if tail { log_tail } else { String::new() },
                 })
             }
             Ok(None) => {
@@ -563,6 +601,35 @@ impl HypervisorRuntime for CriClient {
     ) -> Result<()> {
         self.check_paths(container.mounts.iter().map(|m| m.host_path.as_str()))?;
         self.run_bounded(job, container, timeout).await
+    }
+
+    async fn host_paths_present(&self, paths: &[String]) -> Result<BTreeSet<String>> {
+        self.check_paths(paths.iter().map(String::as_str))?;
+        if paths.is_empty() {
+            return Ok(BTreeSet::new());
+        }
+        let prober = requests::prober_container(paths, &self.options().toolbox_image);
+        let exit = self.run_reader("path prober", &prober).await?;
+        Ok(exit
+            .lines()
+            .filter(|l| paths.iter().any(|p| p == l))
+            .map(str::to_string)
+            .collect())
+    }
+
+    async fn log_tail(&self, container_id: &str) -> Result<String> {
+        let status = self.container_status(container_id).await?;
+        if status.log_path.is_empty() {
+            return Ok(String::new());
+        }
+        self.check_paths([status.log_path.as_str()])?;
+        let reader = requests::log_tail_container(
+            &status.log_path,
+            LOG_TAIL_BYTES,
+            &self.options().toolbox_image,
+        );
+        let raw = self.run_reader("log tail reader", &reader).await?;
+        Ok(requests::strip_cri_log(&raw))
     }
 
     async fn exec(&self, job: &'static str, container_id: &str, command: &[String]) -> Result<()> {

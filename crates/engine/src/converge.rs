@@ -12,6 +12,7 @@ use oi_cri::{HypervisorRuntime, Outcome};
 use oi_planner::{ClusterResult, ComponentPlan, Convergence, PlacedFiles, Reason};
 
 use crate::error::{Step, StepError};
+use crate::teardown::Retired;
 
 /// How long a replica stays out of the ingress before it restarts: the reloaded haproxy's
 /// old worker finishes what it accepted.
@@ -78,9 +79,16 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                 tokio::time::sleep(DRAIN_SETTLE).await;
             }
         }
+        // A member whose removal would break the quorum now waits for the etcd step: the
+        // members that stay may be brought back there (a stopped etcd started again).
+        let mut deferred = Vec::new();
         for r in &plan.retiring {
-            self.retire(key, r, members, &etcd).await?;
-            result.removed.push(r.key.clone());
+            match self.retire(key, r, members, &etcd).await {
+                Ok(Retired::Gone) => result.removed.push(r.key.clone()),
+                Ok(Retired::LeftBehind) => {}
+                Err(StepError::QuorumWouldBreak { .. }) => deferred.push(r),
+                Err(e) => return Err(e),
+            }
         }
         // A restore: every replica's etcd data replaced by the snapshot's, its pods stopped;
         //    the etcd step below then finds nobody answering and starts them together.
@@ -100,21 +108,42 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         let answered = self.first_answer(members, &etcd).await.ok();
         let running = answered.is_some();
         if let Some((_, list)) = answered {
-            for replica in &replicas {
-                // A started voting member only needs its pod; any other joins first.
-                let voting = members
+            // Members no replica owns go first, when they can: a dead one would keep a
+            // replacement from joining ("unhealthy cluster").
+            let orphans = self
+                .remove_orphan_members(key, members, &list, &etcd, false)
+                .await?;
+            let voting = |replica: &ComponentPlan| {
+                members
                     .iter()
                     .find(|m| m.name == replica.name())
                     .is_some_and(|me| {
                         list.iter().any(|m| {
                             m.peer_urls.contains(&me.peer_url) && m.started() && !m.is_learner
                         })
-                    });
-                let outcome = if voting {
-                    self.pod(key, replica, etcd_pod(replica)?).await?
-                } else {
-                    self.etcd_join(key, replica, members, &etcd).await?
-                };
+                    })
+            };
+            let (voters, joiners): (Vec<&ComponentPlan>, Vec<&ComponentPlan>) =
+                replicas.into_iter().partition(|r| voting(r));
+            // Started voting members only need their pods, one at a time.
+            for replica in voters {
+                self.etcd_voter(key, replica, members, &etcd, result)
+                    .await?;
+            }
+            // What could not leave before, now that the voting members run.
+            if orphans {
+                let (_, list) = self.members(members, &etcd).await?;
+                self.remove_orphan_members(key, members, &list, &etcd, true)
+                    .await?;
+            }
+            for r in std::mem::take(&mut deferred) {
+                if self.retire(key, r, members, &etcd).await? == Retired::Gone {
+                    result.removed.push(r.key.clone());
+                }
+            }
+            // Then the others join, one at a time.
+            for replica in joiners {
+                let outcome = self.etcd_join(key, replica, members, &etcd).await?;
                 if outcome != Outcome::Unchanged {
                     self.etcd_healthy(key, replica, members, &etcd).await?;
                 }
@@ -126,6 +155,11 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             self.etcd_founders(key, &founders, members, &etcd).await?;
             for replica in joiners {
                 self.etcd_join(key, replica, members, &etcd).await?;
+            }
+        }
+        for r in deferred {
+            if self.retire(key, r, members, &etcd).await? == Retired::Gone {
+                result.removed.push(r.key.clone());
             }
         }
         // 4. The Kubernetes control plane of every replica and 5. the ingress, together. In a
@@ -331,6 +365,59 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         }
         .await;
         stepped.and(back)
+    }
+
+    /// A started voting member's etcd pod made to run as rendered, and healthy again if it
+    /// changed. A member whose etcd does not run is asked first whether its data can still be
+    /// used, and one whose data cannot (lost, another cluster's, behind the cluster) joins
+    /// again with fresh data ([`Self::etcd_rejoin`], recorded in `result`), in this run.
+    async fn etcd_voter(
+        &self,
+        key: &ObjectKey,
+        c: &ComponentPlan,
+        members: &[oi_planner::EtcdMember],
+        etcd: &EtcdClient<'_, N>,
+        result: &mut ClusterResult,
+    ) -> Step {
+        let spec = etcd_pod(c)?;
+        // Its etcd stopped (or never came back): can it start again on its data?
+        let stopped = !matches!(
+            self.etcd_container(key, c).await?,
+            Some(k) if k.state == oi_cri::ContainerState::Running
+        );
+        if stopped {
+            let exited = self.etcd_exited(key, c).await?;
+            if let Some(cause) = self.etcd_data_unusable(key, c, exited).await? {
+                let bootstrap = self.etcd_rejoin(key, c, members, etcd, &cause).await?;
+                result.etcd_rejoined.push((c.name().to_string(), bootstrap));
+                return Ok(());
+            }
+        }
+        if self.pod(key, c, spec).await? == Outcome::Unchanged {
+            return Ok(());
+        }
+        match self.etcd_healthy(key, c, members, etcd).await {
+            Err(StepError::EtcdExited { exit_code, log, .. }) => {
+                // It started and exited: its data may be what it cannot use.
+                match self
+                    .etcd_data_unusable(key, c, Some((exit_code, log.clone())))
+                    .await?
+                {
+                    Some(cause) => {
+                        let bootstrap = self.etcd_rejoin(key, c, members, etcd, &cause).await?;
+                        result.etcd_rejoined.push((c.name().to_string(), bootstrap));
+                        Ok(())
+                    }
+                    None => Err(StepError::EtcdExited {
+                        member: c.name().to_string(),
+                        hypervisor: c.hypervisor.clone(),
+                        exit_code,
+                        log,
+                    }),
+                }
+            }
+            other => other,
+        }
     }
 
     /// Tells a running pod of `c` to reload (see [`oi_planner::render::Reload`]); whether it

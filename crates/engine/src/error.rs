@@ -31,6 +31,21 @@ pub enum StepError {
     /// to ask).
     #[error("{last}")]
     EtcdUnanswered { last: String },
+    /// Removing a member would leave the voting members that stay without a quorum.
+    #[error(
+        "etcd member {member} is not removed: the {staying} voting members that would stay need {quorum} healthy and {} {}{}; bring the others back, or, if they are gone for good too, start again from a survivor's data (`oi cluster recover --from-member NAME`)",
+        healthy.len(),
+        if healthy.len() == 1 { "is" } else { "are" },
+        describe_quorum(healthy, unhealthy)
+    )]
+    QuorumWouldBreak {
+        member: String,
+        staying: usize,
+        quorum: usize,
+        healthy: Vec<String>,
+        /// Each with why.
+        unhealthy: Vec<String>,
+    },
     /// Removing a retiring member failed.
     #[error("{0}")]
     EtcdRemove(#[source] EtcdError),
@@ -52,8 +67,34 @@ pub enum StepError {
     #[error("etcd member {member} left the membership")]
     EtcdLeft { member: String },
     /// A member whose pod changed is not a healthy voting member by the deadline.
-    #[error("etcd member {member} is not healthy after its pod changed: {last}")]
-    EtcdUnhealthy { member: String, last: String },
+    #[error(
+        "etcd member {member} is not healthy after its pod changed: {last}; its log ends: {}",
+        crate::membership::last_lines(log)
+    )]
+    EtcdUnhealthy {
+        member: String,
+        last: String,
+        /// The tail of its log, or why there is none.
+        log: String,
+    },
+    /// A member's etcd process exited.
+    #[error(
+        "etcd member {member} on {hypervisor} exited with code {exit_code}; its log ends: {}",
+        crate::membership::last_lines(log)
+    )]
+    EtcdExited {
+        member: String,
+        hypervisor: String,
+        exit_code: i32,
+        log: String,
+    },
+    /// A member whose data is unusable could not join again.
+    #[error("etcd member {member} lost its data ({cause}) and cannot join again: {reason}")]
+    EtcdRejoin {
+        member: String,
+        cause: String,
+        reason: String,
+    },
     /// Not every member votes.
     #[error(
         "etcd: {voting} of {members} members voting, {started} started, {listed} in the membership"
@@ -107,10 +148,13 @@ impl StepError {
             StepError::EtcdIdentity { .. }
             | StepError::EtcdUnanswered { .. }
             | StepError::EtcdRemove(_)
+            | StepError::QuorumWouldBreak { .. }
             | StepError::EtcdAdd { .. }
             | StepError::EtcdPromote { .. }
             | StepError::EtcdLeft { .. }
             | StepError::EtcdUnhealthy { .. }
+            | StepError::EtcdExited { .. }
+            | StepError::EtcdRejoin { .. }
             | StepError::EtcdNotVoting { .. } => Reason::EtcdNotReady,
             StepError::MissingPod { .. } => Reason::RenderFailed,
             StepError::ApiServerNotReadyAfterChange { .. } | StepError::ApiServersNotReady(_) => {
@@ -126,6 +170,22 @@ impl StepError {
 impl From<oi_cri::Error> for StepError {
     fn from(e: oi_cri::Error) -> Self {
         StepError::Runtime(e)
+    }
+}
+
+/// ` (healthy: a, b; not: c (why))` for a quorum refusal.
+fn describe_quorum(healthy: &[String], unhealthy: &[String]) -> String {
+    let mut parts = Vec::new();
+    if !healthy.is_empty() {
+        parts.push(format!("healthy: {}", healthy.join(", ")));
+    }
+    if !unhealthy.is_empty() {
+        parts.push(format!("not: {}", unhealthy.join(", ")));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join("; "))
     }
 }
 

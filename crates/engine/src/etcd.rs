@@ -248,6 +248,8 @@ impl<N: Network> EtcdClient<'_, N> {
             revision: Option<Id>,
             #[serde(default)]
             member_id: Option<Id>,
+            #[serde(default)]
+            cluster_id: Option<Id>,
         }
         #[derive(Deserialize)]
         #[serde(rename_all = "camelCase")]
@@ -269,6 +271,7 @@ impl<N: Network> EtcdClient<'_, N> {
         Ok(MemberStatus {
             revision: id(&wire.header.revision),
             member_id: id(&wire.header.member_id),
+            cluster_id: id(&wire.header.cluster_id),
             leader: id(&wire.leader),
             db_size: id(&wire.db_size),
             version: wire.version,
@@ -325,6 +328,9 @@ impl<N: Network> EtcdClient<'_, N> {
 pub struct MemberStatus {
     pub revision: u64,
     pub member_id: u64,
+    /// The etcd cluster the member belongs to: a member started on another cluster's data
+    /// (or its own, founded anew) names another.
+    pub cluster_id: u64,
     pub leader: u64,
     pub db_size: u64,
     pub version: String,

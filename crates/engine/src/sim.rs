@@ -450,6 +450,20 @@ impl<S: Source> SimNetwork<S> {
         }
     }
 
+    /// The client URL the member at peer URL `peer` publishes when it starts.
+    fn client_url(&self, peer: &str) -> Option<String> {
+        let e = self.endpoint(peer)?;
+        let ip = self.source.find_hypervisor(|h| {
+            (h.metadata.name == e.hypervisor).then(|| h.spec.ip_address.clone())
+        })?;
+        let port = self.source.find_component(|c| {
+            (c.metadata.name == e.member && c.spec.hypervisor.as_deref() == Some(&e.hypervisor))
+                .then(|| c.status.host_port(names::ETCD_CLIENT))
+                .flatten()
+        })?;
+        Some(format!("https://{ip}:{port}"))
+    }
+
     fn member_name(&self, url: &str) -> String {
         self.endpoint(url).map(|e| e.member).unwrap_or_default()
     }
@@ -506,6 +520,7 @@ impl<S: Source> SimNetwork<S> {
         for m in state.members.iter_mut() {
             if !m.started() && self.runs(&m.peer_urls[0]) {
                 m.name = self.member_name(&m.peer_urls[0]);
+                m.client_urls = self.client_url(&m.peer_urls[0]).into_iter().collect();
             }
         }
         let body: serde_json::Value =

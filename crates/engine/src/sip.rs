@@ -42,8 +42,16 @@ pub async fn execute_services<C: Connector>(
     let runtimes = connect_all(world, &names, connector).await;
     let deadline = Instant::now() + options.max_wait;
     let mut results = Vec::with_capacity(plans.len());
+    // A removed hypervisor that does not answer keeps what was left there: nothing of it
+    // is waited for.
+    let removed: BTreeSet<&str> = world
+        .hypervisors
+        .values()
+        .filter(|h| h.metadata.is_being_deleted())
+        .map(|h| h.metadata.name.as_str())
+        .collect();
     for plan in plans {
-        results.push(run_one(plan, &runtimes, options, deadline, progress).await);
+        results.push(run_one(plan, &runtimes, &removed, options, deadline, progress).await);
     }
     results
 }
@@ -89,6 +97,7 @@ pub(crate) fn selector(key: &oi_api::ObjectKey, service: Option<&str>) -> BTreeM
 async fn run_one<R: HypervisorRuntime>(
     plan: &SipServices,
     runtimes: &Runtimes<R>,
+    removed: &BTreeSet<&str>,
     options: &ExecuteOptions,
     deadline: Instant,
     progress: &(dyn Fn(&Event) + Sync),
@@ -109,6 +118,18 @@ async fn run_one<R: HypervisorRuntime>(
             .filter(|s| &s.hypervisor == h)
             .map(|s| s.pod.name.as_str())
             .collect();
+        if removed.contains(h.as_str())
+            && let Err(e) = runtime(runtimes, h)
+        {
+            emit(
+                progress,
+                key,
+                h,
+                None,
+                format!("left what ran on removed hypervisor {h}, which does not answer: {e}"),
+            );
+            continue;
+        }
         let swept = async {
             let rt = runtime(runtimes, h)?;
             let pods = rt

@@ -3,8 +3,19 @@
 
 use futures::future::join_all;
 use oi_api::ObjectKey;
+use oi_api::hypervisor::Lost;
 use oi_cri::HypervisorRuntime;
 use oi_planner::{EtcdMember, Retirement, Teardown};
+
+/// What became of a retiring component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retired {
+    /// Out of the world: nothing of it left, or left on a removed hypervisor.
+    Gone,
+    /// Its etcd member is gone, its pods wait on an unreachable hypervisor: it stays in the
+    /// world, retiring, until the hypervisor answers.
+    LeftBehind,
+}
 
 use crate::error::{Step, StepError};
 use crate::etcd::EtcdClient;
@@ -13,25 +24,50 @@ use crate::progress::Counters;
 use crate::{Executor, selector};
 
 impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
-    /// Retires a component: its etcd member leaves first, then its pods and directories go.
+    /// Retires a component: its etcd member leaves first, then its pods and directories go
+    /// (see [`Retirement::lost`] for a component on a lost hypervisor).
     pub(crate) async fn retire(
         &self,
         key: &ObjectKey,
         r: &Retirement,
         members: &[EtcdMember],
         etcd: &EtcdClient<'_, N>,
-    ) -> Step {
+    ) -> Step<Retired> {
         let name = r.key.name.as_str();
         if let Some(me) = &r.member {
             let hypervisor = r.hypervisor.as_deref().unwrap_or_default();
-            self.etcd_remove(key, me, hypervisor, members, etcd).await?;
-        }
-        if let Some(h) = r.hypervisor.as_deref() {
-            self.remove_pods_and_directories(h, key, Some(name), &r.directories)
+            self.etcd_remove(key, me, hypervisor, r.lost.is_some(), members, etcd)
                 .await?;
-            self.emit(Some(h), key, Some(name), "removed directories".to_string());
         }
-        Ok(())
+        let Some(h) = r.hypervisor.as_deref() else {
+            return Ok(Retired::Gone);
+        };
+        // On a lost hypervisor, pods and directories go only if it answers; a removed one's
+        // component leaves the world either way, an unreachable one's stays until it answers.
+        if let Some(lost) = &r.lost
+            && let Err(e) = self.runtime(h)
+        {
+            let (said, retired) = match lost {
+                Lost::Removed => (
+                    format!(
+                        "left its pods and directories on removed hypervisor {h}, which does not answer: {e}"
+                    ),
+                    Retired::Gone,
+                ),
+                Lost::Unreachable { .. } => (
+                    format!(
+                        "its pods and directories on hypervisor {h} go once it answers again: {e}"
+                    ),
+                    Retired::LeftBehind,
+                ),
+            };
+            self.emit(Some(h), key, Some(name), said);
+            return Ok(retired);
+        }
+        self.remove_pods_and_directories(h, key, Some(name), &r.directories)
+            .await?;
+        self.emit(Some(h), key, Some(name), "removed directories".to_string());
+        Ok(Retired::Gone)
     }
 
     /// Removes every pod and directory of a cluster marked for deletion.

@@ -158,7 +158,9 @@ impl Command {
             Command::Hypervisor(HypervisorCommand::Cordon(a) | HypervisorCommand::Uncordon(a)) => {
                 Some(&a.input)
             }
-            Command::Hypervisor(HypervisorCommand::Drain(a)) => Some(&a.input),
+            Command::Hypervisor(HypervisorCommand::Drain(a) | HypervisorCommand::Remove(a)) => {
+                Some(&a.input)
+            }
             Command::JoinToken(JoinTokenCommand::Inject(a)) => Some(&a.input),
             Command::Sipcluster(SipClusterCommand::Delete(a)) => Some(&a.input),
             Command::Sipcluster(SipClusterCommand::Inventory(a)) => Some(&a.input),
@@ -186,7 +188,8 @@ impl Command {
                 HypervisorCommand::Inject(_)
                 | HypervisorCommand::Cordon(_)
                 | HypervisorCommand::Uncordon(_)
-                | HypervisorCommand::Drain(_),
+                | HypervisorCommand::Drain(_)
+                | HypervisorCommand::Remove(_),
             )
             | Command::Sipcluster(SipClusterCommand::Delete(_))
             | Command::JoinToken(JoinTokenCommand::Inject(_)) => true,
@@ -555,6 +558,14 @@ pub enum HypervisorCommand {
     /// its ingresses too (their address changes); reconciles until nothing is left there.
     /// Prints all manifests, as far as it got.
     Drain(HypervisorDrainArgs),
+
+    /// Remove a hypervisor gone for good (ours): what ran there is replaced elsewhere without
+    /// it (a lost control plane replica's etcd member removed while the members that stay
+    /// keep a quorum, its replacement joined as a learner and promoted; ingresses and API
+    /// servers placed anew), then the hypervisor leaves the manifests. For a machine that
+    /// still answers, `drain` moves things with no downtime instead. Prints all manifests,
+    /// as far as it got.
+    Remove(HypervisorDrainArgs),
 }
 
 #[derive(Debug, Args)]

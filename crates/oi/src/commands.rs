@@ -137,6 +137,9 @@ pub fn dispatch(
         Command::Hypervisor(HypervisorCommand::Drain(args)) => {
             hypervisor::drain::run(args, ctx, input, output)
         }
+        Command::Hypervisor(HypervisorCommand::Remove(args)) => {
+            hypervisor::remove::run(args, ctx, input, output)
+        }
         Command::JoinToken(JoinTokenCommand::Inject(args)) => {
             join_token::inject::run(args, ctx, input, output).map(Some)
         }

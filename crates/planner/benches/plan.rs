@@ -197,6 +197,7 @@ fn main() {
         Prepared {
             world: again,
             failures: Default::default(),
+            lost: Default::default(),
         },
         now,
         &RenderOptions::default(),

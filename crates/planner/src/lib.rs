@@ -57,11 +57,12 @@ pub mod vpn;
 
 pub use plan::{
     ClusterPlan, ComponentPlan, Convergence, EtcdClientIdentity, EtcdMember, EtcdMembership,
-    EtcdPlan, Plan, PlanOptions, Retirement, Teardown, etcd_membership, plan, plan_prepared,
+    EtcdPlan, EtcdRejoin, Plan, PlanOptions, Retirement, Teardown, etcd_membership, plan,
+    plan_prepared,
 };
 pub use prepare::{
-    PrepareOptions, Prepared, SharedAddresses, control_plane_name, ingress_name, prepare,
-    prepare_with, remove_cluster, remove_component, required_ports,
+    PrepareOptions, Prepared, SharedAddresses, control_plane_name, forget_removed_hypervisors,
+    ingress_name, prepare, prepare_with, remove_cluster, remove_component, required_ports,
 };
 pub use record::{ClusterOutcome, ClusterResult, PlacedFiles, Reason, record};
 
@@ -133,7 +134,7 @@ pub enum Error {
         high: u32,
     },
     #[error(
-        "component {component} of cluster {cluster} is on hypervisor {hypervisor}, which does not exist"
+        "component {component} of cluster {cluster} is on hypervisor {hypervisor}, which does not exist (to replace what ran on a hypervisor gone for good, keep its document and run `oi hypervisor remove --name {hypervisor}`)"
     )]
     UnknownHypervisor {
         cluster: ObjectKey,

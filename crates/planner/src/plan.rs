@@ -26,6 +26,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use oi_api::hypervisor::Lost;
 use oi_api::runtime::PodSpec;
 use oi_api::{Cluster, Component, ComponentRole, EtcdInitialClusterState, ObjectKey, World};
 use time::OffsetDateTime;
@@ -136,6 +137,19 @@ pub struct ComponentPlan {
     /// kube-apiserver beside the running version's controller-manager and scheduler (the
     /// version skew policy: every API server before any of them).
     pub staged: Option<PodSpec>,
+    /// A replica's etcd member, should it have lost its data: how it joins the cluster again
+    /// as a learner with fresh data (`existing`, with every live replica in the initial
+    /// cluster) and its etcd pod started so. `None` for a cluster of one replica (nobody to
+    /// join) and for other components. The engine uses it only when it finds the data gone
+    /// (see `oi_engine`), and the run records the bootstrap in `status.etcdMember`.
+    pub etcd_rejoin: Option<EtcdRejoin>,
+}
+
+/// How a replica's etcd member joins its cluster again (see [`ComponentPlan::etcd_rejoin`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdRejoin {
+    pub bootstrap: oi_api::EtcdMemberBootstrap,
+    pub pod: PodSpec,
 }
 
 impl ComponentPlan {
@@ -178,6 +192,11 @@ impl ComponentPlan {
 pub struct Retirement {
     pub key: ObjectKey,
     pub hypervisor: Option<String>,
+    /// Its hypervisor is lost for good: its member leaves without it (while the members
+    /// that stay keep a quorum), and its pods and directories go only if it answers. A
+    /// removed hypervisor's component leaves the world either way; one unreachable past the
+    /// grace period keeps it (and its ports) until the hypervisor answers again.
+    pub lost: Option<Lost>,
     pub member: Option<EtcdMember>,
     pub directories: Vec<String>,
 }
@@ -259,7 +278,11 @@ pub fn plan(world: World, now: OffsetDateTime, options: &PlanOptions) -> Plan {
 
 /// Plans every cluster of a prepared world: its failures are unplannable clusters.
 pub fn plan_prepared(prepared: Prepared, now: OffsetDateTime, options: &RenderOptions) -> Plan {
-    let Prepared { world, failures } = prepared;
+    let Prepared {
+        world,
+        failures,
+        lost,
+    } = prepared;
     // Every live component of every live cluster that was prepared, rendered on every core.
     let live: Vec<&ObjectKey> = world
         .components
@@ -308,7 +331,7 @@ pub fn plan_prepared(prepared: Prepared, now: OffsetDateTime, options: &RenderOp
         } else if cluster.is_being_deleted() {
             ClusterPlan::Teardown(teardown(&world, key))
         } else {
-            match convergence(&world, key, cluster, rendered, now, options) {
+            match convergence(&world, key, cluster, rendered, &lost, now, options) {
                 Ok(c) => ClusterPlan::Converge(Box::new(c)),
                 Err(e) => ClusterPlan::Unplannable(e),
             }
@@ -360,6 +383,7 @@ fn convergence(
     key: &ObjectKey,
     cluster: &Cluster,
     rendered: Renderings<'_>,
+    lost: &BTreeMap<String, Lost>,
     now: OffsetDateTime,
     options: &RenderOptions,
 ) -> Result<Convergence> {
@@ -381,6 +405,12 @@ fn convergence(
         let ck = ObjectKey::new(key.namespace.clone(), c.metadata.name.clone());
         if c.metadata.is_being_deleted() {
             retiring.push(Retirement {
+                lost: c
+                    .spec
+                    .hypervisor
+                    .as_ref()
+                    .and_then(|h| lost.get(h))
+                    .cloned(),
                 member: membership
                     .retiring
                     .iter()
@@ -435,6 +465,7 @@ fn convergence(
             ),
         );
         components.push(ComponentPlan {
+            etcd_rejoin: None,
             reload,
             staged,
             stale_files,
@@ -446,6 +477,25 @@ fn convergence(
             rendered: r,
             known_files,
         });
+    }
+    // Every replica can join again while another member runs.
+    if membership.members.len() > 1 {
+        let bootstrap = oi_api::EtcdMemberBootstrap {
+            initial_cluster: membership
+                .members
+                .iter()
+                .map(|m| (m.name.clone(), m.peer_url.clone()))
+                .collect(),
+            initial_cluster_state: EtcdInitialClusterState::Existing,
+        };
+        for c in &mut components {
+            if let Some(pod) = c.etcd_pod() {
+                c.etcd_rejoin = Some(EtcdRejoin {
+                    pod: crate::render::etcd_pod_with(pod, &bootstrap),
+                    bootstrap: bootstrap.clone(),
+                });
+            }
+        }
     }
     let founders = all
         .iter()
@@ -460,9 +510,11 @@ fn convergence(
         .map(|c| c.metadata.name.clone())
         .collect();
     Ok(Convergence {
+        // A lost hypervisor is not waited for: what ran there is replaced without it.
         hypervisors: all
             .iter()
             .filter_map(|c| c.spec.hypervisor.clone())
+            .filter(|h| !lost.contains_key(h))
             .collect(),
         components,
         retiring,

@@ -56,6 +56,10 @@ pub struct PrepareOptions {
     /// Issue and renew leaf certificates (see [`crate::certificates`]). Off only for callers
     /// that plan placement and ports without rendering (dry runs, benchmarks).
     pub leaf_certificates: bool,
+    /// A hypervisor whose `Reachable` condition has been `False` this long is lost, as one
+    /// being deleted is: what runs there is replaced elsewhere (see
+    /// [`oi_api::Hypervisor::lost`]). `None` (the default): only a removed hypervisor is.
+    pub replace_unreachable_after: Option<Duration>,
 }
 
 impl Default for PrepareOptions {
@@ -68,6 +72,7 @@ impl Default for PrepareOptions {
             leaf_lifetime: Duration::days(365),
             renew_before: Duration::days(30),
             leaf_certificates: true,
+            replace_unreachable_after: None,
         }
     }
 }
@@ -77,6 +82,8 @@ impl Default for PrepareOptions {
 pub struct Prepared {
     pub world: World,
     pub failures: BTreeMap<ObjectKey, Error>,
+    /// The lost hypervisors, by name, and why (see [`oi_api::Hypervisor::lost`]).
+    pub lost: BTreeMap<String, oi_api::hypervisor::Lost>,
 }
 
 /// The name of control plane replica `index` of `cluster`.
@@ -169,6 +176,8 @@ struct HypervisorState {
     cordoned: bool,
     /// Drained: cordoned, and what runs there moves elsewhere.
     draining: bool,
+    /// Lost for good: cordoned, and what runs there is replaced elsewhere without it.
+    lost: Option<oi_api::hypervisor::Lost>,
 }
 
 /// The reason and message of a `Drained=True` condition.
@@ -301,6 +310,76 @@ impl Drain {
     }
 }
 
+/// A component on a lost hypervisor (see [`ClusterPrep::mark_lost`]).
+#[derive(Debug)]
+struct OnLost {
+    component: String,
+    hypervisor: String,
+    why: oi_api::hypervisor::Lost,
+}
+
+/// The reason and message of a `Healed=True` condition.
+pub(crate) const HEALED_REASON: &str = "Replaced";
+pub(crate) const HEALED_MESSAGE: &str = "nothing of the cluster runs on a lost hypervisor";
+
+/// Sets the cluster's `Healed` condition: `False` (`Replacing`) while components of it are
+/// on lost hypervisors, naming them and the replacements placed, `True` once none is; a
+/// cluster that never lost a hypervisor has none.
+fn record_healed(
+    cluster: &mut Cluster,
+    on_lost: &[OnLost],
+    components: &[Component],
+    now: OffsetDateTime,
+) {
+    let conditions = &mut cluster.status.conditions;
+    if on_lost.is_empty() {
+        if find_condition(conditions, condition_types::HEALED).is_some() {
+            set_condition(
+                conditions,
+                condition_types::HEALED,
+                ConditionStatus::True,
+                HEALED_REASON,
+                HEALED_MESSAGE,
+                now,
+            );
+        }
+        return;
+    }
+    let lost: Vec<String> = on_lost
+        .iter()
+        .map(|l| format!("{} on {} ({})", l.component, l.hypervisor, l.why))
+        .collect();
+    let lost_names: BTreeSet<&str> = on_lost.iter().map(|l| l.hypervisor.as_str()).collect();
+    // Live components not on a lost hypervisor that have not joined a ready run yet: the
+    // replacements under way.
+    let replacements: Vec<String> = components
+        .iter()
+        .filter(|c| !c.metadata.is_being_deleted())
+        .filter(|c| !condition_is_true(&c.status.conditions, condition_types::JOINED))
+        .filter_map(|c| {
+            let h = c.spec.hypervisor.as_deref()?;
+            (!lost_names.contains(h)).then(|| format!("{} on {h}", c.metadata.name))
+        })
+        .collect();
+    let message = if replacements.is_empty() {
+        format!("lost: {}", lost.join(", "))
+    } else {
+        format!(
+            "lost: {}; replaced by: {}",
+            lost.join(", "),
+            replacements.join(", ")
+        )
+    };
+    set_condition(
+        conditions,
+        condition_types::HEALED,
+        ConditionStatus::False,
+        "Replacing",
+        &message,
+        now,
+    );
+}
+
 /// Defaults the world, then prepares every cluster not marked for deletion; see the module
 /// documentation. Never fails as a whole: per cluster failures are in [`Prepared::failures`].
 pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &PrepareOptions) -> Prepared {
@@ -308,18 +387,22 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &PrepareOpti
     let mut hvs: Vec<HypervisorState> = world
         .hypervisors
         .values()
-        .map(|h| HypervisorState {
-            name: h.metadata.name.clone(),
-            public: h.spec.public,
-            valid: validate_hypervisor(h).is_empty() && verify_hypervisor(h).is_empty(),
-            zone: h.metadata.labels.get(ZONE_LABEL).cloned(),
-            ip: h.spec.ip_address.clone(),
-            ports: PortAllocator::from_hypervisor(h),
-            load: 0,
-            capacity: h.spec.capacity.clone(),
-            used: Requests::default(),
-            cordoned: h.spec.unschedulable || h.spec.drain,
-            draining: h.spec.drain,
+        .map(|h| {
+            let lost = h.lost(now, options.replace_unreachable_after);
+            HypervisorState {
+                name: h.metadata.name.clone(),
+                public: h.spec.public,
+                valid: validate_hypervisor(h).is_empty() && verify_hypervisor(h).is_empty(),
+                zone: h.metadata.labels.get(ZONE_LABEL).cloned(),
+                ip: h.spec.ip_address.clone(),
+                ports: PortAllocator::from_hypervisor(h),
+                load: 0,
+                capacity: h.spec.capacity.clone(),
+                used: Requests::default(),
+                cordoned: h.spec.unschedulable || h.spec.drain || lost.is_some(),
+                draining: h.spec.drain,
+                lost,
+            }
         })
         .collect();
     let index: HashMap<String, usize> = hvs
@@ -476,7 +559,15 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &PrepareOpti
             }
         }
     }
-    Prepared { world, failures }
+    let lost = hvs
+        .into_iter()
+        .filter_map(|h| Some((h.name, h.lost?)))
+        .collect();
+    Prepared {
+        world,
+        failures,
+        lost,
+    }
 }
 
 /// The ingresses' shared addresses and VRRP router IDs of a world's live clusters, and its
@@ -604,6 +695,7 @@ impl ClusterPrep<'_> {
             .filter(|c| c.status.host_port(names::ETCD_PEER).is_some())
             .map(|c| c.metadata.name.clone())
             .collect();
+        let lost = self.mark_lost(&mut components);
         let mut drain = self.derive(&cluster, &mut components);
         match self.schedule(&mut components, vpn) {
             Err(e @ Error::NoCapacity { .. }) if matches!(drain, Drain::Replacing { .. }) => {
@@ -617,11 +709,38 @@ impl ClusterPrep<'_> {
         self.bootstrap_etcd(&mut components, &planned_before);
         self.set_status(&mut cluster, &components);
         drain.record(&mut cluster, &components, self.now);
+        record_healed(&mut cluster, &lost, &components, self.now);
         let hvs: &[HypervisorState] = self.hvs;
         let jobs = certificates::plan(self.key, &cluster, &components, |name| {
             self.index.get(name).map(|&i| hvs[i].ip.as_str())
         })?;
         Ok((cluster, components, jobs))
+    }
+
+    /// Marks every live component on a lost hypervisor for deletion: [`Self::derive`] then
+    /// gives the cluster replacements elsewhere, and the engine removes the etcd member of a
+    /// replica there (while the members left keep a quorum) without waiting for the
+    /// hypervisor. Returns every component still on a lost hypervisor, live until now or
+    /// retiring already.
+    fn mark_lost(&self, components: &mut [Component]) -> Vec<OnLost> {
+        let mut on_lost = Vec::new();
+        for c in components.iter_mut() {
+            let Some(h) = c.spec.hypervisor.as_ref() else {
+                continue;
+            };
+            let Some(why) = self.index.get(h).and_then(|&i| self.hvs[i].lost.clone()) else {
+                continue;
+            };
+            if !c.metadata.is_being_deleted() {
+                c.metadata.deletion_timestamp = Some(self.now);
+            }
+            on_lost.push(OnLost {
+                component: c.metadata.name.clone(),
+                hypervisor: h.clone(),
+                why,
+            });
+        }
+        on_lost
     }
 
     /// Whether `c` is placed on a hypervisor being drained.
@@ -976,8 +1095,10 @@ impl ClusterPrep<'_> {
                         .iter()
                         .map(|c| {
                             let mut why = Vec::new();
-                            let draining = self.index.get(c.name).is_some_and(|&i| hvs[i].draining);
-                            if draining {
+                            let state = self.index.get(c.name).map(|&i| &hvs[i]);
+                            if let Some(lost) = state.and_then(|h| h.lost.as_ref()) {
+                                why.push(format!("lost ({lost})"));
+                            } else if state.is_some_and(|h| h.draining) {
                                 why.push("drained".to_string());
                             } else if c.cordoned {
                                 why.push("cordoned".to_string());
@@ -1470,6 +1591,34 @@ pub fn remove_cluster(world: &mut World, key: &ObjectKey) -> bool {
         }
     }
     existed
+}
+
+/// Removes from a whole world the hypervisors being deleted that nothing holds any more: no
+/// component of any cluster names them and no port of theirs is allocated (a SIPCluster's
+/// support services hold theirs). Returns their names. Only for a world that holds every
+/// cluster (`oi`): a sub-world would not see what other clusters keep there.
+pub fn forget_removed_hypervisors(world: &mut World) -> Vec<String> {
+    let held: BTreeSet<&str> = world
+        .components
+        .values()
+        .filter_map(|c| c.spec.hypervisor.as_deref())
+        .collect();
+    let gone: Vec<String> = world
+        .hypervisors
+        .values()
+        .filter(|h| {
+            h.metadata.is_being_deleted()
+                && !held.contains(h.metadata.name.as_str())
+                && h.status.allocated_ports.is_empty()
+        })
+        .map(|h| h.metadata.name.clone())
+        .collect();
+    for name in &gone {
+        world
+            .hypervisors
+            .remove(&ObjectKey::cluster_scoped(name.clone()));
+    }
+    gone
 }
 
 #[cfg(test)]

@@ -147,6 +147,9 @@ pub struct ClusterResult {
     /// The workers that joined through a NodeJoinRequest answered (`Issued=True`), as the
     /// run found them inside the cluster: what a CA rotation's last phase names.
     pub joined: Option<Vec<String>>,
+    /// Replicas whose etcd member lost its data and joined again, with how it was started
+    /// (their `status.etcdMember` from now on).
+    pub etcd_rejoined: Vec<(String, oi_api::EtcdMemberBootstrap)>,
 }
 
 impl ClusterResult {
@@ -159,6 +162,7 @@ impl ClusterResult {
             join_tokens: None,
             vpn_peers: None,
             joined: None,
+            etcd_rejoined: Vec::new(),
         }
     }
 }
@@ -213,6 +217,14 @@ fn record_cluster(world: &mut World, result: &ClusterResult, now: OffsetDateTime
             entry.insert(placed.component.clone(), placed.hashes.clone());
         }
     }
+    for (component, bootstrap) in &result.etcd_rejoined {
+        if let Some(c) = world
+            .components
+            .get_mut(&ObjectKey::new(key.namespace.clone(), component.clone()))
+        {
+            c.status.etcd_member = Some(bootstrap.clone());
+        }
+    }
     for component in &result.removed {
         if let Some(c) = crate::remove_component(world, component)
             && let Some(entry) = c
@@ -244,6 +256,25 @@ fn record_cluster(world: &mut World, result: &ClusterResult, now: OffsetDateTime
                 ConditionStatus::True,
                 crate::prepare::DRAINED_REASON,
                 crate::prepare::DRAINED_MESSAGE,
+                now,
+            );
+        }
+        // Healed: the cluster is ready and nothing of it is left retiring, so nothing of it
+        // is on a lost hypervisor (everything there is marked for deletion).
+        if outcome.ready
+            && find_condition(&cluster.status.conditions, condition_types::HEALED)
+                .is_some_and(|c| c.status == ConditionStatus::False)
+            && !world
+                .components
+                .values()
+                .any(|c| c.cluster_key() == *key && c.metadata.is_being_deleted())
+        {
+            set_condition(
+                &mut cluster.status.conditions,
+                condition_types::HEALED,
+                ConditionStatus::True,
+                crate::prepare::HEALED_REASON,
+                crate::prepare::HEALED_MESSAGE,
                 now,
             );
         }

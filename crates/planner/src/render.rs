@@ -159,6 +159,36 @@ struct ComponentRenderer<'a> {
     options: &'a RenderOptions,
 }
 
+/// `--initial-cluster`'s value: `name=peerURL`, comma separated.
+fn initial_cluster(bootstrap: &oi_api::EtcdMemberBootstrap) -> String {
+    bootstrap
+        .initial_cluster
+        .iter()
+        .map(|(name, url)| format!("{name}={url}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A replica's etcd pod as rendered, started with `bootstrap` instead: what a member that
+/// lost its data joins again with (see [`crate::ComponentPlan::etcd_rejoin`]). The same
+/// pod [`render_component`] renders once `status.etcdMember` is `bootstrap`.
+pub fn etcd_pod_with(pod: &PodSpec, bootstrap: &oi_api::EtcdMemberBootstrap) -> PodSpec {
+    let mut pod = pod.clone();
+    for c in pod.containers.iter_mut().filter(|c| c.name == "etcd") {
+        for arg in &mut c.args {
+            if arg.starts_with("--initial-cluster=") {
+                *arg = format!("--initial-cluster={}", initial_cluster(bootstrap));
+            } else if arg.starts_with("--initial-cluster-state=") {
+                *arg = format!(
+                    "--initial-cluster-state={}",
+                    bootstrap.initial_cluster_state.as_str()
+                );
+            }
+        }
+    }
+    pod
+}
+
 /// `--name=value` arguments from a map: sorted by flag name, one value each.
 fn flags(map: BTreeMap<&str, String>) -> Vec<String> {
     map.into_iter().map(|(k, v)| format!("--{k}={v}")).collect()
@@ -841,14 +871,10 @@ impl ComponentRenderer<'_> {
             c.status.etcd_member.as_ref().ok_or_else(|| {
                 self.missing("status.etcdMember (set when the replica is planned)")
             })?;
-        let initial: Vec<String> = bootstrap
-            .initial_cluster
-            .iter()
-            .map(|(name, url)| format!("{name}={url}"))
-            .collect();
         let client_port = self.port(c, names::ETCD_CLIENT)?;
         let peer_port = self.port(c, names::ETCD_PEER)?;
-        let etcd_data = format!("{}/etcd", self.data);
+        let etcd_data =
+            paths::etcd_data_dir(&self.key.namespace, &c.spec.cluster, &c.metadata.name);
         let etcd_args = flags(BTreeMap::from([
             (
                 "advertise-client-urls",
@@ -861,7 +887,7 @@ impl ComponentRenderer<'_> {
                 "initial-advertise-peer-urls",
                 format!("https://{ip}:{peer_port}"),
             ),
-            ("initial-cluster", initial.join(",")),
+            ("initial-cluster", initial_cluster(bootstrap)),
             (
                 "initial-cluster-state",
                 bootstrap.initial_cluster_state.as_str().into(),

@@ -379,6 +379,14 @@ mod full {
             }],
             freed_ports: vec![2],
             files: map(map(map(map("hash".to_string())))),
+            conditions: vec![crate::common::Condition {
+                type_: "Reachable".into(),
+                status: crate::common::ConditionStatus::False,
+                reason: "Unreachable".into(),
+                message: "m".into(),
+                last_set_time: None,
+                last_transition_time: None,
+            }],
         };
         h
     }

@@ -401,6 +401,8 @@ fn share_view(h: &Hypervisor, cluster: &ObjectKey) -> Hypervisor {
             allocated_ports: h.status.allocated_ports.clone(),
             freed_ports: h.status.freed_ports.clone(),
             files,
+            // `Reachable`: whether the hypervisor is lost (see `oi_api::Hypervisor::lost`).
+            conditions: h.status.conditions.clone(),
         },
     }
 }

@@ -172,6 +172,7 @@ mod tests {
             allocated_ports: allocs.to_vec(),
             freed_ports: freed.to_vec(),
             files: BTreeMap::new(),
+            conditions: Vec::new(),
         }
     }
 

@@ -331,6 +331,15 @@ impl Runner {
             now,
         );
         let services = self.sip_services(&mut world, &reports, &plans, now);
+        // Removed hypervisors nothing is left on leave the world.
+        for h in oi_planner::forget_removed_hypervisors(&mut world) {
+            if !self.quiet {
+                eprintln!(
+                    "oi: hypervisor {h} left the manifests: it was removed and nothing of any \
+                     cluster or SIPCluster is on it any more"
+                );
+            }
+        }
         (world, executed, SipRun { reports, services })
     }
 

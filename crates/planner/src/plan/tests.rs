@@ -227,6 +227,7 @@ fn scaling_down_retires_the_last_replica_and_the_ingress_forgets_it() {
         [Retirement {
             key: key("c-control-plane-2"),
             hypervisor: Some("private-3".into()),
+            lost: None,
             member: Some(EtcdMember {
                 name: "c-control-plane-2".into(),
                 peer_url: "https://10.0.0.3:30002".into(),

@@ -1683,3 +1683,148 @@ fn ingresses_sharing_an_address_are_apart_on_the_same_ports_and_the_address_is_t
         "cluster default/c4: spec.ingress.virtualRouterID 100 is also cluster default/c1's (the last byte of virtualIP when absent): set spec.ingress.virtualRouterID to one of its own"
     );
 }
+
+fn healed_condition(w: &World, cluster: &str) -> Option<(ConditionStatus, String, String)> {
+    find_condition(
+        &w.clusters[&key(cluster)].status.conditions,
+        condition_types::HEALED,
+    )
+    .map(|c| (c.status, c.reason.clone(), c.message.clone()))
+}
+
+fn with_private_4() -> Vec<Hypervisor> {
+    let mut hvs = basic();
+    hvs.push(hypervisor(
+        "private-4",
+        false,
+        "10.0.0.4",
+        None,
+        (30000, 30099),
+    ));
+    hvs
+}
+
+#[test]
+fn what_runs_on_a_removed_hypervisor_is_replaced_at_once_elsewhere() {
+    let w = ok(world(with_private_4(), vec![cluster("c", 3, false)]));
+    let w = ran_ready(w, "c", &[]);
+    let on = |w: &World, c: &str| w.components[&key(c)].spec.hypervisor.clone().unwrap();
+    let lost = on(&w, "c-control-plane-1");
+    let mut removed = w.clone();
+    removed
+        .hypervisors
+        .get_mut(&ObjectKey::cluster_scoped(lost.clone()))
+        .unwrap()
+        .metadata
+        .deletion_timestamp = Some(NOW);
+    let p = prepare(removed, LATER);
+    assert_eq!(p.failures, BTreeMap::new());
+    assert_eq!(
+        p.lost,
+        BTreeMap::from([(lost.clone(), oi_api::hypervisor::Lost::Removed)])
+    );
+    let w = p.world;
+    // The replica there goes at once (no waiting for the cluster, unlike a drain), and a
+    // replacement is placed on the hypervisor that holds none.
+    assert!(
+        w.components[&key("c-control-plane-1")]
+            .metadata
+            .is_being_deleted()
+    );
+    assert_eq!(on(&w, "c-control-plane-3"), "private-4");
+    assert!(
+        !w.components[&key("c-control-plane-3")]
+            .metadata
+            .is_being_deleted()
+    );
+    assert_eq!(
+        healed_condition(&w, "c"),
+        Some((
+            ConditionStatus::False,
+            "Replacing".into(),
+            format!(
+                "lost: c-control-plane-1 on {lost} (removed); replaced by: c-control-plane-3 on \
+                 private-4"
+            )
+        ))
+    );
+    // Its etcd start names the replicas that stay, not the lost one.
+    let (state, initial) = etcd_start(&w, "c-control-plane-3").unwrap();
+    assert_eq!(state, EtcdInitialClusterState::Existing);
+    assert_eq!(
+        initial,
+        [
+            "c-control-plane-0=https://10.0.0.1:30002",
+            "c-control-plane-2=https://10.0.0.3:30002",
+            "c-control-plane-3=https://10.0.0.4:30002"
+        ]
+    );
+    // The run that retired it: healed, and the hypervisor can be forgotten.
+    let mut w = ran_ready(w, "c", &["c-control-plane-1"]);
+    assert_eq!(
+        healed_condition(&w, "c").map(|c| (c.0, c.1)),
+        Some((ConditionStatus::True, "Replaced".into()))
+    );
+    assert_eq!(forget_removed_hypervisors(&mut w), [lost.clone()]);
+    assert!(!w.hypervisors.contains_key(&ObjectKey::cluster_scoped(lost)));
+    // A later pass keeps the condition as it is.
+    let again = prepare(w.clone(), LATER).world;
+    assert_eq!(healed_condition(&again, "c"), healed_condition(&w, "c"));
+}
+
+#[test]
+fn a_hypervisor_unreachable_past_the_grace_period_is_lost_only_when_asked() {
+    let w = ok(world(with_private_4(), vec![cluster("c", 3, false)]));
+    let mut w = ran_ready(w, "c", &[]);
+    let lost = w.components[&key("c-control-plane-0")]
+        .spec
+        .hypervisor
+        .clone()
+        .unwrap();
+    set_condition(
+        &mut w
+            .hypervisors
+            .get_mut(&ObjectKey::cluster_scoped(lost.clone()))
+            .unwrap()
+            .status
+            .conditions,
+        condition_types::REACHABLE,
+        ConditionStatus::False,
+        "Unreachable",
+        "connection refused",
+        NOW,
+    );
+    // Off by default: nothing moves.
+    let p = prepare(w.clone(), LATER);
+    assert!(p.lost.is_empty());
+    assert_eq!(placement(&p.world), placement(&w));
+    // Within the grace period: nothing moves either.
+    let options = |grace| PrepareOptions {
+        replace_unreachable_after: Some(grace),
+        ..PrepareOptions::default()
+    };
+    let p = prepare_with(w.clone(), LATER, &options(Duration::days(2)));
+    assert!(p.lost.is_empty());
+    assert_eq!(placement(&p.world), placement(&w));
+    // Past it: replaced.
+    let p = prepare_with(w.clone(), LATER, &options(Duration::hours(1)));
+    assert_eq!(
+        p.lost,
+        BTreeMap::from([(
+            lost.clone(),
+            oi_api::hypervisor::Lost::Unreachable { since: NOW }
+        )])
+    );
+    assert!(
+        p.world.components[&key("c-control-plane-0")]
+            .metadata
+            .is_being_deleted()
+    );
+    let (_, _, message) = healed_condition(&p.world, "c").unwrap();
+    assert!(
+        message.starts_with(&format!(
+            "lost: c-control-plane-0 on {lost} (unreachable since 2026-11-22T03:00:00Z)"
+        )),
+        "{message}"
+    );
+}

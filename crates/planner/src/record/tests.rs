@@ -77,6 +77,7 @@ fn a_failure_is_the_condition_with_its_reason_and_message() {
         join_tokens: None,
         vpn_peers: None,
         joined: None,
+        etcd_rejoined: Vec::new(),
     };
     let w = record(prepared(3), &results(result), NOW);
     assert_eq!(
@@ -107,6 +108,7 @@ fn a_failure_is_the_condition_with_its_reason_and_message() {
         join_tokens: None,
         vpn_peers: None,
         joined: None,
+        etcd_rejoined: Vec::new(),
     };
     let w = record(prepared(1), &results(result), NOW);
     assert_eq!(
@@ -179,6 +181,7 @@ fn a_cluster_being_deleted_whose_teardown_failed_is_not_started() {
         join_tokens: None,
         vpn_peers: None,
         joined: None,
+        etcd_rejoined: Vec::new(),
     };
     let after = record(w, &results(result), NOW);
     assert_eq!(

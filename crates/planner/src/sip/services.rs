@@ -636,6 +636,9 @@ fn unfit(
     if !h.spec.public {
         return Some("not public".into());
     }
+    if h.metadata.is_being_deleted() {
+        return Some("removed".into());
+    }
     if h.spec.drain {
         return Some("drained".into());
     }

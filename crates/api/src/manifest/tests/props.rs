@@ -236,6 +236,7 @@ fn hypervisor() -> impl Strategy<Value = Hypervisor> {
                     allocated_ports,
                     freed_ports,
                     files,
+                    conditions: Vec::new(),
                 };
                 h
             },

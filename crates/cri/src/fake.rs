@@ -58,6 +58,8 @@ struct State {
     data_dirs: BTreeSet<String>,
     /// Log tails by container name ([`FakeRuntime::set_log`]).
     logs: BTreeMap<String, String>,
+    /// The spec each pod was created from, by pod id.
+    specs: BTreeMap<String, PodSpec>,
     /// Containers that exit as soon as they start, by name, with their exit code.
     exit_on_start: BTreeMap<String, i32>,
     calls: Vec<Call>,
@@ -95,6 +97,13 @@ impl FakeRuntime {
             })
             .min_by(|a, b| (&a.namespace, &a.id).cmp(&(&b.namespace, &b.id)))
             .map(|p| p.id.clone())
+    }
+
+    /// The spec the running pod named `name` was created from (see
+    /// [`FakeRuntime::running_pod_id`]).
+    pub fn running_pod_spec(&self, name: &str) -> Option<PodSpec> {
+        let id = self.running_pod_id(name)?;
+        self.state().specs.get(&id).cloned()
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -289,6 +298,7 @@ impl FakeRuntime {
                 state.data_dirs.insert(m.host_path.clone());
             }
         }
+        state.specs.insert(id.clone(), spec.clone());
         state.pods.insert(
             id.clone(),
             PodStatus {

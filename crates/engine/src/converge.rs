@@ -53,6 +53,10 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             tls: &tls,
         };
         let members = &plan.etcd.members;
+        // A recovery: the survivor a healthy cluster of one before anything retires.
+        if let Some(recover) = &plan.recover {
+            self.recover(key, recover, plan, &etcd).await?;
+        }
         // 2. Retiring components: etcd member first, then pods, then directories. A retiring
         //    replica's API server is first taken out of the ingress: the configuration
         //    written above no longer has it, the running haproxy reloads it.

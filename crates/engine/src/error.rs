@@ -88,6 +88,16 @@ pub enum StepError {
         exit_code: i32,
         log: String,
     },
+    /// The survivor of a recovery did not become a healthy cluster of one.
+    #[error(
+        "etcd member {member} did not become a healthy cluster of one: {last}; its log ends: {}",
+        crate::membership::last_lines(log)
+    )]
+    EtcdRecover {
+        member: String,
+        last: String,
+        log: String,
+    },
     /// A member whose data is unusable could not join again.
     #[error("etcd member {member} lost its data ({cause}) and cannot join again: {reason}")]
     EtcdRejoin {
@@ -155,6 +165,7 @@ impl StepError {
             | StepError::EtcdUnhealthy { .. }
             | StepError::EtcdExited { .. }
             | StepError::EtcdRejoin { .. }
+            | StepError::EtcdRecover { .. }
             | StepError::EtcdNotVoting { .. } => Reason::EtcdNotReady,
             StepError::MissingPod { .. } => Reason::RenderFailed,
             StepError::ApiServerNotReadyAfterChange { .. } | StepError::ApiServersNotReady(_) => {

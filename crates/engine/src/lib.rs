@@ -10,13 +10,20 @@
 //!   Teardown      every pod and directory on every hypervisor it used       (teardown)
 //!   Converge      every hypervisor of it reachable, then
 //!   1. files      write_files(known hashes) ─► hashes placed                (converge)
-//!   2. retiring   etcd member remove ─► pods ─► directories                 (teardown)
+//!   (recover)     a recovery planned: the survivor's etcd restarted once as  (recover)
+//!                 a cluster of one on its data, healthy, then as rendered
+//!   2. retiring   etcd member remove (while the members that stay keep a   (teardown)
+//!                 quorum, else after step 3) ─► pods ─► directories (on a
+//!                 lost hypervisor only if it answers)
 //!   (restore)     a restore planned: every replica's etcd data made from     (restore)
 //!                 the snapshot beside the running one, then its pods stopped
 //!                 and its data replaced; the etcd step starts them together
-//!   3. etcd       etcd answers: replica by replica, join (learner, pod,     (membership)
-//!                 promote) or ensure its pod, a changed member healthy before the next;
-//!                 no answer: the founders' pods together, then each joiner
+//!   3. etcd       etcd answers: members no replica owns removed (quorum      (membership)
+//!                 allowing); each voting member's pod, one at a time, healthy
+//!                 again if it changed (one whose data is lost or unusable joins
+//!                 again with fresh data); then each other replica joins (learner,
+//!                 pod, promote); no answer: the founders' pods together, then
+//!                 each joiner
 //!   4. kube       running: control plane pods one replica at a time, a replaced API
 //!   5. ingress    server ready before the next, the ingress alongside; new: all at once
 //!   6. observe    etcd members, each API server's and the ingress's /readyz,  (observe)
@@ -49,6 +56,7 @@ pub mod https;
 mod membership;
 mod observe;
 mod progress;
+pub mod recover;
 pub mod restore;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;

@@ -16,6 +16,9 @@
 //! - `maintenance/status` answers revision 100 + the snapshots taken, `maintenance/snapshot`
 //!   streams [`sim_snapshot`] in two chunks;
 //!
+//! - a member whose running pod was started with `--force-new-cluster` makes the cluster one
+//!   of itself alone (logged `force-new-cluster <name>`);
+//!
 //! - `GET /health` answers `false` the first time it is asked of a member's pod (a member
 //!   that just (re)started is catching up), then `true` while the member is a started voting
 //!   member and a quorum of the voting members run.
@@ -515,6 +518,30 @@ impl<S: Source> SimNetwork<S> {
             let names: Vec<&str> = start.initial_cluster.keys().map(String::as_str).collect();
             self.lock_log()
                 .push(format!("bootstrap {}", names.join(",")));
+        }
+        // A member started with `--force-new-cluster`: a cluster of one on its data.
+        if let Some(e) = self.endpoint(r.base)
+            && let Some(spec) = self
+                .runtimes
+                .get(&e.hypervisor)
+                .and_then(|rt| rt.running_pod_spec(&e.pod))
+            && spec
+                .containers
+                .iter()
+                .any(|c| c.args.iter().any(|a| a == "--force-new-cluster"))
+        {
+            let before = state.members.len();
+            state.members.retain(|m| {
+                self.endpoint(&m.peer_urls[0])
+                    .is_some_and(|x| x.member == e.member && x.hypervisor == e.hypervisor)
+            });
+            for m in &mut state.members {
+                m.is_learner = false;
+            }
+            if state.members.len() != before {
+                self.lock_log()
+                    .push(format!("force-new-cluster {}", e.member));
+            }
         }
         // Members whose pod runs have started.
         for m in state.members.iter_mut() {

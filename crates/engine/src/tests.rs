@@ -79,6 +79,7 @@ impl FakeConnector {
             "private-2",
             "private-3",
             "private-4",
+            "private-5",
             "public-1",
             "public-2",
         ]

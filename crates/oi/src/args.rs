@@ -153,6 +153,7 @@ impl Command {
             Command::Cluster(ClusterCommand::Upgrade(a)) => Some(&a.input),
             Command::Cluster(ClusterCommand::Snapshot(a)) => Some(&a.input),
             Command::Cluster(ClusterCommand::Restore(a)) => Some(&a.input),
+            Command::Cluster(ClusterCommand::Recover(a)) => Some(&a.input),
             Command::Cluster(ClusterCommand::RotateCa(a)) => Some(&a.input),
             Command::Hypervisor(HypervisorCommand::Inject(a)) => Some(&a.input),
             Command::Hypervisor(HypervisorCommand::Cordon(a) | HypervisorCommand::Uncordon(a)) => {
@@ -182,6 +183,7 @@ impl Command {
                 | ClusterCommand::Delete(_)
                 | ClusterCommand::Upgrade(_)
                 | ClusterCommand::Restore(_)
+                | ClusterCommand::Recover(_)
                 | ClusterCommand::RotateCa(_),
             )
             | Command::Hypervisor(
@@ -245,6 +247,14 @@ pub enum ClusterCommand {
     /// replica's etcd and control plane restart on the snapshot's data (the ingress stays).
     /// Prints all manifests.
     Restore(ClusterRestoreArgs),
+
+    /// Recover a cluster that lost its etcd quorum (a majority of its members gone for good)
+    /// from a surviving member's data, usually newer than the last snapshot: that member's
+    /// etcd restarts once as a new cluster of one on its data (`--force-new-cluster`), then
+    /// the cluster grows back to its replicas (the others replaced, joining as learners).
+    /// Refused while the cluster has a quorum. Says what may be lost before it starts.
+    /// Remove the lost hypervisors first (`oi hypervisor remove`). Prints all manifests.
+    Recover(ClusterRecoverArgs),
 
     /// Rotate a cluster's CAs (all, or those named) and its service-account key without
     /// downtime, in three reconciles, each ready before the next: the new CAs trusted beside
@@ -334,6 +344,33 @@ pub struct ClusterRestoreArgs {
     pub quiet: bool,
 
     /// How long the restore and the cluster's start may take (e.g. 120s, 5m; at most 24h).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = oi_cli_io::parse_duration)]
+    pub max_wait: std::time::Duration,
+
+    /// Image repository override for every component image (air-gapped mirrors, tests).
+    #[arg(long, value_name = "REPO", env = "OI_IMAGE_REPOSITORY")]
+    pub image_repository: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ClusterRecoverArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+
+    /// The cluster (`NAME` or `NAMESPACE/NAME`); may be omitted when there is only one.
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
+
+    /// The surviving member (a control plane replica's name) whose data the cluster starts
+    /// again from.
+    #[arg(long, value_name = "NAME")]
+    pub from_member: String,
+
+    /// Print only errors on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+
+    /// How long the recovery and the cluster's growth may take (e.g. 120s, 5m; at most 24h).
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = oi_cli_io::parse_duration)]
     pub max_wait: std::time::Duration,
 

@@ -116,6 +116,9 @@ pub fn dispatch(
         Command::Cluster(ClusterCommand::Restore(args)) => {
             cluster::restore::run(args, ctx, input, output)
         }
+        Command::Cluster(ClusterCommand::Recover(args)) => {
+            cluster::recover::run(args, ctx, input, output)
+        }
         Command::Cluster(ClusterCommand::RotateCa(args)) => {
             cluster::rotate_ca::run(args, ctx, input, output)
         }

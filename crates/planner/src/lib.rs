@@ -44,6 +44,7 @@ pub mod plan;
 pub mod ports;
 pub mod prepare;
 pub mod record;
+pub mod recover;
 pub mod render;
 pub mod restarts;
 pub mod rotation;

@@ -105,6 +105,9 @@ pub struct Convergence {
     /// A restore from an etcd snapshot, run before the etcd step
     /// ([`crate::snapshot::plan_restore`]).
     pub restore: Option<crate::snapshot::Restore>,
+    /// A recovery from a surviving member's data, run before the retiring step
+    /// ([`crate::recover::plan_recover`]).
+    pub recover: Option<crate::recover::Recover>,
 }
 
 impl Convergence {
@@ -531,6 +534,7 @@ fn convergence(
         }),
         vpn: vpn_plan(world, key, cluster),
         restore: None,
+        recover: None,
     })
 }
 

@@ -330,3 +330,101 @@ async fn a_member_whose_etcd_exits_on_usable_data_fails_the_run_in_its_own_words
     );
     assert!(h.network.log().iter().all(|l| !l.starts_with("remove")));
 }
+
+#[tokio::test]
+async fn a_cluster_that_lost_two_of_three_is_recovered_from_the_survivor_and_grown_back() {
+    let h = Harness::new();
+    let mut w = world4(&[("c", 3)]);
+    let five = hypervisor("private-5", false, "10.0.0.5");
+    w.hypervisors.insert(five.key(), five);
+    let report = h.run(w).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    let mut w = report.world.clone();
+    for replica in ["c-control-plane-0", "c-control-plane-1"] {
+        let on = hypervisor_of(&w, replica);
+        lose(&h, &on);
+        remove(&mut w, &on);
+    }
+    let key = ObjectKey::new("default", "c");
+    // What is seen first: nobody healthy, the survivor answering with its data.
+    let plan = oi_planner::plan(w.clone(), NOW, &PlanOptions::default());
+    *h.network.source().0.lock().unwrap() = plan.world.clone();
+    let seen = crate::recover::observe_members(&plan, &key, &h.connector, &h.network)
+        .await
+        .unwrap();
+    let names: Vec<&str> = seen.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "c-control-plane-0",
+            "c-control-plane-1",
+            "c-control-plane-2"
+        ]
+    );
+    assert!(seen.iter().all(|m| m.healthy.as_ref().ok() != Some(&true)));
+    let survivor = &seen[2];
+    assert!(survivor.status.is_ok() && survivor.hypervisor_answers.is_ok());
+    assert!(seen[0].hypervisor_answers.is_err() && seen[0].status.is_err());
+    // The recovery.
+    h.network.clear_log();
+    h.connector.clear();
+    let plan = oi_planner::recover::plan_recover(
+        w,
+        &key,
+        "c-control-plane-2",
+        NOW,
+        &PlanOptions::default(),
+    )
+    .unwrap();
+    *h.network.source().0.lock().unwrap() = plan.world.clone();
+    let progress = |e: &Event| h.events.lock().unwrap().push(e.to_string());
+    let executed = execute(&plan, &options(), &h.connector, &h.network, &progress).await;
+    assert!(executed.all_ready(), "{:?}", executed.clusters);
+    let log = h.network.log();
+    let forced = position(&log, "force-new-cluster c-control-plane-2");
+    let added = position(&log, "add c-control-plane-3 running=false");
+    let again = position(&log, "add c-control-plane-4 running=false");
+    assert!(forced < added && added < again, "{log:?}");
+    assert_eq!(
+        h.network.members(),
+        [vec![
+            "c-control-plane-2".to_string(),
+            "c-control-plane-3".to_string(),
+            "c-control-plane-4".to_string()
+        ]]
+    );
+    let world = oi_planner::record(plan.world, &executed.clusters, NOW);
+    let mut replicas: Vec<String> = world
+        .components_of(&key)
+        .filter(|c| c.spec.role == oi_api::ComponentRole::ControlPlane)
+        .map(|c| c.metadata.name.clone())
+        .collect();
+    replicas.sort();
+    assert_eq!(
+        replicas,
+        [
+            "c-control-plane-2",
+            "c-control-plane-3",
+            "c-control-plane-4"
+        ]
+    );
+    // The survivor runs as rendered (not forced) and the next run changes nothing.
+    let rt = &h.connector.runtimes[&hypervisor_of(&world, "c-control-plane-2")];
+    let spec = rt.running_pod_spec("c-control-plane-2-etcd").unwrap();
+    assert!(
+        spec.containers[0]
+            .args
+            .iter()
+            .all(|a| a != "--force-new-cluster")
+    );
+    h.connector.clear();
+    h.network.clear_log();
+    let next = h.run(world).await;
+    assert!(next.all_ready(), "{:?}", next.clusters);
+    assert_eq!(
+        next.counts.mutating_calls,
+        0,
+        "{:?}",
+        h.connector.all_calls()
+    );
+}

@@ -1765,7 +1765,10 @@ fn what_runs_on_a_removed_hypervisor_is_replaced_at_once_elsewhere() {
         healed_condition(&w, "c").map(|c| (c.0, c.1)),
         Some((ConditionStatus::True, "Replaced".into()))
     );
-    assert_eq!(forget_removed_hypervisors(&mut w), std::slice::from_ref(&lost));
+    assert_eq!(
+        forget_removed_hypervisors(&mut w),
+        std::slice::from_ref(&lost)
+    );
     assert!(!w.hypervisors.contains_key(&ObjectKey::cluster_scoped(lost)));
     // A later pass keeps the condition as it is.
     let again = prepare(w.clone(), LATER).world;

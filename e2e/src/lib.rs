@@ -530,6 +530,32 @@ impl LocalSet {
         Ok(pid)
     }
 
+    /// Loses a hypervisor altogether, as a machine that died: its containerd SIGKILLed (its
+    /// containers keep running, cut off), then its link down. It stays lost until the
+    /// returned guard is dropped, which brings it back so that the set can be destroyed.
+    ///
+    /// # Errors
+    /// When the hypervisor is unknown, or `kill` or `ip` fail.
+    pub fn lose(&self, hypervisor: &str) -> Result<LostHypervisor<'_>> {
+        let veth = self
+            .state()?
+            .hypervisors
+            .iter()
+            .find(|h| h.name == hypervisor)
+            .map(|h| h.host_veth.clone())
+            .with_context(|| format!("set {} has no hypervisor {hypervisor}", self.name))?;
+        // Owned from here on: whatever happens next is undone on drop.
+        let lost = LostHypervisor {
+            set: self,
+            hypervisor: hypervisor.to_string(),
+            veth: veth.clone(),
+        };
+        self.kill_containerd(hypervisor)?;
+        run_command(Command::new("ip").args(["link", "set", &veth, "down"]), "")?
+            .ok("ip link set down")?;
+        Ok(lost)
+    }
+
     /// Starts a hypervisor's containerd again the way `create` does, records its PID in the
     /// state file (so `destroy` stops it) and waits for its socket. The local set has no
     /// restart command of its own.
@@ -972,6 +998,25 @@ pub fn cri_version(hypervisor: &str, socket: &Path) -> Result<String> {
     Ok(version.runtime_version)
 }
 
+/// A hypervisor lost by [`LocalSet::lose`]; dropping it brings the hypervisor back (its link
+/// up, its containerd started), however the test ends.
+pub struct LostHypervisor<'s> {
+    set: &'s LocalSet,
+    hypervisor: String,
+    veth: String,
+}
+
+impl Drop for LostHypervisor<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["link", "set", &self.veth, "up"])
+            .status();
+        if let Err(e) = self.set.restart_containerd(&self.hypervisor) {
+            eprintln!("cannot restart containerd on {}: {e:#}", self.hypervisor);
+        }
+    }
+}
+
 impl Drop for LocalSet {
     /// Destroys the set; `destroy` converges, so a failed attempt (a mount or namespace still
     /// busy while the last processes exit) is retried twice. What still fails is printed
@@ -1340,6 +1385,13 @@ impl Etcdctl {
             dir,
             endpoints: world.storage_client_endpoints(cluster)?.join(","),
         })
+    }
+
+    /// The same, asking `endpoint` alone.
+    #[must_use]
+    pub fn only(mut self, endpoint: &str) -> Self {
+        self.endpoints = endpoint.to_string();
+        self
     }
 
     /// Runs `etcdctl ARGS` against every endpoint.

@@ -12,7 +12,9 @@ use crate::etcd::EtcdError;
 #[derive(Debug, thiserror::Error)]
 pub enum StepError {
     /// A hypervisor of the cluster could not be reached.
-    #[error("hypervisor {hypervisor} is unreachable: {source}")]
+    #[error(
+        "hypervisor {hypervisor} is unreachable: {source}; if it is gone for good, remove it (`oi hypervisor remove --name {hypervisor}`, or delete the Hypervisor)"
+    )]
     Unreachable {
         hypervisor: String,
         #[source]

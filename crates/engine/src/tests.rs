@@ -793,7 +793,8 @@ fn every_step_error_has_its_condition_reason() {
                 source: unreachable,
             },
             Reason::HypervisorUnreachable,
-            "hypervisor h is unreachable: hypervisor h is unreachable: refused",
+            "hypervisor h is unreachable: hypervisor h is unreachable: refused; if it is gone for \
+             good, remove it (`oi hypervisor remove --name h`, or delete the Hypervisor)",
         ),
         (
             StepError::UnknownHypervisor {

@@ -263,3 +263,105 @@ fn lost_hypervisors_are_replaced_and_a_lost_quorum_recovered_with_no_acknowledge
         }
     }
 }
+
+#[test]
+fn a_member_whose_data_directory_is_deleted_is_brought_back_with_the_clusters_data() {
+    let test = "a_member_whose_data_directory_is_deleted_is_brought_back_with_the_clusters_data";
+    if !prerequisites(test) {
+        return;
+    }
+    let set = LocalSet::create("lose", 3, 1, false).unwrap();
+    let injected = oi_e2e::inject_cluster(&set.manifests, "c1", 3).unwrap();
+    let (run, _, _) = reconcile_until_ready(&injected, 1).unwrap();
+    let world = World::parse(&run.stdout).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = admin_kubeconfig(&world, "c1", dir.path()).unwrap();
+    for i in 0..5 {
+        eventually(Duration::from_secs(20), || {
+            kubectl(
+                &kubeconfig,
+                &["create", "configmap", &format!("kept-{i}"), "--from-literal=k=v"],
+            )?
+            .ok("create")
+        })
+        .unwrap();
+    }
+    // A member that does not lead loses its data directory while it runs.
+    let etcdctl = Etcdctl::new(&world, "c1").unwrap();
+    let leader = eventually(Duration::from_secs(20), || etcdctl.leader()).unwrap();
+    let (member, hypervisor) = replicas(&world)
+        .into_iter()
+        .find(|(n, _)| *n != leader)
+        .unwrap();
+    let endpoint = str_at(
+        world.require_cluster("c1").unwrap(),
+        &["status", "storageClientEndpoints", &member],
+    )
+    .unwrap()
+    .to_string();
+    let data = set
+        .var_lib_oneinfra(&hypervisor)
+        .join(format!("default/c1/{member}/etcd"));
+    assert!(data.join("member/wal").is_dir(), "{}", data.display());
+    std::fs::remove_dir_all(&data).unwrap();
+    // etcd notices when it next writes; if it does not within a while, the machine restarts.
+    let member_only = Etcdctl::new(&world, "c1").unwrap().only(&endpoint);
+    let died = eventually(Duration::from_secs(30), || {
+        anyhow::ensure!(
+            member_only.run(&["endpoint", "health"]).is_err(),
+            "{member} still answers"
+        );
+        Ok(())
+    });
+    if died.is_err() {
+        eprintln!("{member} kept running without its data directory: its pod is stopped");
+        set.remove_pod(&hypervisor, &format!("{member}-etcd"))
+            .unwrap();
+    } else {
+        eprintln!("{member} stopped once its data directory was gone");
+    }
+    // The next reconcile says why, and brings it back with the cluster's data.
+    let run = oi_e2e::reconcile(&run.stdout, &["--max-wait", "90s"]).unwrap();
+    eprintln!("{}", run.stderr);
+    assert!(run.success, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!(
+            "c1/{member}: etcd member lost its data: its data directory \
+             /var/lib/oneinfra/default/c1/{member}/etcd on {hypervisor} has no write-ahead log"
+        )),
+        "{}",
+        run.stderr
+    );
+    let world = World::parse(&run.stdout).unwrap();
+    let members = Etcdctl::new(&world, "c1")
+        .unwrap()
+        .wait_voting_members(3, Duration::from_secs(30))
+        .unwrap();
+    assert!(members.iter().any(|(n, _)| *n == member), "{members:?}");
+    // Its own copy of the data (a serializable read answers from the member alone).
+    let count = |endpoint: &str| {
+        eventually(Duration::from_secs(30), || {
+            let keys = Etcdctl::new(&world, "c1")?
+                .only(endpoint)
+                .run(&[
+                    "get",
+                    "",
+                    "--prefix",
+                    "--keys-only",
+                    "--consistency=s",
+                ])?
+                .stdout;
+            Ok(keys
+                .lines()
+                .filter(|l| l.contains("configmaps") && l.contains("kept-"))
+                .count())
+        })
+        .unwrap()
+    };
+    assert_eq!(count(&endpoint), 5);
+    // Its start is recorded: the next run changes nothing.
+    let again = oi_e2e::reconcile(&run.stdout, &[]).unwrap();
+    assert!(again.success, "{}", again.stderr);
+    let summary = again.summary().unwrap();
+    assert_eq!(summary.mutating_cri_calls, 0, "{summary}");
+}

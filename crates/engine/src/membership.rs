@@ -624,7 +624,7 @@ const UNUSABLE_DATA: &[&str] = &[
 /// The last few lines of a log, for a message.
 pub(crate) fn last_lines(log: &str) -> String {
     let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
-    let start = lines.len().saturating_sub(5);
+    let start = lines.len().saturating_sub(3);
     if lines.is_empty() {
         "(empty)".to_string()
     } else {

@@ -1591,6 +1591,14 @@ pub type ManagerCtx = oi_manager::controller::Context<
 pub fn manager_context(
     store: &std::sync::Arc<oi_manager_testsupport::memory::MemoryStore>,
 ) -> std::sync::Arc<ManagerCtx> {
+    manager_context_with(store, |_| {})
+}
+
+/// [`manager_context`] with its options changed by `tune` first.
+pub fn manager_context_with(
+    store: &std::sync::Arc<oi_manager_testsupport::memory::MemoryStore>,
+    tune: impl FnOnce(&mut oi_manager::controller::ManagerOptions),
+) -> std::sync::Arc<ManagerCtx> {
     use oi_manager::controller::ManagerOptions;
     let repository = Some(IMAGE_REPOSITORY.to_string());
     let defaults = ManagerOptions::default();
@@ -1610,6 +1618,8 @@ pub fn manager_context(
         backoff_max: Duration::from_secs(5),
         ..defaults
     };
+    let mut options = options;
+    tune(&mut options);
     let connector = oi_engine::CriConnector {
         options: oi_cri::ClientOptions {
             toolbox_image: oi_api::versions::INFRA

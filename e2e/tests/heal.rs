@@ -280,7 +280,12 @@ fn a_member_whose_data_directory_is_deleted_is_brought_back_with_the_clusters_da
         eventually(Duration::from_secs(20), || {
             kubectl(
                 &kubeconfig,
-                &["create", "configmap", &format!("kept-{i}"), "--from-literal=k=v"],
+                &[
+                    "create",
+                    "configmap",
+                    &format!("kept-{i}"),
+                    "--from-literal=k=v",
+                ],
             )?
             .ok("create")
         })
@@ -343,13 +348,7 @@ fn a_member_whose_data_directory_is_deleted_is_brought_back_with_the_clusters_da
         eventually(Duration::from_secs(30), || {
             let keys = Etcdctl::new(&world, "c1")?
                 .only(endpoint)
-                .run(&[
-                    "get",
-                    "",
-                    "--prefix",
-                    "--keys-only",
-                    "--consistency=s",
-                ])?
+                .run(&["get", "", "--prefix", "--keys-only", "--consistency=s"])?
                 .stdout;
             Ok(keys
                 .lines()
@@ -364,4 +363,125 @@ fn a_member_whose_data_directory_is_deleted_is_brought_back_with_the_clusters_da
     assert!(again.success, "{}", again.stderr);
     let summary = again.summary().unwrap();
     assert_eq!(summary.mutating_cri_calls, 0, "{summary}");
+}
+
+#[test]
+fn the_manager_replaces_a_replica_on_a_hypervisor_unreachable_past_the_grace_period() {
+    use oi_api::common::{ConditionStatus, condition_types, find_condition};
+    use oi_api::{Cluster, ClusterSpec, Component, ObjectKey, ObjectMeta};
+    use oi_manager_testsupport::memory::MemoryStore;
+    use std::sync::Arc;
+
+    let test = "the_manager_replaces_a_replica_on_a_hypervisor_unreachable_past_the_grace_period";
+    if !prerequisites(test) {
+        return;
+    }
+    let set = LocalSet::create("mheal", 4, 1, false).unwrap();
+    let store = Arc::new(MemoryStore::default());
+    for h in oi_api::World::load(&set.manifests, "oi-local-hypervisor-set")
+        .unwrap()
+        .hypervisors
+        .into_values()
+    {
+        store.insert(h);
+    }
+    let key = ObjectKey::new("default", "c1");
+    store.insert(Cluster::new(
+        ObjectMeta::namespaced("default", "c1"),
+        ClusterSpec {
+            control_plane_replicas: Some(3),
+            ..ClusterSpec::default()
+        },
+    ));
+    let grace = Duration::from_secs(5);
+    let ctx = oi_e2e::manager_context_with(&store, |o| {
+        o.plan.prepare.replace_unreachable_after = time::Duration::try_from(grace).ok();
+        o.hypervisor_probe_interval = Duration::from_secs(1);
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .thread_stack_size(oi_engine::RUNTIME_STACK_BYTES)
+        .enable_all()
+        .build()
+        .unwrap();
+    let condition = |s: &MemoryStore, type_: &str| {
+        s.object::<Cluster>(&key).and_then(|c| {
+            find_condition(&c.status.conditions, type_).map(|c| c.status == ConditionStatus::True)
+        })
+    };
+    oi_e2e::run_manager_until(&runtime, &ctx, Duration::from_secs(300), |s| {
+        condition(s, condition_types::RECONCILE_SUCCEEDED) == Some(true)
+    });
+    let world = World::of_store(&*store).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = admin_kubeconfig(&world, "c1", dir.path()).unwrap();
+    eventually(Duration::from_secs(20), || {
+        kubectl(&kubeconfig, &["get", "--raw", "/readyz"])?.ok("readyz")
+    })
+    .unwrap();
+    let victim = world
+        .hypervisor_of("c1-control-plane-0")
+        .unwrap()
+        .to_string();
+    let writer = ApiCaller::start_with(&kubeconfig, |i| {
+        vec![
+            "create".into(),
+            "configmap".into(),
+            format!("mgr-{i}"),
+            format!("--from-literal=i={i}"),
+        ]
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let lost_at = Instant::now();
+    let _lost = set.lose(&victim).unwrap();
+    let on_victim = |s: &MemoryStore| {
+        s.objects::<Component>()
+            .iter()
+            .any(|c| c.spec.hypervisor.as_deref() == Some(victim.as_str()))
+    };
+    oi_e2e::run_manager_until(&runtime, &ctx, Duration::from_secs(240), |s| {
+        condition(s, condition_types::HEALED) == Some(true)
+            && condition(s, condition_types::RECONCILE_SUCCEEDED) == Some(true)
+    });
+    let back = lost_at.elapsed();
+    std::thread::sleep(Duration::from_millis(500));
+    let calls = writer.finish_timed();
+    let failed = calls.iter().filter(|(_, e)| e.is_some()).count();
+    eprintln!(
+        "hypervisor {victim} lost: the manager had 3 voting members again {back:.1?} later \
+         (grace period {grace:?}); {} writes, {failed} failed",
+        calls.len()
+    );
+    let world = World::of_store(&*store).unwrap();
+    let members = Etcdctl::new(&world, "c1")
+        .unwrap()
+        .wait_voting_members(3, Duration::from_secs(30))
+        .unwrap();
+    assert!(
+        members.iter().all(|(n, _)| n != "c1-control-plane-0"),
+        "{members:?}"
+    );
+    // Its component stays, retiring, until the hypervisor answers again (its pods are still
+    // there); nothing live is on it.
+    assert!(
+        store
+            .objects::<Component>()
+            .iter()
+            .filter(|c| c.spec.hypervisor.as_deref() == Some(victim.as_str()))
+            .all(|c| c.metadata.is_being_deleted())
+    );
+    assert!(on_victim(&store));
+    let listed = configmaps(&kubeconfig);
+    for (i, (_, e)) in calls.iter().enumerate() {
+        if e.is_none() {
+            let name = format!("configmap/mgr-{i}");
+            assert!(
+                listed.contains(&name),
+                "{name} was acknowledged and is gone"
+            );
+        }
+    }
+    let reasons: Vec<String> = store.events().into_iter().map(|e| e.reason).collect();
+    for reason in ["HypervisorLost", "ReplacingLostReplicas", "Healed"] {
+        assert!(reasons.iter().any(|r| r == reason), "{reason}: {reasons:?}");
+    }
 }

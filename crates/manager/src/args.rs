@@ -117,6 +117,17 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = oi_cli_io::parse_duration)]
     pub hypervisor_probe_interval: Duration,
 
+    /// Replace what runs on a hypervisor that has not answered for this long (probes every
+    /// --hypervisor-probe-interval), as if it had been removed: a lost replica's etcd member
+    /// removed (only while the members that stay keep a quorum) and a replacement joined
+    /// elsewhere, one cluster at a time. Off by default: a machine that is only rebooting or
+    /// cut off for a while would otherwise have its replicas moved, and a partition that
+    /// hides many machines would move many clusters at once; set it (e.g. 10m) where
+    /// machines that stop answering are gone. Deleting a Hypervisor replaces what runs on it
+    /// at once either way.
+    #[arg(long, value_name = "DURATION", value_parser = oi_cli_io::parse_duration)]
+    pub replace_unreachable_after: Option<Duration>,
+
     /// First delay after a failed reconcile, doubled per consecutive failure.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = oi_cli_io::parse_duration)]
     pub backoff_min: Duration,
@@ -284,6 +295,14 @@ impl RunArgs {
         options.requeue_ready = self.requeue_ready;
         options.requeue_not_ready = self.requeue_not_ready;
         options.hypervisor_probe_interval = self.hypervisor_probe_interval;
+        if let Some(after) = self.replace_unreachable_after {
+            if after.is_zero() {
+                return Err(ArgsError::Zero {
+                    flag: "replace-unreachable-after",
+                });
+            }
+            options.plan.prepare.replace_unreachable_after = time::Duration::try_from(after).ok();
+        }
         options.backoff_min = self.backoff_min;
         options.backoff_max = self.backoff_max;
         options.snapshot_store = oi_s3::Store::new(oi_s3::S3Config::from_env());

@@ -52,7 +52,7 @@ use crate::store::{EventType, ObjectEvent, Store, StoreError};
 
 pub use share::merge_share;
 
-/// The finalizer the manager puts on Clusters and Components it manages.
+/// The finalizer the manager puts on Clusters, Components and Hypervisors it manages.
 pub const FINALIZER: &str = "cluster.oneinfra.ereslibre.es/cleanup";
 
 /// Which controller, for metrics labels and backoff bookkeeping.
@@ -208,6 +208,13 @@ pub mod event_reasons {
     pub const DRAIN: &str = "Drain";
     /// A cluster's drain cannot go on: no room elsewhere; what runs there stays (Warning).
     pub const DRAIN_BLOCKED: &str = "DrainBlocked";
+    /// Components of a cluster are on lost hypervisors and are being replaced (Warning).
+    pub const REPLACING: &str = "ReplacingLostReplicas";
+    /// Nothing of a cluster is left on a lost hypervisor any more (Normal).
+    pub const HEALED: &str = "Healed";
+    /// A hypervisor is lost: deleted, or unreachable for longer than
+    /// `--replace-unreachable-after`; what runs there is replaced (Warning).
+    pub const HYPERVISOR_LOST: &str = "HypervisorLost";
     /// A hypervisor answered again (Normal).
     pub const HYPERVISOR_REACHABLE: &str = "HypervisorReachable";
     /// A hypervisor does not answer (Warning).
@@ -235,6 +242,9 @@ pub struct Context<S, C, N> {
     write_lock: tokio::sync::Mutex<()>,
     /// Held for a whole SIPCluster reconcile: one SIPCluster at a time, as upstream SIP.
     sip_lock: tokio::sync::Mutex<()>,
+    /// Held while a cluster's engine run replaces what ran on lost hypervisors: one cluster
+    /// at a time (a machine holding many clusters' replicas does not move them all at once).
+    healing: tokio::sync::Mutex<()>,
     /// Engine runs hold it shared; removing leftover throwaway pods holds it exclusively, so
     /// that a live run's file writer is never taken for a leftover.
     engine_runs: tokio::sync::RwLock<()>,
@@ -248,6 +258,9 @@ pub struct Context<S, C, N> {
     expiring: Mutex<BTreeMap<ObjectKey, BTreeSet<String>>>,
     /// Hypervisors whose leftover throwaway pods this process removed.
     swept: Mutex<BTreeSet<String>>,
+    /// Hypervisors this process saw lost (deleted, or unreachable past the grace period),
+    /// so that each loss is published and acted upon once.
+    lost: Mutex<BTreeSet<String>>,
     /// Where the Hypervisor controller and the join watches send the Clusters to reconcile
     /// at once (see [`Context::cluster_wakeups`]).
     wakeups: Arc<Mutex<Option<tokio::sync::mpsc::UnboundedSender<ObjectKey>>>>,
@@ -277,10 +290,12 @@ impl<S: Store, C: Connector, N: Network> Context<S, C, N> {
             metrics,
             write_lock: tokio::sync::Mutex::new(()),
             sip_lock: tokio::sync::Mutex::new(()),
+            healing: tokio::sync::Mutex::new(()),
             engine_runs: tokio::sync::RwLock::new(()),
             failures: Mutex::new(BTreeMap::new()),
             reachable: Mutex::new(BTreeMap::new()),
             swept: Mutex::new(BTreeSet::new()),
+            lost: Mutex::new(BTreeSet::new()),
             expiring: Mutex::new(BTreeMap::new()),
             refused_rotations: Mutex::new(BTreeMap::new()),
             wakeups: Arc::new(Mutex::new(None)),

@@ -178,7 +178,7 @@ pub const PERMISSIONS: &[Permission] = &[
     Permission {
         api_group: INFRA_GROUP,
         resource: "hypervisors",
-        verbs: &["get", "list", "watch"],
+        verbs: &["get", "list", "watch", "update"],
     },
     Permission {
         api_group: INFRA_GROUP,

@@ -316,15 +316,19 @@ struct OnLost {
     component: String,
     hypervisor: String,
     why: oi_api::hypervisor::Lost,
+    /// Marked for deletion in this pass (live until now).
+    newly: bool,
 }
 
 /// The reason and message of a `Healed=True` condition.
 pub(crate) const HEALED_REASON: &str = "Replaced";
-pub(crate) const HEALED_MESSAGE: &str = "nothing of the cluster runs on a lost hypervisor";
+pub(crate) const HEALED_MESSAGE: &str = "what ran on lost hypervisors is replaced";
 
-/// Sets the cluster's `Healed` condition: `False` (`Replacing`) while components of it are
-/// on lost hypervisors, naming them and the replacements placed, `True` once none is; a
-/// cluster that never lost a hypervisor has none.
+/// Sets the cluster's `Healed` condition: `False` (`Replacing`) when components of it on
+/// lost hypervisors are marked for deletion, naming them and the replacements placed; `True`
+/// once nothing of it is on a lost hypervisor (the run that replaced them sets it sooner,
+/// see [`crate::record`]: a component whose pods wait on an unreachable hypervisor does not
+/// keep it `False`); a cluster that never lost a hypervisor has none.
 fn record_healed(
     cluster: &mut Cluster,
     on_lost: &[OnLost],
@@ -332,6 +336,9 @@ fn record_healed(
     now: OffsetDateTime,
 ) {
     let conditions = &mut cluster.status.conditions;
+    if !on_lost.is_empty() && !on_lost.iter().any(|l| l.newly) {
+        return;
+    }
     if on_lost.is_empty() {
         if find_condition(conditions, condition_types::HEALED).is_some() {
             set_condition(
@@ -731,13 +738,15 @@ impl ClusterPrep<'_> {
             let Some(why) = self.index.get(h).and_then(|&i| self.hvs[i].lost.clone()) else {
                 continue;
             };
-            if !c.metadata.is_being_deleted() {
+            let newly = !c.metadata.is_being_deleted();
+            if newly {
                 c.metadata.deletion_timestamp = Some(self.now);
             }
             on_lost.push(OnLost {
                 component: c.metadata.name.clone(),
                 hypervisor: h.clone(),
                 why,
+                newly,
             });
         }
         on_lost

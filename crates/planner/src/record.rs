@@ -259,15 +259,11 @@ fn record_cluster(world: &mut World, result: &ClusterResult, now: OffsetDateTime
                 now,
             );
         }
-        // Healed: the cluster is ready and nothing of it is left retiring, so nothing of it
-        // is on a lost hypervisor (everything there is marked for deletion).
+        // Healed: the cluster is ready, so every replacement joined (what is left on an
+        // unreachable hypervisor is only pods to remove once it answers).
         if outcome.ready
             && find_condition(&cluster.status.conditions, condition_types::HEALED)
                 .is_some_and(|c| c.status == ConditionStatus::False)
-            && !world
-                .components
-                .values()
-                .any(|c| c.cluster_key() == *key && c.metadata.is_being_deleted())
         {
             set_condition(
                 &mut cluster.status.conditions,

@@ -665,19 +665,21 @@ mod real {
         }
     }
 
-    /// A one-member etcd per cluster and API servers that answer, at the endpoints the
-    /// store's Components and Hypervisors name; the cluster's own API keeps objects by path
-    /// and counts its writes.
+    /// A one-member etcd per cluster (answering once its pod runs) and API servers that
+    /// answer, at the endpoints the store's Components and Hypervisors name; the cluster's
+    /// own API keeps objects by path and counts its writes.
     struct OneMemberEtcd {
         store: Arc<MemoryStore>,
+        runtimes: BTreeMap<String, Arc<FakeRuntime>>,
         api: Arc<std::sync::Mutex<BTreeMap<String, serde_json::Value>>>,
         api_writes: Arc<std::sync::atomic::AtomicUsize>,
     }
 
     impl OneMemberEtcd {
-        fn new(store: Arc<MemoryStore>) -> Self {
+        fn new(store: Arc<MemoryStore>, runtimes: BTreeMap<String, Arc<FakeRuntime>>) -> Self {
             OneMemberEtcd {
                 store,
+                runtimes,
                 api: Arc::new(std::sync::Mutex::new(BTreeMap::new())),
                 api_writes: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             }
@@ -713,7 +715,7 @@ mod real {
             }
         }
 
-        /// (member name, peer URL) of the etcd whose client URL is `base`.
+        /// (member name, peer URL) of the etcd whose client URL is `base`, when its pod runs.
         fn member(&self, base: &str) -> Option<(String, String)> {
             self.store.objects::<Component>().into_iter().find_map(|c| {
                 let h: Hypervisor = self
@@ -724,7 +726,12 @@ mod real {
                         .host_port(port)
                         .map(|p| format!("https://{}:{p}", h.spec.ip_address))
                 };
-                (url(names::ETCD_CLIENT)? == base)
+                let runs = self
+                    .runtimes
+                    .get(&h.metadata.name)?
+                    .running_pod_id(&format!("{}-etcd", c.metadata.name))
+                    .is_some();
+                (runs && url(names::ETCD_CLIENT)? == base)
                     .then(|| Some((c.metadata.name.clone(), url(names::ETCD_PEER)?)))?
             })
         }
@@ -816,7 +823,7 @@ mod real {
         options.execute.max_wait = Duration::from_secs(2);
         options.execute.poll_interval = Duration::from_millis(5);
         let metrics = Arc::new(Metrics::new());
-        let network = OneMemberEtcd::new(Arc::clone(&store));
+        let network = OneMemberEtcd::new(Arc::clone(&store), runtimes.clone());
         let api_writes = Arc::clone(&network.api_writes);
         let api_objects = Arc::clone(&network.api);
         let ctx = Arc::new(Context::new(

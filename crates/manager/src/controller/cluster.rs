@@ -117,11 +117,20 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
             ..World::default()
         };
         write_prepared(ctx, key, &before, &plan.world, &mut stored).await?;
+        replacing(ctx, key, &plan.world, &stored.cluster).await;
         (plan, stored)
     };
 
-    // Phase 2: the engine executes the plan; no lock.
+    // Phase 2: the engine executes the plan; no lock, but one cluster at a time replaces
+    // what ran on lost hypervisors.
+    let healing = match plan.clusters.get(key) {
+        Some(ClusterPlan::Converge(c)) if c.retiring.iter().any(|r| r.lost.is_some()) => {
+            Some(ctx.healing.lock().await)
+        }
+        _ => None,
+    };
     let executed = Box::pin(execute_plan(ctx, &plan)).await;
+    drop(healing);
     // A ready cluster's join requests are watched, so that they are answered as they come
     // (over a network whose addresses can be dialled: not a simulation's).
     match executed.clusters.get(key).map(|r| &r.outcome) {
@@ -178,6 +187,37 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
         )),
         (next, _) => next,
     })
+}
+
+/// Publishes that what ran on lost hypervisors is being replaced, when preparing just
+/// marked it (`prepared`'s `Healed` condition is `False` and the stored one did not say so).
+async fn replacing<S: Store, C: Connector, N: Network>(
+    ctx: &Context<S, C, N>,
+    key: &ObjectKey,
+    prepared: &World,
+    stored: &Cluster,
+) {
+    let Some(h) = prepared
+        .clusters
+        .get(key)
+        .and_then(|c| find_condition(&c.status.conditions, condition_types::HEALED))
+        .filter(|h| h.status == ConditionStatus::False)
+    else {
+        return;
+    };
+    let said = find_condition(&stored.status.conditions, condition_types::HEALED)
+        .is_some_and(|was| was.status == h.status && was.message == h.message);
+    if said {
+        return;
+    }
+    tracing::warn!(cluster = %key, "replacing: {}", h.message);
+    ctx.publish(
+        Kind::Cluster,
+        key,
+        stored.metadata.uid.as_deref(),
+        Event::warning(event_reasons::REPLACING, h.message.clone()),
+    )
+    .await;
 }
 
 /// Where and as whom a ready cluster's join requests are watched: its endpoint and the
@@ -541,6 +581,8 @@ async fn write_report<S: Store, C: Connector, N: Network>(
     .map(|c| c.status);
     let drained_was = find_condition(&stored.cluster.status.conditions, condition_types::DRAINED)
         .map(|c| (c.status, c.reason.clone(), c.message.clone()));
+    let healed_was = find_condition(&stored.cluster.status.conditions, condition_types::HEALED)
+        .map(|c| (c.status, c.message.clone()));
     sync_status(store, &mut stored.cluster, cluster).await?;
     let ready = outcome.is_some_and(|o| o.ready);
     // A drain's step: said once, as its condition changes; one in progress goes on soon.
@@ -565,6 +607,22 @@ async fn write_report<S: Store, C: Connector, N: Network>(
             key,
             stored.cluster.metadata.uid.as_deref(),
             event,
+        )
+        .await;
+    }
+    // What ran on lost hypervisors replaced (the replacement was said by phase 1).
+    if let Some(h) = find_condition(&cluster.status.conditions, condition_types::HEALED)
+        && h.status == ConditionStatus::True
+        && healed_was
+            .as_ref()
+            .is_none_or(|(s, _)| *s != ConditionStatus::True)
+    {
+        tracing::info!(cluster = %key, "healed: {}", h.message);
+        ctx.publish(
+            Kind::Cluster,
+            key,
+            stored.cluster.metadata.uid.as_deref(),
+            Event::normal(event_reasons::HEALED, h.message.clone()),
         )
         .await;
     }

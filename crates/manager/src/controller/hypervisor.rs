@@ -1,12 +1,21 @@
 //! The Hypervisor controller: probes the CRI endpoint (connecting asks the runtime its
-//! version), keeps the `hypervisor_reachable` metric, publishes transitions, and removes the
-//! throwaway pods a killed manager left on the hypervisor once per process.
+//! version), keeps the `hypervisor_reachable` metric and the `Reachable` condition,
+//! publishes transitions, and removes the throwaway pods a killed manager left on the
+//! hypervisor once per process.
+//!
+//! A hypervisor is lost when it is deleted, or (with `--replace-unreachable-after`) when it
+//! has not answered for that long: the clusters with components on it are woken, and their
+//! reconciles replace what ran there (see `oi_planner::prepare`). A deleted one keeps the
+//! manager's finalizer until nothing holds it (no component, no SIPCluster's port).
 
+use oi_api::common::{ConditionStatus, condition_types, set_condition};
 use oi_api::{Component, Hypervisor, Kind, ObjectKey};
 use oi_engine::{Connector, Network};
 
+use super::writeback::{has_finalizer, remove_finalizer, sync_status};
 use super::{
-    Action, Context, Event, Next, ReconcileError, clusters_using_hypervisor, event_reasons, lock,
+    Action, Context, Event, FINALIZER, Next, ReconcileError, clusters_using_hypervisor,
+    event_reasons, lock, now,
 };
 use crate::store::Store;
 
@@ -15,12 +24,17 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
     ctx: &Context<S, C, N>,
 ) -> Result<Next, ReconcileError> {
     let name = key.name.as_str();
-    let Some(hypervisor) = ctx.store.get::<Hypervisor>(key).await? else {
-        ctx.metrics.remove_hypervisor(name);
-        lock(&ctx.reachable).remove(name);
-        lock(&ctx.swept).remove(name);
+    let Some(mut hypervisor) = ctx.store.get::<Hypervisor>(key).await? else {
+        forget(ctx, name);
         return Ok(Next::Done(Action::AwaitChange));
     };
+    if hypervisor.metadata.is_being_deleted() {
+        return removed(ctx, key, hypervisor).await;
+    }
+    if !has_finalizer(&hypervisor) {
+        hypervisor.metadata.finalizers.push(FINALIZER.to_string());
+        hypervisor = ctx.store.update(&hypervisor).await?;
+    }
     let probe = ctx.connector.connect(&hypervisor).await;
     let reachable = probe.is_ok();
     ctx.metrics.set_hypervisor_reachable(name, reachable);
@@ -44,11 +58,64 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
         }
         _ => {}
     }
-    if previous.is_some_and(|p| p != reachable) {
-        // Back or gone: the clusters placed on it reconcile now rather than at their next
-        // requeue (a ready cluster's is minutes away).
+    // The condition, written when it changes: whether the hypervisor is lost after the
+    // grace period is read from its last transition.
+    let now = now();
+    let mut desired = hypervisor.clone();
+    let (status, reason, message) = match &probe {
+        Ok(_) => (ConditionStatus::True, "Reachable", String::new()),
+        Err(e) => (ConditionStatus::False, "Unreachable", e.to_string()),
+    };
+    if set_condition(
+        &mut desired.status.conditions,
+        condition_types::REACHABLE,
+        status,
+        reason,
+        &message,
+        now,
+    ) {
+        let _lock = ctx.write_lock.lock().await;
+        if let Some(mut fresh) = ctx.store.get::<Hypervisor>(key).await? {
+            let mut with = fresh.clone();
+            with.status.conditions = desired.status.conditions.clone();
+            sync_status(&*ctx.store, &mut fresh, &with).await?;
+            hypervisor = fresh;
+        }
+    }
+    let grace = ctx.options.plan.prepare.replace_unreachable_after;
+    let lost = hypervisor.lost(now, grace);
+    let newly_lost = match &lost {
+        Some(_) => lock(&ctx.lost).insert(name.to_string()),
+        None => {
+            lock(&ctx.lost).remove(name);
+            false
+        }
+    };
+    if previous.is_some_and(|p| p != reachable) || newly_lost {
+        // Back, gone, or lost for good: the clusters placed on it reconcile now rather than
+        // at their next requeue (a ready cluster's is minutes away).
         let components = ctx.store.list::<Component>(None).await?;
-        for cluster in clusters_using_hypervisor(&components, name) {
+        let clusters = clusters_using_hypervisor(&components, name);
+        if let Some(why) = lost.filter(|_| newly_lost) {
+            let names: Vec<String> = clusters.iter().map(ToString::to_string).collect();
+            let message = format!(
+                "hypervisor {name} is lost ({why}): what runs there is replaced elsewhere{}",
+                if names.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (clusters {})", names.join(", "))
+                }
+            );
+            tracing::warn!(hypervisor = name, "{message}");
+            ctx.publish(
+                Kind::Hypervisor,
+                key,
+                hypervisor.metadata.uid.as_deref(),
+                Event::warning(event_reasons::HYPERVISOR_LOST, message),
+            )
+            .await;
+        }
+        for cluster in clusters {
             ctx.wake_cluster(cluster);
         }
     }
@@ -80,7 +147,67 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
         }
         lock(&ctx.swept).insert(name.to_string());
     }
+    // Unreachable with a grace period running: looked at again when it ends, if sooner.
+    let mut next = ctx.options.hypervisor_probe_interval;
+    if let (false, Some(grace), Some(since)) = (
+        reachable,
+        grace,
+        oi_api::common::find_condition(&hypervisor.status.conditions, condition_types::REACHABLE)
+            .and_then(|c| c.last_transition_time),
+    ) {
+        let left = since + grace - now;
+        if left > time::Duration::ZERO {
+            next = next.min(std::time::Duration::try_from(left).unwrap_or(next));
+        }
+    }
+    Ok(Next::Done(Action::Requeue(next)))
+}
+
+/// A deleted hypervisor: its clusters woken (once) to replace what runs there; the manager's
+/// finalizer removed once nothing holds it.
+async fn removed<S: Store, C: Connector, N: Network>(
+    ctx: &Context<S, C, N>,
+    key: &ObjectKey,
+    mut hypervisor: Hypervisor,
+) -> Result<Next, ReconcileError> {
+    let name = key.name.as_str();
+    let components = ctx.store.list::<Component>(None).await?;
+    let clusters = clusters_using_hypervisor(&components, name);
+    if clusters.is_empty() && hypervisor.status.allocated_ports.is_empty() {
+        if has_finalizer(&hypervisor) {
+            remove_finalizer(&*ctx.store, &mut hypervisor).await?;
+            tracing::info!(hypervisor = name, "removed: nothing is left on it");
+        }
+        forget(ctx, name);
+        return Ok(Next::Done(Action::AwaitChange));
+    }
+    if lock(&ctx.lost).insert(name.to_string()) {
+        let names: Vec<String> = clusters.iter().map(ToString::to_string).collect();
+        let message = format!(
+            "hypervisor {name} is removed: what runs there is replaced elsewhere (clusters {})",
+            names.join(", ")
+        );
+        tracing::warn!(hypervisor = name, "{message}");
+        ctx.publish(
+            Kind::Hypervisor,
+            key,
+            hypervisor.metadata.uid.as_deref(),
+            Event::warning(event_reasons::HYPERVISOR_LOST, message),
+        )
+        .await;
+    }
+    for cluster in clusters {
+        ctx.wake_cluster(cluster);
+    }
     Ok(Next::Done(Action::Requeue(
         ctx.options.hypervisor_probe_interval,
     )))
+}
+
+/// Forgets what this process kept of a hypervisor that is gone.
+fn forget<S: Store, C: Connector, N: Network>(ctx: &Context<S, C, N>, name: &str) {
+    ctx.metrics.remove_hypervisor(name);
+    lock(&ctx.reachable).remove(name);
+    lock(&ctx.swept).remove(name);
+    lock(&ctx.lost).remove(name);
 }

@@ -1830,4 +1830,18 @@ fn a_hypervisor_unreachable_past_the_grace_period_is_lost_only_when_asked() {
         )),
         "{message}"
     );
+    // The run that joined the replacement left the component retiring (its pods wait on the
+    // unreachable hypervisor): healed all the same, and a later pass keeps it so.
+    let w = ran_ready(p.world, "c", &[]);
+    assert_eq!(
+        healed_condition(&w, "c").map(|c| (c.0, c.1)),
+        Some((ConditionStatus::True, "Replaced".into()))
+    );
+    assert!(
+        w.components[&key("c-control-plane-0")]
+            .metadata
+            .is_being_deleted()
+    );
+    let again = prepare_with(w.clone(), LATER, &options(Duration::hours(1))).world;
+    assert_eq!(healed_condition(&again, "c"), healed_condition(&w, "c"));
 }

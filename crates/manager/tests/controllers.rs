@@ -2028,3 +2028,112 @@ async fn a_sip_clusters_oidc_provider_is_kept_and_its_cluster_told_to_trust_it()
         h.pods()
     );
 }
+
+#[tokio::test]
+async fn a_deleted_hypervisor_has_its_replica_replaced_and_goes_once_nothing_holds_it() {
+    let h = Harness::new();
+    h.ready("c", 3).await;
+    let hk = ObjectKey::cluster_scoped("private-1");
+    // The manager's finalizer: a deletion waits for what runs there.
+    reconcile_hypervisor(&hk, &h.ctx).await.unwrap();
+    assert!(
+        h.hypervisor("private-1")
+            .metadata
+            .finalizers
+            .contains(&FINALIZER.to_string())
+    );
+    assert_eq!(
+        find_condition(
+            &h.hypervisor("private-1").status.conditions,
+            condition_types::REACHABLE
+        )
+        .map(|c| c.status),
+        Some(ConditionStatus::True)
+    );
+    // The machine is gone for good: it stops answering and is deleted.
+    h.ctx.connector.runtimes["private-1"].crash_all(137);
+    h.ctx
+        .connector
+        .down
+        .lock()
+        .unwrap()
+        .insert("private-1".into());
+    h.store.delete::<Hypervisor>(&hk).await.unwrap();
+    let mut wakeups = h.ctx.cluster_wakeups();
+    reconcile_hypervisor(&hk, &h.ctx).await.unwrap();
+    assert!(h.hypervisor("private-1").metadata.is_being_deleted());
+    assert_eq!(wakeups.try_recv().ok(), Some(key("c")));
+    // The cluster replaces its replica in one reconcile: member removed, replacement joined.
+    assert_eq!(
+        reconcile_cluster(&key("c"), &h.ctx).await.unwrap(),
+        Action::Requeue(Duration::from_secs(300))
+    );
+    // (Three private hypervisors: the replacement shares one with a replica.)
+    assert_eq!(
+        h.ctx.network.members(),
+        [["c-control-plane-1", "c-control-plane-2", "c-control-plane-3"]]
+    );
+    assert!(
+        h.components("c")
+            .iter()
+            .all(|c| c.spec.hypervisor.as_deref() != Some("private-1"))
+    );
+    let c = h.cluster("c").unwrap();
+    assert_eq!(
+        find_condition(&c.status.conditions, condition_types::HEALED)
+            .map(|c| (c.status, c.reason.clone())),
+        Some((ConditionStatus::True, "Replaced".into()))
+    );
+    let reasons = h.event_reasons();
+    for reason in [
+        event_reasons::HYPERVISOR_LOST,
+        event_reasons::REPLACING,
+        event_reasons::HEALED,
+    ] {
+        assert!(reasons.iter().any(|r| r == reason), "{reason}: {reasons:?}");
+    }
+    // Nothing holds it any more: its finalizer goes, and so does it.
+    reconcile_hypervisor(&hk, &h.ctx).await.unwrap();
+    assert!(h.store.object::<Hypervisor>(&hk).is_none());
+}
+
+#[tokio::test]
+async fn a_hypervisor_unreachable_past_the_grace_period_is_lost_and_its_clusters_woken() {
+    let mut o = options();
+    o.plan.prepare.replace_unreachable_after = Some(time::Duration::ZERO);
+    let h = Harness::with_options(o);
+    h.ready("c", 2).await;
+    let hk = ObjectKey::cluster_scoped("private-1");
+    reconcile_hypervisor(&hk, &h.ctx).await.unwrap();
+    h.ctx
+        .connector
+        .down
+        .lock()
+        .unwrap()
+        .insert("private-1".into());
+    let mut wakeups = h.ctx.cluster_wakeups();
+    reconcile_hypervisor(&hk, &h.ctx).await.unwrap();
+    assert_eq!(wakeups.try_recv().ok(), Some(key("c")));
+    let lost: Vec<String> = h
+        .store
+        .events()
+        .into_iter()
+        .filter(|e| e.reason == event_reasons::HYPERVISOR_LOST)
+        .map(|e| e.note)
+        .collect();
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert!(
+        lost[0].starts_with("hypervisor private-1 is lost (unreachable since "),
+        "{}",
+        lost[0]
+    );
+    // Said once.
+    reconcile_hypervisor(&hk, &h.ctx).await.unwrap();
+    assert_eq!(
+        h.event_reasons()
+            .iter()
+            .filter(|r| *r == event_reasons::HYPERVISOR_LOST)
+            .count(),
+        1
+    );
+}

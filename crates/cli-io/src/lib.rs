@@ -37,7 +37,7 @@ pub use input::{
     read_sources, stdin_id,
 };
 pub use lock::Lock;
-pub use output::{Guard, Target, write_file};
+pub use output::{Guard, Target, holds_manifests, write_file};
 
 /// Why an `-o` target is refused before any work starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +60,8 @@ pub enum Refusal {
     NoDirectory { dir: PathBuf },
     /// It is one of the command's inputs, and the command does not print manifests.
     IsAnInput { input: String },
+    /// It holds Kubernetes manifests, and the command does not print manifests.
+    HoldsManifests,
 }
 
 impl fmt::Display for Refusal {
@@ -88,6 +90,9 @@ impl fmt::Display for Refusal {
             Refusal::IsAnInput { input } => write!(
                 f,
                 "is also an input ({input}), and this command does not print manifests: its output would replace them"
+            ),
+            Refusal::HoldsManifests => f.write_str(
+                "holds manifests, and this command does not print manifests: its output would replace them (choose another file)",
             ),
         }
     }

@@ -42,6 +42,29 @@ fn descriptor(path: &Path) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Whether the regular file at `path` holds Kubernetes manifests: within its first 64 KiB, a
+/// line starting with `apiVersion:` and one starting with `kind:` (as every manifest has).
+/// A file that cannot be read holds none.
+pub fn holds_manifests(path: &Path) -> bool {
+    use std::io::Read as _;
+    let Ok(file) = fs::File::open(path) else {
+        return false;
+    };
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return false;
+    }
+    let mut head = Vec::new();
+    if file.take(64 * 1024).read_to_end(&mut head).is_err() {
+        return false;
+    }
+    let text = String::from_utf8_lossy(&head);
+    let starts = |key: &str| {
+        text.lines()
+            .any(|l| l.trim_start_matches("- ").starts_with(key))
+    };
+    starts("apiVersion:") && starts("kind:")
+}
+
 /// The directory a file is (or would be) in.
 fn directory_of(path: &Path) -> &Path {
     match path.parent() {
@@ -159,6 +182,21 @@ impl Target {
                 },
             }),
             None => Ok(()),
+        }
+    }
+
+    /// Refuses a file that holds manifests ([`holds_manifests`]), for commands whose output
+    /// is not manifests: writing there would replace a world.
+    ///
+    /// # Errors
+    /// [`Error::Refused`] with [`Refusal::HoldsManifests`].
+    pub fn refuse_if_manifests(&self, given: &Path) -> Result<()> {
+        match self {
+            Target::Replace { path } if holds_manifests(path) => Err(Error::Refused {
+                path: given.to_path_buf(),
+                reason: Refusal::HoldsManifests,
+            }),
+            _ => Ok(()),
         }
     }
 

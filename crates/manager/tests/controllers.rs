@@ -2071,7 +2071,11 @@ async fn a_deleted_hypervisor_has_its_replica_replaced_and_goes_once_nothing_hol
     // (Three private hypervisors: the replacement shares one with a replica.)
     assert_eq!(
         h.ctx.network.members(),
-        [["c-control-plane-1", "c-control-plane-2", "c-control-plane-3"]]
+        [[
+            "c-control-plane-1",
+            "c-control-plane-2",
+            "c-control-plane-3"
+        ]]
     );
     assert!(
         h.components("c")

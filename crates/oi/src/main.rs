@@ -23,9 +23,9 @@ use std::io::{IsTerminal as _, Read};
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use oi_cli_io::{FileId, Target};
+use oi_cli_io::Target;
 
-use crate::args::{Cli, InputArgs};
+use crate::args::Cli;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -52,11 +52,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         if terminal && input.reads_stdin() {
             return Err(oi_cli_io::Error::NoInput.into());
         }
-        if let Some(given) = given
-            && !cli.command.prints_manifests()
-        {
-            target.refuse_if_input(given, &input_ids(input))?;
+    }
+    // An output that is not manifests never replaces an input, nor a file of manifests.
+    if let Some(given) = given
+        && !cli.command.prints_manifests()
+    {
+        if let Some(input) = cli.command.input() {
+            target.refuse_if_input(given, &manifests::input_ids(input))?;
         }
+        target.refuse_if_manifests(given)?;
     }
     let shown = given.map(|p| p.display().to_string()).unwrap_or_default();
     let guard = target.lock(&holder(), |held_by| {
@@ -89,23 +93,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         eprintln!("{note}");
     }
     Ok(())
-}
-
-/// The identities of the files a command reads (stdin too, when it is a file), with the
-/// names they were given.
-fn input_ids(input: &InputArgs) -> Vec<(String, FileId)> {
-    let mut ids: Vec<(String, FileId)> = input
-        .files
-        .iter()
-        .filter(|f| f.as_os_str() != "-")
-        .filter_map(|f| oi_cli_io::file_id(f).map(|id| (f.display().to_string(), id)))
-        .collect();
-    if input.reads_stdin()
-        && let Some(id) = oi_cli_io::stdin_id()
-    {
-        ids.push(("stdin".to_string(), id));
-    }
-    ids
 }
 
 /// What this process writes into a lock it holds, for a command that has to wait for it.

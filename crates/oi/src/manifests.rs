@@ -98,6 +98,23 @@ pub fn validate_new(object: &Object) -> anyhow::Result<()> {
     )
 }
 
+/// The identities of the files a command reads (stdin too, when it is a file), with the
+/// names they were given.
+pub fn input_ids(input: &crate::args::InputArgs) -> Vec<(String, oi_cli_io::FileId)> {
+    let mut ids: Vec<(String, oi_cli_io::FileId)> = input
+        .files
+        .iter()
+        .filter(|f| f.as_os_str() != "-")
+        .filter_map(|f| oi_cli_io::file_id(f).map(|id| (f.display().to_string(), id)))
+        .collect();
+    if input.reads_stdin()
+        && let Some(id) = oi_cli_io::stdin_id()
+    {
+        ids.push(("stdin".to_string(), id));
+    }
+    ids
+}
+
 /// Writes the world as manifests.
 ///
 /// # Errors

@@ -146,6 +146,127 @@ fn a_dry_run_or_a_kubeconfig_never_replaces_the_world_it_reads() {
 }
 
 #[test]
+fn outputs_that_are_not_manifests_never_replace_a_file_of_manifests() {
+    let (dir, world, before) = world_dir();
+    let refused = "error: -o world.yaml: holds manifests, and this command does not print manifests: its output would replace them (choose another file)\n";
+    for args in [
+        &["join-token", "generate"][..],
+        &["version"][..],
+        &["completion", "bash"][..],
+        // The world read from elsewhere: the file is not an input, it still holds manifests.
+        &["cluster", "admin-kubeconfig", "-f", "other.yaml"][..],
+    ] {
+        fs::write(dir.path().join("other.yaml"), &before).unwrap();
+        let mut args = args.to_vec();
+        args.extend(["-o", "world.yaml"]);
+        fails(&run(dir.path(), &args, Input::Bytes(b"")), refused);
+        unchanged(&world, &before);
+    }
+    // A file of anything else is theirs to replace.
+    fs::write(dir.path().join("token.txt"), "old\n").unwrap();
+    let out = run(
+        dir.path(),
+        &["join-token", "generate", "-o", "token.txt"],
+        Input::Bytes(b""),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_ne!(
+        fs::read_to_string(dir.path().join("token.txt")).unwrap(),
+        "old\n"
+    );
+}
+
+#[test]
+fn a_snapshot_never_replaces_the_world_or_another_file() {
+    let (dir, world, before) = world_dir();
+    // Refused before anything is asked of etcd (the fixture's hypervisors do not exist).
+    fails(
+        &run(
+            dir.path(),
+            &[
+                "cluster",
+                "snapshot",
+                "-f",
+                "world.yaml",
+                "--to",
+                "world.yaml",
+            ],
+            Input::Bytes(b""),
+        ),
+        "error: --to world.yaml is also an input (world.yaml): the snapshot would replace the manifests\n",
+    );
+    unchanged(&world, &before);
+    fs::write(dir.path().join("copy.yaml"), &before).unwrap();
+    fails(
+        &run(
+            dir.path(),
+            &[
+                "cluster",
+                "snapshot",
+                "-f",
+                "world.yaml",
+                "--to",
+                "copy.yaml",
+            ],
+            Input::Bytes(b""),
+        ),
+        "error: --to copy.yaml holds manifests: the snapshot would replace them (choose another file)\n",
+    );
+    unchanged(&dir.path().join("copy.yaml"), &before);
+    fs::write(dir.path().join("notes.txt"), "mine\n").unwrap();
+    fails(
+        &run(
+            dir.path(),
+            &[
+                "cluster",
+                "snapshot",
+                "-f",
+                "world.yaml",
+                "--to",
+                "notes.txt",
+            ],
+            Input::Bytes(b""),
+        ),
+        "error: --to notes.txt exists and is not a snapshot: it is left as it is (remove it, or choose another file)\n",
+    );
+    unchanged(&dir.path().join("notes.txt"), "mine\n");
+}
+
+#[test]
+fn an_empty_or_malformed_target_is_refused_and_the_world_left_alone() {
+    let (dir, world, before) = world_dir();
+    for (args, expected) in [
+        (
+            &["cluster", "upgrade", "--to", ""][..],
+            "error: --to is empty: name the version to reach (",
+        ),
+        (
+            &["cluster", "rotate-ca", "--ca", "all,nonsense"][..],
+            "error: --ca: unknown CA \"nonsense\"",
+        ),
+        (
+            &["cluster", "rotate-ca", "--ca", "nonsense,all"][..],
+            "error: --ca: unknown CA \"nonsense\"",
+        ),
+        (
+            &["cluster", "rotate-ca", "--ca", ""][..],
+            "error: --ca: no CA named",
+        ),
+    ] {
+        let mut args = args.to_vec();
+        args.extend(["-f", "world.yaml", "-o", "world.yaml"]);
+        let out = run(dir.path(), &args, Input::Bytes(b""));
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).starts_with(expected),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        unchanged(&world, &before);
+    }
+}
+
+#[test]
 fn a_terminal_on_stdin_is_no_input_never_an_empty_world() {
     let (dir, world, before) = world_dir();
     let no_input = "error: no manifests to read: stdin is a terminal and no -f FILE was given (pipe manifests in, or start from an empty world with -f /dev/null)\n";

@@ -64,36 +64,44 @@ impl Selection {
         }
     }
 
-    /// `all`, or short names separated by commas (`serviceAccount` for the key).
+    /// `all` alone, or short names separated by commas (`serviceAccount` for the key).
     ///
     /// # Errors
-    /// An unknown name, with the known ones.
+    /// An unknown or empty name (wherever it stands), or `all` beside other names.
     pub fn parse(s: &str) -> Result<Selection, String> {
+        let known = || {
+            let names: Vec<&str> = CaKind::ALL.into_iter().map(short_name).collect();
+            format!("all, {}, serviceAccount", names.join(", "))
+        };
+        let names: Vec<&str> = s.split(',').map(str::trim).collect();
+        if names.iter().all(|n| n.is_empty()) {
+            return Err(format!("no CA named; name some ({})", known()));
+        }
         let mut out = Selection::default();
-        for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            if name == "all" {
-                return Ok(Selection::all());
-            }
-            if name == "serviceAccount" {
-                out.service_account = true;
-                continue;
-            }
-            let kind = CaKind::ALL
-                .into_iter()
-                .find(|k| short_name(*k) == name)
-                .ok_or_else(|| {
-                    let known: Vec<&str> = CaKind::ALL.into_iter().map(short_name).collect();
-                    format!(
-                        "unknown CA {name:?}; known: all, {}, serviceAccount",
-                        known.join(", ")
-                    )
-                })?;
-            if !out.cas.contains(&kind) {
-                out.cas.push(kind);
+        let mut all = false;
+        for name in &names {
+            match *name {
+                "" => return Err(format!("an empty name in {s:?}; known: {}", known())),
+                "all" => all = true,
+                "serviceAccount" => out.service_account = true,
+                name => {
+                    let kind = CaKind::ALL
+                        .into_iter()
+                        .find(|k| short_name(*k) == name)
+                        .ok_or_else(|| format!("unknown CA {name:?}; known: {}", known()))?;
+                    if !out.cas.contains(&kind) {
+                        out.cas.push(kind);
+                    }
+                }
             }
         }
-        if out.cas.is_empty() && !out.service_account {
-            return Err("no CA named (all, or names separated by commas)".into());
+        if all {
+            if names.len() > 1 {
+                return Err(format!(
+                    "`all` stands alone ({s:?} names more): name all, or the CAs to rotate"
+                ));
+            }
+            return Ok(Selection::all());
         }
         Ok(out)
     }

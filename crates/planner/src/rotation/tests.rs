@@ -61,6 +61,21 @@ fn names_select_what_rotates() {
     let e = Selection::parse("apiserver").unwrap_err();
     assert!(e.starts_with("unknown CA \"apiserver\"; known: all, apiServer, apiServerClient, certificateSigner, kubelet, kubeletClient, etcdServer, etcdClient, etcdPeer, serviceAccount"), "{e}");
     assert!(Selection::parse(" , ").is_err());
+    // An unknown name is refused wherever it stands, `all` among others too.
+    for bad in ["all,nonsense", "nonsense,all", "apiServer,nonsense"] {
+        let e = Selection::parse(bad).unwrap_err();
+        assert!(e.starts_with("unknown CA \"nonsense\""), "{bad}: {e}");
+    }
+    assert_eq!(
+        Selection::parse("all,apiServer").unwrap_err(),
+        "`all` stands alone (\"all,apiServer\" names more): name all, or the CAs to rotate"
+    );
+    assert!(
+        Selection::parse("apiServer,,etcdPeer")
+            .unwrap_err()
+            .starts_with("an empty name in \"apiServer,,etcdPeer\"")
+    );
+    assert!(Selection::parse("").unwrap_err().starts_with("no CA named"));
     assert_eq!(
         next_name("c-apiserver-ca", NOW),
         "c-apiserver-ca-20261122030000"

@@ -35,6 +35,45 @@ pub fn destination(to: &str, key: &ObjectKey, at: OffsetDateTime) -> anyhow::Res
     })
 }
 
+/// Refuses a file `--to` would replace that is not a snapshot: one of the command's inputs,
+/// a file of manifests, or anything else that exists and is not a snapshot.
+///
+/// # Errors
+/// Naming the file and why.
+pub fn check_file(
+    path: &std::path::Path,
+    inputs: &[(String, oi_cli_io::FileId)],
+) -> anyhow::Result<()> {
+    let shown = path.display();
+    if let Some(id) = oi_cli_io::file_id(path)
+        && let Some((input, _)) = inputs.iter().find(|(_, i)| *i == id)
+    {
+        anyhow::bail!(
+            "--to {shown} is also an input ({input}): the snapshot would replace the manifests"
+        );
+    }
+    if oi_cli_io::holds_manifests(path) {
+        anyhow::bail!(
+            "--to {shown} holds manifests: the snapshot would replace them (choose another file)"
+        );
+    }
+    if path.exists() {
+        use std::io::Read as _;
+        let mut head = vec![0; oi_planner::snapshot::MAGIC.len()];
+        let read = std::fs::File::open(path)
+            .and_then(|mut f| f.read(&mut head))
+            .with_context(|| format!("--to {shown} cannot be read"))?;
+        let snapshot = read == head.len() && head == oi_planner::snapshot::MAGIC;
+        if read != 0 && !snapshot {
+            anyhow::bail!(
+                "--to {shown} exists and is not a snapshot: it is left as it is (remove it, or \
+                 choose another file)"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Bytes for a person: `2.1 MB`.
 pub fn size(bytes: usize) -> String {
     if bytes >= 1_000_000 {
@@ -59,6 +98,9 @@ pub fn run(
     let (key, cluster) = manifests::select_cluster(&world, args.cluster.as_deref())?;
     let (key, cluster) = (key.clone(), cluster.clone());
     let location = destination(&args.to, &key, ctx.now)?;
+    if let Location::File(path) = &location {
+        check_file(path, &manifests::input_ids(&args.input))?;
+    }
     let plan = oi_planner::plan(world, ctx.now, &PlanOptions::default());
     let convergence = match plan.clusters.get(&key) {
         Some(ClusterPlan::Converge(c)) => c,

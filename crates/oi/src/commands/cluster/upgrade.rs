@@ -27,6 +27,13 @@ use crate::manifests;
 /// # Errors
 /// An unsupported version, or a downgrade.
 pub fn steps(running: &str, target: &str) -> anyhow::Result<Vec<&'static str>> {
+    // An unset shell variable is not a wish for the default release.
+    if target.trim().is_empty() {
+        bail!(
+            "--to is empty: name the version to reach ({}, or `default` for the newest)",
+            versions::supported_versions().join(", ")
+        );
+    }
     let from = versions::find_release(running).with_context(|| {
         format!("the cluster runs {running:?}, which is not a supported version")
     })?;
@@ -131,5 +138,13 @@ mod tests {
                 .to_string()
                 .contains("not a supported version")
         );
+        // An unset variable is not the default release.
+        for empty in ["", "  "] {
+            let e = steps("1.35.9", empty).unwrap_err().to_string();
+            assert!(
+                e.starts_with("--to is empty: name the version to reach"),
+                "{e}"
+            );
+        }
     }
 }

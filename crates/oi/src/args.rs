@@ -339,6 +339,11 @@ pub struct ClusterRestoreArgs {
     #[arg(long = "hypervisor", value_name = "NAME")]
     pub hypervisors: Vec<String>,
 
+    /// Restore the snapshot even though it holds the data of another cluster of the same
+    /// name (no CA in common with the one in the manifests): refused without it.
+    #[arg(long)]
+    pub allow_other_cluster: bool,
+
     /// Print only errors on stderr.
     #[arg(long, short)]
     pub quiet: bool,

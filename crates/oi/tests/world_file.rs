@@ -233,6 +233,54 @@ fn a_snapshot_never_replaces_the_world_or_another_file() {
 }
 
 #[test]
+fn a_same_named_snapshot_from_another_world_is_not_restored() {
+    use sha2::Digest as _;
+    let (dir, world, before) = world_dir();
+    // Staging's c1: another PKI, the same name.
+    let staging = load(&injected("c1", 1));
+    let key = ObjectKey::new("default", "c1");
+    let mut db = vec![7u8; 8192];
+    db[16..20].copy_from_slice(&0xED0C_DAEDu32.to_le_bytes());
+    let sum = sha2::Sha256::digest(&db);
+    db.extend_from_slice(&sum);
+    let snapshot = oi_planner::snapshot::Snapshot::new(
+        &key,
+        &staging.clusters[&key],
+        db,
+        99,
+        "3.4.23",
+        "c1-control-plane-0",
+        time::OffsetDateTime::now_utc(),
+    )
+    .unwrap();
+    fs::write(dir.path().join("staging.oisnap"), snapshot.encode()).unwrap();
+    let out = run(
+        dir.path(),
+        &[
+            "cluster",
+            "restore",
+            "--from",
+            "staging.oisnap",
+            "-f",
+            "world.yaml",
+            "-o",
+            "world.yaml",
+        ],
+        Input::Bytes(b""),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with(
+            "error: staging.oisnap holds the data of another cluster named default/c1: none of \
+             its CAs is one of default/c1's"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    unchanged(&world, &before);
+}
+
+#[test]
 fn an_empty_or_malformed_target_is_refused_and_the_world_left_alone() {
     let (dir, world, before) = world_dir();
     for (args, expected) in [

@@ -129,6 +129,10 @@ pub enum SnapshotError {
         target: String,
         hint: String,
     },
+    #[error(
+        "{source_name} holds the data of another cluster named {target}: none of its CAs is one of {target}'s (it was taken in another world, or before {target} was made anew); nothing was stopped. To put that data into {target} all the same, pass --allow-other-cluster (so too if every CA of {target} was rotated since the snapshot was taken)"
+    )]
+    OtherCluster { source_name: String, target: String },
     #[error("cluster {cluster} is being deleted: let a reconcile finish deleting it, then restore")]
     BeingDeleted { cluster: String },
     #[error("{source_name}: the cluster manifest it holds is invalid: {reason}")]
@@ -348,21 +352,41 @@ pub fn beyond_retention<'a>(key: &ObjectKey, names: &[&'a str], keep: u32) -> Ve
     ours
 }
 
+/// Every CA certificate a cluster trusts (each current one, and the next or previous one of
+/// a rotation under way), whitespace aside: what tells one cluster from another of the same
+/// name.
+pub fn ca_certificates(cluster: &oi_api::Cluster) -> std::collections::BTreeSet<String> {
+    let end = "-----END CERTIFICATE-----";
+    oi_pki::CaKind::ALL
+        .into_iter()
+        .filter_map(|kind| crate::rotation::trust_bundle(cluster, kind))
+        .flat_map(|bundle| {
+            bundle
+                .split_inclusive(end)
+                .filter(|pem| pem.ends_with(end))
+                .map(|pem| pem.split_whitespace().collect::<String>())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// The cluster of `world` a restore of `snapshot` acts on, checked: `cluster` (the
 /// `--cluster` the user named, else the snapshot's) must be the snapshot's, not being
-/// deleted. When the world does not hold it, it is added from the snapshot, its control
+/// deleted, and, when the world holds it, the same cluster (a CA in common) unless
+/// `allow_other`. When the world does not hold it, it is added from the snapshot, its control
 /// plane replicas pinned to `hypervisors` when given (in replica order; the others placed as
 /// usual).
 ///
 /// # Errors
-/// [`SnapshotError::Foreign`], [`SnapshotError::BeingDeleted`], [`SnapshotError::Manifest`],
-/// [`SnapshotError::Hypervisor`].
+/// [`SnapshotError::Foreign`], [`SnapshotError::OtherCluster`],
+/// [`SnapshotError::BeingDeleted`], [`SnapshotError::Manifest`], [`SnapshotError::Hypervisor`].
 pub fn target(
     world: &mut World,
     snapshot: &Snapshot,
     cluster: Option<&ObjectKey>,
     hypervisors: &[String],
     source_name: &str,
+    allow_other: bool,
 ) -> Result<ObjectKey, SnapshotError> {
     let of = snapshot.cluster_key();
     if let Some(wanted) = cluster
@@ -397,6 +421,17 @@ pub fn target(
             return Err(SnapshotError::BeingDeleted {
                 cluster: of.to_string(),
             });
+        }
+        // The same name is not the same cluster: its CAs are.
+        if !allow_other {
+            let theirs = ca_certificates(&snapshot.cluster(source_name)?);
+            let ours = ca_certificates(existing);
+            if !theirs.is_empty() && !ours.is_empty() && theirs.is_disjoint(&ours) {
+                return Err(SnapshotError::OtherCluster {
+                    source_name: source_name.to_string(),
+                    target: of.to_string(),
+                });
+            }
         }
         if !hypervisors.is_empty() {
             return Err(SnapshotError::Hypervisor {

@@ -135,23 +135,67 @@ fn a_snapshot_restores_its_own_cluster_only() {
     let s = snapshot_of(&w, "c");
     let c = ObjectKey::new("default", "c");
     let d = ObjectKey::new("default", "d");
-    assert_eq!(target(&mut w, &s, None, &[], "f").unwrap(), c);
-    assert_eq!(target(&mut w, &s, Some(&c), &[], "f").unwrap(), c);
+    assert_eq!(target(&mut w, &s, None, &[], "f", false).unwrap(), c);
+    assert_eq!(target(&mut w, &s, Some(&c), &[], "f", false).unwrap(), c);
     assert_eq!(
-        target(&mut w, &s, Some(&d), &[], "f")
+        target(&mut w, &s, Some(&d), &[], "f", false)
             .unwrap_err()
             .to_string(),
         "f is a snapshot of cluster default/c, not of default/d"
     );
     // Replicas that exist stay where they are.
     assert!(matches!(
-        target(&mut w, &s, None, &["private-1".into()], "f").unwrap_err(),
+        target(&mut w, &s, None, &["private-1".into()], "f", false).unwrap_err(),
         SnapshotError::Hypervisor { .. }
     ));
     w.clusters.get_mut(&c).unwrap().metadata.deletion_timestamp = Some(NOW);
     assert_eq!(
-        target(&mut w, &s, None, &[], "f").unwrap_err().to_string(),
+        target(&mut w, &s, None, &[], "f", false)
+            .unwrap_err()
+            .to_string(),
         "cluster default/c is being deleted: let a reconcile finish deleting it, then restore"
+    );
+}
+
+#[test]
+fn a_snapshot_of_a_same_named_cluster_from_another_world_is_refused_unless_asked() {
+    // Each with a PKI of its own (the tests' shared one taken away).
+    let fresh = || {
+        let mut c = cluster("c", 1, false);
+        c.spec = oi_api::ClusterSpec {
+            control_plane_replicas: Some(1),
+            ..oi_api::ClusterSpec::default()
+        };
+        crate::prepare(world(basic(), vec![c]), NOW).world
+    };
+    let staging = fresh();
+    let mut production = fresh();
+    let s = snapshot_of(&staging, "c");
+    let e = target(&mut production, &s, None, &[], "staging.oisnap", false).unwrap_err();
+    assert_eq!(
+        e,
+        SnapshotError::OtherCluster {
+            source_name: "staging.oisnap".into(),
+            target: "default/c".into()
+        }
+    );
+    assert!(
+        e.to_string().starts_with(
+            "staging.oisnap holds the data of another cluster named default/c: none of its CAs \
+             is one of default/c's"
+        ),
+        "{e}"
+    );
+    // Its own snapshot passes; another's only when asked.
+    let own = snapshot_of(&production, "c");
+    let key = ObjectKey::new("default", "c");
+    assert_eq!(
+        target(&mut production, &own, None, &[], "f", false).unwrap(),
+        key
+    );
+    assert_eq!(
+        target(&mut production, &s, None, &[], "f", true).unwrap(),
+        key
     );
 }
 
@@ -172,19 +216,19 @@ fn a_deleted_cluster_comes_back_from_its_snapshot_where_asked() {
         ("public-1", "--hypervisor public-1: is public"),
         ("nope", "--hypervisor nope: not in the manifests"),
     ] {
-        let e = target(&mut w, &s, None, &[h.into()], "f").unwrap_err();
+        let e = target(&mut w, &s, None, &[h.into()], "f", false).unwrap_err();
         assert!(e.to_string().starts_with(why), "{e}");
     }
     let three: Vec<String> = ["private-9", "private-8", "private-1"]
         .map(String::from)
         .to_vec();
     assert!(
-        target(&mut w, &s, None, &three, "f")
+        target(&mut w, &s, None, &three, "f", false)
             .unwrap_err()
             .to_string()
             .contains("3 hypervisors for 2 control plane replicas")
     );
-    let key = target(&mut w, &s, None, &three[..2], "f").unwrap();
+    let key = target(&mut w, &s, None, &three[..2], "f", false).unwrap();
     assert_eq!(
         w.clusters[&key].spec.api_server.ca, before.clusters[&key].spec.api_server.ca,
         "the same CAs"

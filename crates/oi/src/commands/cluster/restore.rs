@@ -62,6 +62,7 @@ pub fn run(
         wanted.as_ref(),
         &args.hypervisors,
         &name,
+        args.allow_other_cluster,
     )?;
     let header = &snapshot.header;
     if !args.quiet {

@@ -334,6 +334,52 @@ pub fn check_upgrade(from: &str, to: &str) -> Result<(), UpgradeRefusal> {
     Ok(())
 }
 
+/// The containers whose version steps are checked against what runs: kube-apiserver (the
+/// version skew policy: one minor at a time, never back) and etcd (which refuses its data
+/// across two minors, and a minor back).
+pub const VERSIONED_CONTAINERS: [&str; 2] = ["kube-apiserver", "etcd"];
+
+/// `(major, minor)` of an image reference's tag (`…/kube-apiserver:v1.37.1` is `(1, 37)`,
+/// `…/etcd:3.6.4-0` is `(3, 6)`), `None` when it has none.
+pub fn image_minor(image: &str) -> Option<(u32, u32)> {
+    let (_, tag) = image.rsplit_once(':')?;
+    // A digest (`@sha256:…`) is no version.
+    if tag.contains('/') || image.contains('@') {
+        return None;
+    }
+    let mut parts = tag.trim_start_matches('v').split(['.', '-']);
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// Why container `container` may not go from the image it runs (`running`) to the one
+/// planned (`planned`), if it may not: another major, a minor back, or more than one minor
+/// forward. `None` for other containers and for tags without a version.
+pub fn version_step_refusal(container: &str, running: &str, planned: &str) -> Option<String> {
+    if !VERSIONED_CONTAINERS.contains(&container) {
+        return None;
+    }
+    let ((a_major, a_minor), (b_major, b_minor)) = (image_minor(running)?, image_minor(planned)?);
+    if a_major != b_major {
+        return Some(format!(
+            "{a_major}.{a_minor} to {b_major}.{b_minor} changes the major version"
+        ));
+    }
+    if b_minor < a_minor {
+        return Some(format!(
+            "{a_major}.{a_minor} to {b_major}.{b_minor} goes a minor back"
+        ));
+    }
+    if b_minor > a_minor + 1 {
+        return Some(format!(
+            "{a_major}.{a_minor} to {b_major}.{b_minor} skips {} minor(s): one at a time",
+            b_minor - a_minor - 1
+        ));
+    }
+    None
+}
+
 /// The supported versions, oldest first, for error messages and `oi version kubernetes`.
 pub fn supported_versions() -> Vec<&'static str> {
     RELEASES.iter().map(|r| r.version).collect()
@@ -342,6 +388,41 @@ pub fn supported_versions() -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_version_step_of_more_than_one_minor_or_back_is_refused_from_the_images() {
+        let api = |v: &str| format!("localhost/oneinfra/kube-apiserver:v{v}");
+        let etcd = |v: &str| format!("registry.k8s.io/etcd:{v}");
+        assert_eq!(image_minor(&api("1.37.1")), Some((1, 37)));
+        assert_eq!(image_minor(&etcd("3.6.4-0")), Some((3, 6)));
+        assert_eq!(image_minor("registry.k8s.io/etcd@sha256:abc"), None);
+        assert_eq!(image_minor("localhost:5000/etcd"), None);
+        assert_eq!(
+            version_step_refusal("kube-apiserver", &api("1.35.9"), &api("1.36.4")),
+            None
+        );
+        assert_eq!(
+            version_step_refusal("kube-apiserver", &api("1.35.9"), &api("1.35.9")),
+            None
+        );
+        assert_eq!(
+            version_step_refusal("kube-apiserver", &api("1.35.9"), &api("1.37.1")).as_deref(),
+            Some("1.35 to 1.37 skips 1 minor(s): one at a time")
+        );
+        assert_eq!(
+            version_step_refusal("kube-apiserver", &api("1.37.1"), &api("1.36.4")).as_deref(),
+            Some("1.37 to 1.36 goes a minor back")
+        );
+        assert_eq!(
+            version_step_refusal("etcd", &etcd("3.4.23-0"), &etcd("3.6.4-0")).as_deref(),
+            Some("3.4 to 3.6 skips 1 minor(s): one at a time")
+        );
+        // Other containers are not checked.
+        assert_eq!(
+            version_step_refusal("kube-scheduler", &api("1.35.9"), &api("1.37.1")),
+            None
+        );
+    }
 
     #[test]
     fn upgrades_go_one_minor_at_a_time_and_never_down() {

@@ -32,6 +32,8 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         for h in &plan.hypervisors {
             self.runtime(h)?;
         }
+        // What runs decides how far the plan may go, whatever the world says it runs.
+        self.check_versions(key, plan).await?;
         // 1. Files.
         let written = join_all(plan.components.iter().map(|c| self.files(key, c))).await;
         for w in written {
@@ -369,6 +371,54 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         }
         .await;
         stepped.and(back)
+    }
+
+    /// Refuses a plan that would take a component's kube-apiserver or etcd more than one
+    /// minor ahead of the image it runs, or back (see
+    /// [`oi_api::versions::version_step_refusal`]): what runs is read from its pods, so an
+    /// edited `status.kubernetesVersion` cannot hide a jump. One pod listing per hypervisor.
+    async fn check_versions(&self, key: &ObjectKey, plan: &Convergence) -> Step {
+        let mut by_hypervisor: BTreeMap<&str, Vec<&ComponentPlan>> = BTreeMap::new();
+        for c in &plan.components {
+            by_hypervisor
+                .entry(c.hypervisor.as_str())
+                .or_default()
+                .push(c);
+        }
+        for (h, components) in by_hypervisor {
+            let pods = self.runtime(h)?.list_pods(&selector(key, None)).await?;
+            for c in components {
+                let running = pods.iter().filter(|p| {
+                    p.labels
+                        .get(oi_api::runtime::labels::COMPONENT)
+                        .map(String::as_str)
+                        == Some(c.name())
+                });
+                for pod in running {
+                    let Some(planned) = c.pod(&pod.name) else {
+                        continue;
+                    };
+                    for k in &pod.containers {
+                        let Some(want) = planned.containers.iter().find(|w| w.name == k.name)
+                        else {
+                            continue;
+                        };
+                        if let Some(why) =
+                            oi_api::versions::version_step_refusal(&k.name, &k.image, &want.image)
+                        {
+                            return Err(StepError::VersionSkew {
+                                component: c.name().to_string(),
+                                container: k.name.clone(),
+                                running: k.image.clone(),
+                                planned: want.image.clone(),
+                                why,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A started voting member's etcd pod made to run as rendered, and healthy again if it

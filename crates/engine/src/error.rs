@@ -117,6 +117,17 @@ pub enum StepError {
         started: usize,
         listed: usize,
     },
+    /// A container would go from the version it runs more than one minor ahead, or back.
+    #[error(
+        "{component}'s {container} runs {running} and the plan would run {planned}: {why}; nothing was changed (the version a cluster runs is read from its pods: set spec.kubernetesVersion one minor after it, or use `oi cluster upgrade`)"
+    )]
+    VersionSkew {
+        component: String,
+        container: String,
+        running: String,
+        planned: String,
+        why: String,
+    },
     /// A replica's rendering has no etcd pod.
     #[error("{component} has no pod {pod}")]
     MissingPod { component: String, pod: String },
@@ -170,6 +181,7 @@ impl StepError {
             | StepError::EtcdRecover { .. }
             | StepError::EtcdNotVoting { .. } => Reason::EtcdNotReady,
             StepError::MissingPod { .. } => Reason::RenderFailed,
+            StepError::VersionSkew { .. } => Reason::VersionSkew,
             StepError::ApiServerNotReadyAfterChange { .. } | StepError::ApiServersNotReady(_) => {
                 Reason::ApiServerNotReady
             }

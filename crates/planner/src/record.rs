@@ -50,6 +50,9 @@ pub enum Reason {
     /// The cluster is up but what it must hold inside (CRDs, RBAC, join tokens, add-ons)
     /// could not be written through its API.
     ClusterBootstrapFailed,
+    /// What the plan would run is more than one minor away from what runs (or behind it):
+    /// nothing was changed.
+    VersionSkew,
 }
 
 impl Reason {
@@ -68,6 +71,7 @@ impl Reason {
             Reason::IngressNotReady => "IngressNotReady",
             Reason::DeleteFailed => "DeleteFailed",
             Reason::ClusterBootstrapFailed => "ClusterBootstrapFailed",
+            Reason::VersionSkew => "VersionSkew",
         }
     }
 }

@@ -428,3 +428,38 @@ async fn a_cluster_that_lost_two_of_three_is_recovered_from_the_survivor_and_gro
         h.connector.all_calls()
     );
 }
+
+#[tokio::test]
+async fn a_two_minor_jump_hidden_by_an_edited_status_is_refused_from_what_runs() {
+    let h = Harness::new();
+    let key = ObjectKey::new("default", "c");
+    let mut w = world(1, &[("c", 3)]);
+    w.clusters.get_mut(&key).unwrap().spec.kubernetes_version = "1.35".into();
+    let report = h.run(w).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    // `sed s/1.35.9/1.37.1/` over the world: spec and status alike.
+    let mut w = report.world.clone();
+    let c = w.clusters.get_mut(&key).unwrap();
+    c.spec.kubernetes_version = "1.37.1".into();
+    c.status.kubernetes_version = "1.37.1".into();
+    h.connector.clear();
+    let refused = h.run(w).await;
+    let outcome = &refused.clusters[&key];
+    assert!(!outcome.ready);
+    assert_eq!(outcome.reason, Reason::VersionSkew);
+    assert!(
+        outcome.message.starts_with(
+            "c-control-plane-0's kube-apiserver runs registry.k8s.io/kube-apiserver:v1.35.9 and \
+             the plan would run registry.k8s.io/kube-apiserver:v1.37.1: 1.35 to 1.37 skips 1 \
+             minor(s): one at a time; nothing was changed"
+        ),
+        "{}",
+        outcome.message
+    );
+    assert_eq!(
+        refused.counts.mutating_calls,
+        0,
+        "{:?}",
+        h.connector.all_calls()
+    );
+}

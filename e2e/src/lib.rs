@@ -300,6 +300,10 @@ pub struct Summary {
     pub mutating_cri_calls: u64,
     /// Objects created, updated or deleted inside the clusters, through their APIs.
     pub cluster_api_writes: u64,
+    /// Pods of clusters or components the manifests do not hold, when there are any
+    /// (`; orphan pods N (left running)`, or `(removed)` with `--prune`), and whether they
+    /// were removed.
+    pub orphan_pods: Option<(u64, bool)>,
 }
 
 impl fmt::Display for Summary {
@@ -319,7 +323,12 @@ impl fmt::Display for Summary {
             self.files_written,
             self.mutating_cri_calls,
             self.cluster_api_writes
-        )
+        )?;
+        if let Some((n, removed)) = self.orphan_pods {
+            let what = if removed { "removed" } else { "left running" };
+            write!(f, "; orphan pods {n} ({what})")?;
+        }
+        Ok(())
     }
 }
 
@@ -333,6 +342,14 @@ impl std::str::FromStr for Summary {
             .map(str::parse)
             .collect::<std::result::Result<_, _>>()
             .with_context(|| format!("summary line {line:?}: a count does not fit u64"))?;
+        let (counts, orphans) = match numbers.len() {
+            10 => (&numbers[..], None),
+            11 => (
+                &numbers[..10],
+                Some((numbers[10], line.trim_end().ends_with("(removed)"))),
+            ),
+            n => bail!("summary line {line:?}: expected 10 or 11 counts, found {n}"),
+        };
         let [
             clusters,
             ready,
@@ -344,12 +361,9 @@ impl std::str::FromStr for Summary {
             files_written,
             mutating_cri_calls,
             cluster_api_writes,
-        ] = numbers[..]
+        ] = counts[..]
         else {
-            bail!(
-                "summary line {line:?}: expected 10 counts, found {}",
-                numbers.len()
-            );
+            bail!("summary line {line:?}: expected 10 counts");
         };
         let summary = Summary {
             clusters,
@@ -362,6 +376,7 @@ impl std::str::FromStr for Summary {
             files_written,
             mutating_cri_calls,
             cluster_api_writes,
+            orphan_pods: orphans,
         };
         // Rendering back must give the very same line: this checks every word between counts.
         ensure!(
@@ -582,6 +597,38 @@ impl LocalSet {
             cri_version(hypervisor, &files.socket)
         })?;
         Ok(pid)
+    }
+
+    /// Every pod sandbox of the set's hypervisors (cluster pods and the fronts alike), as
+    /// `(hypervisor, namespace/name)`, sorted.
+    ///
+    /// # Errors
+    /// When the state cannot be read or a runtime does not answer.
+    pub fn pods(&self) -> Result<Vec<(String, String)>> {
+        let state = self.state()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start a tokio runtime")?;
+        let mut all = Vec::new();
+        for h in &state.hypervisors {
+            let sandboxes = runtime.block_on(async {
+                let client = oi_cri::CriClient::connect(
+                    h.name.clone(),
+                    oi_cri::CriEndpoint::Unix(h.socket.clone()),
+                    oi_cri::ClientOptions::default(),
+                )
+                .await?;
+                client.list_sandboxes(None).await
+            })?;
+            for s in sandboxes {
+                if let Some(m) = s.metadata {
+                    all.push((h.name.clone(), format!("{}/{}", m.namespace, m.name)));
+                }
+            }
+        }
+        all.sort();
+        Ok(all)
     }
 
     /// Stops and removes the pod sandbox named `pod` on `hypervisor` (its containers die with
@@ -1678,7 +1725,8 @@ mod tests {
                 pods_removed: 1,
                 files_written: 12,
                 mutating_cri_calls: 40,
-                cluster_api_writes: 27
+                cluster_api_writes: 27,
+                orphan_pods: None,
             }
         );
         assert_eq!(s.to_string(), line);

@@ -21,6 +21,9 @@ pub struct HypervisorPlan {
     /// Pods that run as planned and read no changed file: kept as they are.
     pub keep: Vec<String>,
     pub remove: Vec<String>,
+    /// Pods of clusters or components the manifests do not hold: left running (removed,
+    /// and listed under `remove`, with `--prune`).
+    pub orphans: Vec<String>,
     /// Host paths whose content would be written.
     pub files: Vec<String>,
     /// Files that would be removed: recorded as placed, no longer planned.
@@ -43,8 +46,11 @@ pub struct DryRun {
 
 /// Lists the managed pods of every hypervisor of `plan` (`list_pods` only: no mutating
 /// call is made) and compares them with the plan ([`diff`]).
-pub async fn dry_run<C: Connector>(plan: &Plan, connector: &C) -> DryRun {
-    let runtimes = connect_all(&plan.world, &plan.hypervisors, connector).await;
+pub async fn dry_run<C: Connector>(plan: &Plan, connector: &C, prune: bool) -> DryRun {
+    // Where the run looks for orphans too.
+    let mut names = plan.hypervisors.clone();
+    names.extend(crate::orphans::scanned_hypervisors(&plan.world));
+    let runtimes = connect_all(&plan.world, &names, connector).await;
     let managed = BTreeMap::from([(labels::MANAGED.to_string(), "true".to_string())]);
     let names: Vec<&String> = runtimes.keys().collect();
     let listed = join_all(names.iter().map(|h| async {
@@ -57,15 +63,22 @@ pub async fn dry_run<C: Connector>(plan: &Plan, connector: &C) -> DryRun {
     .await;
     let listed: BTreeMap<String, Result<Vec<PodStatus>, String>> =
         names.into_iter().cloned().zip(listed).collect();
-    diff(plan, &listed)
+    diff(plan, &listed, prune)
 }
 
 /// What executing `plan` would do on hypervisors whose managed pods are `listed` (or could
 /// not be listed): per pod planned, create, replace (it runs otherwise, or must restart to
 /// read changed files) or keep; pods planned nowhere are removed, but for those of clusters
-/// that cannot be planned, which a run leaves alone; files whose content changes, files
-/// no longer planned, directories of what goes.
-pub fn diff(plan: &Plan, listed: &BTreeMap<String, Result<Vec<PodStatus>, String>>) -> DryRun {
+/// that cannot be planned, which a run leaves alone, and orphans (pods of clusters or
+/// components the world does not hold), which a run names and leaves running unless it
+/// prunes (`prune`: removed, with their directories); files whose content changes, files no
+/// longer planned, directories of what goes.
+pub fn diff(
+    plan: &Plan,
+    listed: &BTreeMap<String, Result<Vec<PodStatus>, String>>,
+    prune: bool,
+) -> DryRun {
+    let world = &plan.world;
     let mut out = DryRun::default();
     let mut wanted: BTreeMap<&str, Vec<&ComponentPlan>> = BTreeMap::new();
     let mut left_alone: BTreeSet<(&str, &str)> = BTreeSet::new();
@@ -129,6 +142,7 @@ pub fn diff(plan: &Plan, listed: &BTreeMap<String, Result<Vec<PodStatus>, String
                     );
                     plan.remove_files.extend(c.stale_files.iter().cloned());
                 }
+                let orphans = crate::orphans::orphan_pods(world, h, pods);
                 for pod in pods {
                     let planned = components.iter().any(|c| {
                         c.rendered
@@ -142,9 +156,35 @@ pub fn diff(plan: &Plan, listed: &BTreeMap<String, Result<Vec<PodStatus>, String
                             .map_or("", String::as_str),
                         pod.labels.get(labels::CLUSTER).map_or("", String::as_str),
                     );
-                    if !planned && !left_alone.contains(&cluster) {
-                        plan.remove.push(format!("{}/{}", pod.namespace, pod.name));
+                    let id = format!("{}/{}", pod.namespace, pod.name);
+                    if planned || left_alone.contains(&cluster) {
+                        continue;
                     }
+                    match orphans.iter().find(|o| o.id == pod.id) {
+                        Some(_) if !prune => plan.orphans.push(id),
+                        _ => plan.remove.push(id),
+                    }
+                }
+                if prune {
+                    let mut dirs: BTreeSet<String> = BTreeSet::new();
+                    for o in &orphans {
+                        let (ns, name) = (&o.cluster.namespace, &o.cluster.name);
+                        match &o.component {
+                            Some(c) => {
+                                dirs.insert(oi_api::runtime::paths::component_config_dir(
+                                    ns, name, c,
+                                ));
+                                dirs.insert(oi_api::runtime::paths::component_data_dir(
+                                    ns, name, c,
+                                ));
+                            }
+                            None => {
+                                dirs.insert(oi_api::runtime::paths::cluster_config_dir(ns, name));
+                                dirs.insert(oi_api::runtime::paths::cluster_data_dir(ns, name));
+                            }
+                        }
+                    }
+                    plan.remove_directories.extend(dirs);
                 }
                 plan.remove_directories.extend(
                     directories

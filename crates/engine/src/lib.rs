@@ -55,6 +55,7 @@ pub mod etcd;
 pub mod https;
 mod membership;
 mod observe;
+pub mod orphans;
 mod progress;
 pub mod recover;
 pub mod restore;

@@ -669,6 +669,7 @@ async fn dry_run_lists_the_plan_without_mutating() {
     let plan = dry_run(
         &oi_planner::plan(w.clone(), NOW, &PlanOptions::default()),
         &h.connector,
+        false,
     )
     .await;
     assert!(h.connector.all_calls().is_empty());
@@ -679,6 +680,7 @@ async fn dry_run_lists_the_plan_without_mutating() {
     let plan = dry_run(
         &oi_planner::plan(report.world.clone(), NOW, &PlanOptions::default()),
         &h.connector,
+        false,
     )
     .await;
     let public = &plan.hypervisors["public-1"];
@@ -700,6 +702,7 @@ async fn dry_run_lists_the_plan_without_mutating() {
     let plan = dry_run(
         &oi_planner::plan(w, NOW, &PlanOptions::default()),
         &h.connector,
+        false,
     )
     .await;
     assert!(h.connector.all_calls().is_empty());
@@ -724,6 +727,7 @@ async fn dry_run_lists_the_plan_without_mutating() {
     let plan = dry_run(
         &oi_planner::plan(w, NOW, &PlanOptions::default()),
         &h.connector,
+        false,
     )
     .await;
     for hv in [hv.as_str(), "public-1"] {
@@ -971,7 +975,7 @@ fn a_dry_run_leaves_alone_the_pods_of_clusters_that_cannot_be_planned() {
         }
     }
     listed.insert("private-3".into(), Err("connection refused".into()));
-    let dry = crate::dry_run::diff(&plan, &listed);
+    let dry = crate::dry_run::diff(&plan, &listed, false);
     assert_eq!(dry.failures.len(), 1);
     assert!(dry.failures[&ObjectKey::new("default", "b")].contains("spec.apiServer.ca"));
     let all = |f: fn(&HypervisorPlan) -> &Vec<String>| -> Vec<String> {
@@ -1494,6 +1498,7 @@ async fn turning_the_vpn_off_removes_its_endpoint_pod_egress_and_files() {
     let planned = dry_run(
         &oi_planner::plan(w.clone(), NOW, &PlanOptions::default()),
         &h.connector,
+        false,
     )
     .await;
     let removed: BTreeSet<String> = planned.hypervisors["public-1"]

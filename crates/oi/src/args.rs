@@ -117,6 +117,13 @@ pub struct ReconcileArgs {
     /// output is the plan, not manifests: -o may not name one of the inputs.
     #[arg(long)]
     pub dry_run: bool,
+
+    /// Remove orphans: pods (and their directories) of clusters or components these
+    /// manifests do not hold, found on their hypervisors, and forget their ports and files.
+    /// Without it they are named and left running (the manifests may hold a part of the
+    /// clusters only). With --dry-run, lists them as removed.
+    #[arg(long)]
+    pub prune: bool,
 }
 
 /// Where manifests come from.

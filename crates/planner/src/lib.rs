@@ -62,8 +62,9 @@ pub use plan::{
     plan_prepared,
 };
 pub use prepare::{
-    PrepareOptions, Prepared, SharedAddresses, control_plane_name, forget_removed_hypervisors,
-    ingress_name, prepare, prepare_with, remove_cluster, remove_component, required_ports,
+    PrepareOptions, Prepared, SharedAddresses, control_plane_name, forget_orphans,
+    forget_removed_hypervisors, ingress_name, prepare, prepare_with, remove_cluster,
+    remove_component, required_ports,
 };
 pub use record::{ClusterOutcome, ClusterResult, PlacedFiles, Reason, record};
 

@@ -1630,6 +1630,91 @@ pub fn forget_removed_hypervisors(world: &mut World) -> Vec<String> {
     gone
 }
 
+/// Forgets, in a whole world, what its hypervisors' statuses hold for clusters the world
+/// does not: their ports (freed) and file records (and the file records of components a live
+/// cluster no longer has).
+/// A SIPCluster's share is kept. What `oi reconcile --prune` writes once their pods are gone.
+/// Returns how many ports were freed.
+pub fn forget_orphans(world: &mut World) -> usize {
+    let sip = crate::sip::services::OWNER_PREFIX;
+    let live_cluster = |ns: &str, name: &str| {
+        world
+            .clusters
+            .contains_key(&ObjectKey::new(ns.to_string(), name.to_string()))
+    };
+    let live_component = |ns: &str, name: &str| {
+        world
+            .components
+            .contains_key(&ObjectKey::new(ns.to_string(), name.to_string()))
+    };
+    let mut orphaned: Vec<(String, PortOwner)> = Vec::new();
+    let mut stale_files: Vec<(String, String, String, Option<String>)> = Vec::new();
+    for h in world.hypervisors.values() {
+        // A live cluster's ports of components it no longer has are released by preparing.
+        for a in &h.status.allocated_ports {
+            let owner = PortOwner::from_status(a);
+            if a.cluster.starts_with(sip) || live_cluster(&owner.cluster_namespace, &a.cluster) {
+                continue;
+            }
+            orphaned.push((h.metadata.name.clone(), owner));
+        }
+        for (ns, clusters) in &h.status.files {
+            for (cluster, components) in clusters {
+                if cluster.starts_with(sip) {
+                    continue;
+                }
+                if !live_cluster(ns, cluster) {
+                    stale_files.push((h.metadata.name.clone(), ns.clone(), cluster.clone(), None));
+                    continue;
+                }
+                for component in components.keys() {
+                    if !live_component(ns, component) {
+                        stale_files.push((
+                            h.metadata.name.clone(),
+                            ns.clone(),
+                            cluster.clone(),
+                            Some(component.clone()),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    let freed = orphaned.len();
+    for (h, owner) in orphaned {
+        if let Some(h) = world.hypervisors.get_mut(&ObjectKey::cluster_scoped(h)) {
+            let mut ports = PortAllocator::from_hypervisor(h);
+            ports.release(&owner);
+            ports.write_status(&mut h.status);
+        }
+    }
+    for (h, ns, cluster, component) in stale_files {
+        let Some(h) = world.hypervisors.get_mut(&ObjectKey::cluster_scoped(h)) else {
+            continue;
+        };
+        let Some(clusters) = h.status.files.get_mut(&ns) else {
+            continue;
+        };
+        match component {
+            None => {
+                clusters.remove(&cluster);
+            }
+            Some(c) => {
+                if let Some(components) = clusters.get_mut(&cluster) {
+                    components.remove(&c);
+                    if components.is_empty() {
+                        clusters.remove(&cluster);
+                    }
+                }
+            }
+        }
+        if clusters.is_empty() {
+            h.status.files.remove(&ns);
+        }
+    }
+    freed
+}
+
 #[cfg(test)]
 mod tests;
 

@@ -134,6 +134,13 @@ pub fn render_plan(plan: &DryRun, sip: &[String]) -> String {
                 let _ = writeln!(out, "  {verb} pod {pod}");
             }
         }
+        for pod in &p.orphans {
+            let _ = writeln!(
+                out,
+                "  leave orphan pod {pod} (its cluster or component is not in the manifests; \
+                 --prune removes it)"
+            );
+        }
         for f in &p.files {
             let _ = writeln!(out, "  write file {f}");
         }
@@ -194,6 +201,9 @@ pub fn dry_run_incomplete(plan: &DryRun) -> Option<String> {
 pub struct SipRun {
     pub reports: Vec<oi_planner::sip::SipReport>,
     pub services: Vec<oi_planner::sip::services::ServicesOutcome>,
+    /// Pods of clusters or components the world does not hold, found after the run (and
+    /// removed, when pruning).
+    pub orphans: oi_engine::orphans::Orphans,
 }
 
 /// How a run is made: what `oi reconcile` and `oi cluster upgrade` share.
@@ -203,6 +213,9 @@ pub struct Runner {
     pub connector: CriConnector,
     pub runtime: tokio::runtime::Runtime,
     pub quiet: bool,
+    /// Remove orphans ([`oi_engine::orphans`]) and forget their ports and files: the world
+    /// is taken to hold every cluster (`oi reconcile --prune`).
+    pub prune: bool,
 }
 
 impl Runner {
@@ -240,6 +253,7 @@ impl Runner {
                 .build()
                 .context("cannot start the async runtime")?,
             quiet,
+            prune: false,
         })
     }
 
@@ -272,7 +286,7 @@ impl Runner {
         );
         let plan = oi_planner::plan(world, now, &self.plan_options);
         let mut dry_run = self.runtime.block_on(async {
-            let mut dry_run = oi_engine::dry_run(&plan, &self.connector).await;
+            let mut dry_run = oi_engine::dry_run(&plan, &self.connector, self.prune).await;
             oi_engine::dry_run_services(&plan.world, &plans, &self.connector, &mut dry_run).await;
             dry_run
         });
@@ -340,7 +354,61 @@ impl Runner {
                 );
             }
         }
-        (world, executed, SipRun { reports, services })
+        let orphans = self.orphans(&mut world);
+        (
+            world,
+            executed,
+            SipRun {
+                reports,
+                services,
+                orphans,
+            },
+        )
+    }
+
+    /// Finds the orphans the world's hypervisors hold and says so (a warning, unless quiet);
+    /// when pruning, removes them and forgets their ports and files in `world`.
+    fn orphans(&self, world: &mut oi_api::World) -> oi_engine::orphans::Orphans {
+        let found = self
+            .runtime
+            .block_on(oi_engine::orphans::find_orphans(world, &self.connector));
+        if self.prune {
+            let quiet = self.quiet;
+            let progress = move |e: &Event| {
+                if !quiet {
+                    eprintln!("{e}");
+                }
+            };
+            let failed = self.runtime.block_on(oi_engine::orphans::prune_orphans(
+                world,
+                &found.pods,
+                &self.connector,
+                &progress,
+            ));
+            if failed.is_empty() && found.unreachable.is_empty() {
+                let freed = oi_planner::forget_orphans(world);
+                if !self.quiet && freed > 0 {
+                    eprintln!(
+                        "oi: --prune freed {freed} ports of clusters the manifests do not hold"
+                    );
+                }
+            } else {
+                for (h, e) in failed.iter().chain(&found.unreachable) {
+                    eprintln!(
+                        "warning: --prune: hypervisor {h}: {e}; its orphans and their ports stay \
+                         (run it again)"
+                    );
+                }
+            }
+        } else if !self.quiet
+            && let Some(line) = found.line()
+        {
+            eprintln!(
+                "warning: {line}: left running, their ports held (`oi reconcile --prune` \
+                 removes them once the manifests hold every cluster)"
+            );
+        }
+        found
     }
 
     /// Runs the SIPClusters' support services planned and records them in `world`; each
@@ -413,7 +481,8 @@ pub fn run(
     output: &mut impl Write,
 ) -> anyhow::Result<Option<String>> {
     let world = manifests::load(&args.input, input, ctx.now)?;
-    let runner = Runner::new(args.image_repository.clone(), args.max_wait, args.quiet)?;
+    let mut runner = Runner::new(args.image_repository.clone(), args.max_wait, args.quiet)?;
+    runner.prune = args.prune;
     if args.dry_run {
         let (dry_run, sip) = runner.dry_run_with_sip(world, ctx.now);
         output.write_all(render_plan(&dry_run, &sip).as_bytes())?;
@@ -426,7 +495,19 @@ pub fn run(
     let (world, executed, sip) = runner.run_with_sip(world, ctx.now);
     manifests::finish(&world, output)?;
     if !quiet {
-        eprintln!("{}", summary(&executed));
+        let mut line = summary(&executed);
+        if !sip.orphans.pods.is_empty() {
+            let what = if args.prune {
+                "removed"
+            } else {
+                "left running"
+            };
+            line.push_str(&format!(
+                "; orphan pods {} ({what})",
+                sip.orphans.pods.len()
+            ));
+        }
+        eprintln!("{line}");
     }
     let mut warnings = crate::commands::availability_warnings(&world, None);
     warnings.extend(sip_warnings(&world));

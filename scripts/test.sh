@@ -17,19 +17,22 @@ echo "== cargo build --bins"
 cargo build --locked --workspace --bins
 echo "== cargo nextest"
 # Local hypervisor sets the tests leave behind (each test destroys its own; a drop that
-# fails says so only in the captured output of a passing test) are named and destroyed here.
-sets() {
-  local bin=target/debug/oi-local-hypervisor-set
-  [[ -x $bin ]] && "$bin" list 2>/dev/null | awk 'NR>1 {print $1}' | sort -u || true
-}
-before=$(sets)
+# fails says so only in the captured output of a passing test): every test records the sets
+# it creates, and only those are destroyed here, never a set someone else made meanwhile.
+record=$(mktemp /tmp/oi-test-sets.XXXXXX)
+trap 'rm -f "$record"' EXIT
+export OI_TEST_SETS_RECORD=$record
 status=0
 cargo nextest run --locked --workspace --no-fail-fast "$@" || status=$?
-leftover=$(comm -13 <(printf '%s\n' "$before") <(sets) | grep -v '^$' || true)
-if [[ -n $leftover ]]; then
-  echo "== WARNING: local hypervisor sets left behind by the tests (a test's cleanup failed):" $leftover
-  for s in $leftover; do
-    target/debug/oi-local-hypervisor-set destroy --name "$s" || echo "cannot destroy set $s"
-  done
+bin=target/debug/oi-local-hypervisor-set
+if [[ -x $bin ]]; then
+  existing=$("$bin" list 2>/dev/null | awk 'NR>1 {print $1}' | sort -u || true)
+  leftover=$(comm -12 <(sort -u "$record") <(printf '%s\n' "$existing") | grep -v '^$' || true)
+  if [[ -n $leftover ]]; then
+    echo "== WARNING: local hypervisor sets left behind by the tests (a test's cleanup failed):" $leftover
+    for s in $leftover; do
+      "$bin" destroy --name "$s" || echo "cannot destroy set $s"
+    done
+  fi
 fi
 exit "$status"

@@ -418,6 +418,7 @@ impl LocalSet {
         workers: usize,
     ) -> Result<Self> {
         let name = format!("e{tag}{}", std::process::id());
+        oi_testsupport::record_test_set(&name);
         let (private, public, workers) =
             (private.to_string(), public.to_string(), workers.to_string());
         let mut args = vec![

@@ -84,6 +84,8 @@ struct JsonAddr {
 #[derive(Deserialize)]
 struct JsonRoute {
     dst: String,
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
 }
 
 /// Parses `ip -j -4 addr show` output into the networks of the addresses.
@@ -102,6 +104,8 @@ fn parse_routes(json: &str) -> Result<Vec<Ipv4Net>, serde_json::Error> {
     let routes: Vec<JsonRoute> = serde_json::from_str(json)?;
     Ok(routes
         .iter()
+        // An unreachable route takes no address: the sets' pool route is one.
+        .filter(|r| r.kind.as_deref() != Some("unreachable"))
         .filter_map(|r| {
             r.dst
                 .parse::<Ipv4Net>()
@@ -127,6 +131,20 @@ pub fn host_ipv4_networks() -> Result<Vec<Ipv4Net>> {
             .map_err(parse_err("ip -j -4 route show table all"))?,
     );
     Ok(nets)
+}
+
+/// Adds an `unreachable` route for `pool` unless the host has one (see
+/// [`crate::System::ensure_unreachable`]).
+///
+/// # Errors
+/// When `ip` fails.
+pub fn ensure_unreachable(pool: Ipv4Net) -> Result<()> {
+    let pool = pool.to_string();
+    let present = ip(["route", "show", "type", "unreachable", pool.as_str()])?;
+    if present.trim().is_empty() {
+        ip(["route", "add", "unreachable", pool.as_str()])?;
+    }
+    Ok(())
 }
 
 /// Names of the host's network interfaces (of the current network namespace).

@@ -84,6 +84,20 @@ pub fn subnet_of_slot(slot: u16) -> Ipv4Net {
     Ipv4Net::new(Ipv4Addr::from(base), 24).unwrap_or(SUBNET_POOL)
 }
 
+/// A host network that an `unreachable` route for [`SUBNET_POOL`] would partly hide: one
+/// that holds the whole pool and more (a route for `10.0.0.0/8` through some gateway, say),
+/// other than the default route and the pool's own. `None`: the route is safe to add.
+pub fn pool_route_conflict(host_nets: &[Ipv4Net]) -> Option<Ipv4Net> {
+    host_nets
+        .iter()
+        .find(|n| {
+            n.prefix_len() > 0
+                && n.prefix_len() < SUBNET_POOL.prefix_len()
+                && n.contains(&SUBNET_POOL)
+        })
+        .copied()
+}
+
 /// Whether two networks share an address.
 pub fn overlaps(a: &Ipv4Net, b: &Ipv4Net) -> bool {
     a.contains(&b.network()) || b.contains(&a.network())
@@ -398,6 +412,27 @@ mod tests {
             plan_set("a", 0, 200, 54),
             Err(Error::InvalidSize { .. })
         ));
+    }
+
+    #[test]
+    fn the_pools_unreachable_route_never_hides_a_wider_host_network() {
+        let net = |s: &str| s.parse::<Ipv4Net>().unwrap();
+        // The sets' own networks, others inside the pool and elsewhere: safe.
+        assert_eq!(
+            pool_route_conflict(&[
+                net("10.211.150.0/24"),
+                net("192.168.1.0/24"),
+                net("10.0.2.0/24")
+            ]),
+            None
+        );
+        // A route holding the whole pool and more would be partly hidden.
+        assert_eq!(
+            pool_route_conflict(&[net("10.0.0.0/8")]),
+            Some(net("10.0.0.0/8"))
+        );
+        // The pool itself (our route from before) is no conflict.
+        assert_eq!(pool_route_conflict(&[net("10.128.0.0/9")]), None);
     }
 
     #[test]

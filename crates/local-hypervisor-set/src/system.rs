@@ -38,6 +38,10 @@ pub trait System: Sync {
     fn create_nat_router(&self, nat: &NatState, bridge: &str, subnet: Ipv4Net) -> Result<()>;
     /// A worker's namespace on the router's LAN.
     fn create_worker_network(&self, nat: &NatState, worker: &WorkerState) -> Result<()>;
+    /// Makes every address of `pool` without a more specific route unreachable on the host
+    /// (an `unreachable` route for the pool), so that traffic to a destroyed set's address
+    /// fails here instead of going out through the default route. Idempotent.
+    fn ensure_unreachable(&self, pool: Ipv4Net) -> Result<()>;
     fn delete_netns(&self, name: &str) -> Result<()>;
     fn delete_link(&self, name: &str) -> Result<()>;
     /// Starts a hypervisor's containerd, detached; its PID.
@@ -77,6 +81,10 @@ impl System for RealSystem {
 
     fn host_links(&self) -> Result<Vec<String>> {
         host::host_links()
+    }
+
+    fn ensure_unreachable(&self, pool: Ipv4Net) -> Result<()> {
+        host::ensure_unreachable(pool)
     }
 
     fn link_exists(&self, name: &str) -> bool {

@@ -30,9 +30,12 @@ fn prerequisites(test: &str) -> bool {
     )
 }
 
-/// A set name unique to this test run and test.
+/// A set name unique to this test run and test, recorded as the run's (see
+/// `oi_testsupport::record_test_set`).
 fn set_name(tag: &str) -> String {
-    format!("t{tag}{}", std::process::id())
+    let name = format!("t{tag}{}", std::process::id());
+    oi_testsupport::record_test_set(&name);
+    name
 }
 
 fn run(args: &[&str]) -> Output {
@@ -367,6 +370,24 @@ async fn plain_set_lifecycle() {
         .filter(|p| procs::alive(*p))
         .collect();
     assert!(survivors.is_empty(), "{survivors:?}");
+    // A destroyed set's addresses go nowhere: the pool's unreachable route answers at once,
+    // never the default route.
+    let route = Command::new("ip")
+        .args(["route", "get", &a.ip.to_string()])
+        .output()
+        .unwrap();
+    let said = format!("{}{}", text(&route.stdout), text(&route.stderr));
+    assert!(
+        said.starts_with("unreachable ") || said.contains("No route to host"),
+        "ip route get {}: {said}",
+        a.ip
+    );
+    let refused = std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::from((a.ip, 30000)),
+        std::time::Duration::from_secs(5),
+    )
+    .unwrap_err();
+    assert_ne!(refused.kind(), std::io::ErrorKind::TimedOut, "{refused}");
     let out = destroy(&name);
     assert!(
         out.status.success(),

@@ -116,6 +116,31 @@ pub fn free_loopback_port() -> u16 {
 /// The environment variable naming the directory of the offline image tarballs.
 pub const IMAGES_DIR_ENV: &str = "OI_IMAGES_DIR";
 
+/// Where a test run records the name of every local hypervisor set a test creates, one a
+/// line (`scripts/test.sh` sets it): what it destroys afterwards if a test's own cleanup
+/// failed, and nothing else.
+pub const SETS_RECORD_ENV: &str = "OI_TEST_SETS_RECORD";
+
+/// Records that a test is about to create the local hypervisor set `name` (see
+/// [`SETS_RECORD_ENV`]); nothing without the variable.
+///
+/// # Panics
+/// When the record cannot be written: a set the run could not name would be left behind.
+pub fn record_test_set(name: &str) {
+    use std::io::Write as _;
+    let Some(path) = std::env::var_os(SETS_RECORD_ENV) else {
+        return;
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("cannot open {}: {e}", Path::new(&path).display()));
+    // One write of a whole line: appends from tests running at once do not interleave.
+    file.write_all(format!("{name}\n").as_bytes())
+        .unwrap_or_else(|e| panic!("cannot record set {name}: {e}"));
+}
+
 /// The workspace's root directory.
 pub fn workspace_root() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")

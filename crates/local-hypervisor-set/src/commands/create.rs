@@ -95,6 +95,20 @@ pub fn create_with(
     }
 
     let mut host_nets = sys.host_ipv4_networks()?;
+    // Addresses of the pool no set holds (a destroyed set's, for one) go nowhere: never
+    // out through the default route.
+    match plan::pool_route_conflict(&host_nets) {
+        None => sys.ensure_unreachable(plan::SUBNET_POOL)?,
+        Some(wider) => {
+            let _ = writeln!(
+                progress,
+                "warning: the host routes {wider}, which holds the sets' pool {}: no unreachable \
+                 route is added for the pool (it would hide part of {wider}); traffic to a \
+                 destroyed set's address follows {wider}",
+                plan::SUBNET_POOL
+            );
+        }
+    }
     let mut host_links = sys.host_links()?;
     for other in SetState::list_names(paths)? {
         // A set being created or destroyed may not have its bridge (yet, or any more).

@@ -120,6 +120,10 @@ impl System for Fake {
         Ok(())
     }
 
+    fn ensure_unreachable(&self, pool: Ipv4Net) -> Result<()> {
+        self.record(format!("unreachable {pool}"))
+    }
+
     fn delete_link(&self, name: &str) -> Result<()> {
         self.record(format!("delete link {name}"))?;
         self.links.lock().unwrap().remove(name);
@@ -250,6 +254,7 @@ fn create_then_destroy_in_order() {
     assert_eq!(
         sys.calls(),
         [
+            "unreachable 10.128.0.0/9".into(),
             format!("bridge {bridge} {} {net}", ip(1)),
             format!("network demo-private-1 {bridge}v1@{bridge} {}", ip(2)),
             format!("network demo-public-1 {bridge}v2@{bridge} {}", ip(3)),
@@ -469,7 +474,7 @@ fn workers_sit_behind_a_router_get_a_containerd_and_no_images_and_all_goes_on_de
     let ip = |n: u32| Ipv4Addr::from(u32::from(net.network()) + n);
     let lan = |n: u32| Ipv4Addr::from(u32::from(nat.lan.network()) + n);
     assert_eq!(
-        sys.calls()[..10],
+        sys.calls()[1..11],
         [
             format!("bridge {bridge} {} {net}", ip(1)),
             format!("network demo-private-1 {bridge}v1@{bridge} {}", ip(2)),

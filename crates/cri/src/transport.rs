@@ -61,14 +61,21 @@ impl Dialer {
         }
     }
 
-    /// Connects eagerly (bounded by `timeout`); tonic re-dials lazily when the connection
+    /// Connects eagerly (bounded by `timeout`), pinging every [`KEEPALIVE_INTERVAL`] while
+    /// idle; tonic re-dials lazily when the connection
     /// breaks later.
     pub(crate) async fn connect(&self, target: &Target, timeout: Duration) -> Result<Channel> {
         // The authority is never used for routing (the connector decides where to go); it is
         // only the :authority of the HTTP/2 requests.
+        // HTTP/2 pings while idle: a mutual-TLS front closes a connection that says nothing
+        // for a while (`oi_hypervisor::FRONT_IDLE_TIMEOUT`), so that idle connections from
+        // anybody cannot hold it.
         let endpoint = Endpoint::from_static("http://cri.invalid")
             .connect_timeout(timeout)
-            .tcp_nodelay(true);
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_INTERVAL * 2)
+            .keep_alive_while_idle(true);
         let connecting = async {
             match self.clone() {
                 Dialer::Unix(path) => {
@@ -177,3 +184,7 @@ pub(crate) fn error_chain(e: &(dyn StdError + 'static)) -> String {
     }
     out
 }
+
+/// How often an idle CRI connection pings its endpoint (HTTP/2 PING): well within the idle
+/// timeout of a mutual-TLS front.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);

@@ -150,7 +150,18 @@ fn leaf(
     Ok((issued.certificate_pem, issued.private_key_pem, true))
 }
 
-/// haproxy's configuration: mutual TLS in front of the runtime's socket.
+/// How long the front waits for a client that says nothing: during its TLS handshake (one
+/// that does not finish in this time is closed) and between requests (our CRI client pings
+/// every `oi_cri::KEEPALIVE_INTERVAL`, so only a silent connection goes).
+pub const FRONT_IDLE_TIMEOUT: &str = "15s";
+/// Connections the front holds at once, and at once from one address: a client (`oi`, the
+/// manager) needs a few; one address flooding it gets refused at once beyond this.
+pub const FRONT_MAXCONN: u32 = 1024;
+pub const FRONT_PER_SOURCE: u32 = 32;
+
+/// haproxy's configuration: mutual TLS in front of the runtime's socket. Nobody without
+/// credentials can hold it: a connection must finish its handshake, and then speak, within
+/// [`FRONT_IDLE_TIMEOUT`]; one address may hold [`FRONT_PER_SOURCE`] connections.
 pub fn front_config(ip: IpAddr, port: u16, dir: &str, socket: &str) -> String {
     let bind = match ip {
         IpAddr::V4(v4) => v4.to_string(),
@@ -159,16 +170,20 @@ pub fn front_config(ip: IpAddr, port: u16, dir: &str, socket: &str) -> String {
     format!(
         "# Written by oneinfra: the mutual-TLS front of this machine's CRI runtime.
 global
-  maxconn 1024
+  maxconn {FRONT_MAXCONN}
 
 defaults
   mode tcp
   timeout connect 5s
-  timeout client 1h
+  timeout client {FRONT_IDLE_TIMEOUT}
   timeout server 1h
 
 frontend cri
   bind {bind}:{port} ssl crt {dir}/server.pem ca-file {dir}/client-ca.crt verify required alpn h2
+  maxconn {FRONT_MAXCONN}
+  stick-table type ipv6 size 64k expire 60s store conn_cur
+  tcp-request connection track-sc0 src
+  tcp-request connection reject if {{ sc0_conn_cur gt {FRONT_PER_SOURCE} }}
   default_backend runtime
 
 backend runtime

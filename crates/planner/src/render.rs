@@ -1028,6 +1028,20 @@ pub fn egress_selector_config(url: &str, ca: &str, cert: &str, key: &str) -> Str
     )
 }
 
+/// How long a connection to the ingress may take to send its TLS ClientHello.
+pub const INGRESS_HELLO_TIMEOUT: &str = "5s";
+/// Connections one address may hold on the ingress at once: workers behind one NAT share
+/// an address (a kubelet and kube-proxy hold a few each).
+pub const INGRESS_PER_SOURCE: u32 = 1024;
+
+/// The ingress's `maxconn`: what its haproxy's memory limit holds (the versions table's,
+/// `oi_api::versions::container_resources`), at about 48 KiB a connection (two 16 KiB
+/// buffers and state), three quarters of it; at least 1,024.
+pub fn ingress_maxconn() -> u64 {
+    let limit = versions::container_resources("haproxy").map_or(0, |r| r.memory_bytes);
+    (limit * 3 / 4 / (48 * 1024)).max(1024)
+}
+
 /// haproxy in TCP mode in front of the API servers, each health-checked over TLS (verified
 /// against the API server CA) on `GET /readyz`; a refused connection is redispatched to
 /// another API server.
@@ -1040,13 +1054,14 @@ pub fn haproxy_config(
     disabled: Option<&str>,
 ) -> String {
     let mut out = String::new();
+    let maxconn = ingress_maxconn();
+    out.push_str(&format!("global\n  maxconn {maxconn}\n\n"));
     out.push_str(concat!(
-        "global\n",
-        "  maxconn 4096\n",
-        "\n",
         "defaults\n",
         "  mode tcp\n",
         "  timeout connect 5s\n",
+        // A connection that carries data (a watch, logs, exec) may stay idle this long: the
+        // API server ends watches sooner (--min-request-timeout, 30 to 60 minutes).
         "  timeout client 1h\n",
         "  timeout server 1h\n",
         "  timeout check 5s\n",
@@ -1057,7 +1072,21 @@ pub fn haproxy_config(
         "\n",
         "frontend apiserver\n",
     ));
-    out.push_str(&format!("  bind :::{port} v4v6\n"));
+    out.push_str(&format!("  bind :::{port} v4v6\n  maxconn {maxconn}\n"));
+    out.push_str(&format!(
+        concat!(
+            // Nobody holds the ingress without speaking TLS: a connection that has not sent
+            // its ClientHello within the delay is closed, one address holds a bounded share.
+            "  stick-table type ipv6 size 100k expire 60s store conn_cur\n",
+            "  tcp-request connection track-sc0 src\n",
+            "  tcp-request connection reject if {{ sc0_conn_cur gt {per_source} }}\n",
+            "  tcp-request inspect-delay {hello}\n",
+            "  tcp-request content accept if {{ req.ssl_hello_type 1 }}\n",
+            "  tcp-request content reject\n",
+        ),
+        hello = INGRESS_HELLO_TIMEOUT,
+        per_source = INGRESS_PER_SOURCE,
+    ));
     out.push_str(concat!(
         "  default_backend apiservers\n",
         "\n",

@@ -606,30 +606,48 @@ impl LocalSet {
     /// # Errors
     /// When the state cannot be read or a runtime does not answer.
     pub fn pods(&self) -> Result<Vec<(String, String)>> {
-        let state = self.state()?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("cannot start a tokio runtime")?;
         let mut all = Vec::new();
-        for h in &state.hypervisors {
-            let sandboxes = runtime.block_on(async {
-                let client = oi_cri::CriClient::connect(
-                    h.name.clone(),
-                    oi_cri::CriEndpoint::Unix(h.socket.clone()),
-                    oi_cri::ClientOptions::default(),
-                )
-                .await?;
-                client.list_sandboxes(None).await
-            })?;
-            for s in sandboxes {
-                if let Some(m) = s.metadata {
-                    all.push((h.name.clone(), format!("{}/{}", m.namespace, m.name)));
-                }
+        for h in self.state()?.hypervisors {
+            for pod in self.pods_on(&h.name)? {
+                all.push((h.name.clone(), pod));
             }
         }
         all.sort();
         Ok(all)
+    }
+
+    /// The pod sandboxes of one hypervisor of the set, as `namespace/name`, sorted.
+    ///
+    /// # Errors
+    /// When the hypervisor is unknown or its runtime does not answer.
+    pub fn pods_on(&self, hypervisor: &str) -> Result<Vec<String>> {
+        let socket = self
+            .state()?
+            .hypervisors
+            .iter()
+            .find(|h| h.name == hypervisor)
+            .map(|h| h.socket.clone())
+            .with_context(|| format!("set {} has no hypervisor {hypervisor}", self.name))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start a tokio runtime")?;
+        let sandboxes = runtime.block_on(async {
+            let client = oi_cri::CriClient::connect(
+                hypervisor,
+                oi_cri::CriEndpoint::Unix(socket),
+                oi_cri::ClientOptions::default(),
+            )
+            .await?;
+            client.list_sandboxes(None).await
+        })?;
+        let mut pods: Vec<String> = sandboxes
+            .into_iter()
+            .filter_map(|s| s.metadata)
+            .map(|m| format!("{}/{}", m.namespace, m.name))
+            .collect();
+        pods.sort();
+        Ok(pods)
     }
 
     /// Stops and removes the pod sandbox named `pod` on `hypervisor` (its containers die with

@@ -47,6 +47,11 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         if let Some(lost) = &r.lost
             && let Err(e) = self.runtime(h)
         {
+            // Why it does not answer, without the advice to remove it: it is lost already.
+            let e = match e {
+                StepError::Unreachable { source, .. } => source.to_string(),
+                other => other.to_string(),
+            };
             let (said, retired) = match lost {
                 Lost::Removed => (
                     format!(

@@ -621,25 +621,8 @@ impl LocalSet {
     /// # Errors
     /// When the hypervisor is unknown or its runtime does not answer.
     pub fn pods_on(&self, hypervisor: &str) -> Result<Vec<String>> {
-        let socket = self
-            .state()?
-            .hypervisors
-            .iter()
-            .find(|h| h.name == hypervisor)
-            .map(|h| h.socket.clone())
-            .with_context(|| format!("set {} has no hypervisor {hypervisor}", self.name))?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("cannot start a tokio runtime")?;
-        let sandboxes = runtime.block_on(async {
-            let client = oi_cri::CriClient::connect(
-                hypervisor,
-                oi_cri::CriEndpoint::Unix(socket),
-                oi_cri::ClientOptions::default(),
-            )
-            .await?;
-            client.list_sandboxes(None).await
+        let sandboxes = self.with_cri(hypervisor, |client| async move {
+            Ok(client.list_sandboxes(None).await?)
         })?;
         let mut pods: Vec<String> = sandboxes
             .into_iter()
@@ -656,8 +639,25 @@ impl LocalSet {
     /// # Errors
     /// When the hypervisor is unknown, the pod is not there, or the CRI calls fail.
     pub fn remove_pod(&self, hypervisor: &str, pod: &str) -> Result<()> {
-        let state = self.state()?;
-        let socket = state
+        self.with_cri(hypervisor, |client| async move {
+            let sandboxes = client.list_sandboxes(None).await?;
+            let found = sandboxes
+                .iter()
+                .find(|s| s.metadata.as_ref().is_some_and(|m| m.name == pod))
+                .with_context(|| format!("no pod {pod} on {hypervisor}"))?;
+            client.stop_and_remove_sandbox(&found.id).await?;
+            Ok(())
+        })
+    }
+
+    /// Runs `f` with a CRI client of `hypervisor` (its Unix socket), on a runtime of its own.
+    fn with_cri<T, F, Fut>(&self, hypervisor: &str, f: F) -> Result<T>
+    where
+        F: FnOnce(oi_cri::CriClient) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let socket = self
+            .state()?
             .hypervisors
             .iter()
             .find(|h| h.name == hypervisor)
@@ -674,13 +674,7 @@ impl LocalSet {
                 oi_cri::ClientOptions::default(),
             )
             .await?;
-            let sandboxes = client.list_sandboxes(None).await?;
-            let found = sandboxes
-                .iter()
-                .find(|s| s.metadata.as_ref().is_some_and(|m| m.name == pod))
-                .with_context(|| format!("no pod {pod} on {hypervisor}"))?;
-            client.stop_and_remove_sandbox(&found.id).await?;
-            Ok::<_, anyhow::Error>(())
+            f(client).await
         })
     }
 

@@ -9,6 +9,7 @@
 //! manager's finalizer until nothing holds it (no component, no SIPCluster's port).
 
 use oi_api::common::{ConditionStatus, condition_types, set_condition};
+use oi_api::hypervisor::Lost;
 use oi_api::{Component, Hypervisor, Kind, ObjectKey};
 use oi_engine::{Connector, Network};
 
@@ -84,39 +85,22 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
     }
     let grace = ctx.options.plan.prepare.replace_unreachable_after;
     let lost = hypervisor.lost(now, grace);
-    let newly_lost = match &lost {
-        Some(_) => lock(&ctx.lost).insert(name.to_string()),
-        None => {
-            lock(&ctx.lost).remove(name);
-            false
-        }
-    };
-    if previous.is_some_and(|p| p != reachable) || newly_lost {
+    if lost.is_none() {
+        lock(&ctx.lost).remove(name);
+    }
+    if previous.is_some_and(|p| p != reachable) || lost.is_some() {
         // Back, gone, or lost for good: the clusters placed on it reconcile now rather than
         // at their next requeue (a ready cluster's is minutes away).
         let components = ctx.store.list::<Component>(None).await?;
         let clusters = clusters_using_hypervisor(&components, name);
-        if let Some(why) = lost.filter(|_| newly_lost) {
-            let names: Vec<String> = clusters.iter().map(ToString::to_string).collect();
-            let message = format!(
-                "hypervisor {name} is lost ({why}): what runs there is replaced elsewhere{}",
-                if names.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (clusters {})", names.join(", "))
-                }
-            );
-            tracing::warn!(hypervisor = name, "{message}");
-            ctx.publish(
-                Kind::Hypervisor,
-                key,
-                hypervisor.metadata.uid.as_deref(),
-                Event::warning(event_reasons::HYPERVISOR_LOST, message),
-            )
-            .await;
-        }
-        for cluster in clusters {
-            ctx.wake_cluster(cluster);
+        let newly = match &lost {
+            Some(why) => announce_lost(ctx, key, &hypervisor, why, &clusters).await,
+            None => false,
+        };
+        if lost.is_none() || newly {
+            for cluster in clusters {
+                ctx.wake_cluster(cluster);
+            }
         }
     }
     if let Some(event) = event {
@@ -181,27 +165,46 @@ async fn removed<S: Store, C: Connector, N: Network>(
         forget(ctx, name);
         return Ok(Next::Done(Action::AwaitChange));
     }
-    if lock(&ctx.lost).insert(name.to_string()) {
-        let names: Vec<String> = clusters.iter().map(ToString::to_string).collect();
-        let message = format!(
-            "hypervisor {name} is removed: what runs there is replaced elsewhere (clusters {})",
-            names.join(", ")
-        );
-        tracing::warn!(hypervisor = name, "{message}");
-        ctx.publish(
-            Kind::Hypervisor,
-            key,
-            hypervisor.metadata.uid.as_deref(),
-            Event::warning(event_reasons::HYPERVISOR_LOST, message),
-        )
-        .await;
-    }
+    announce_lost(ctx, key, &hypervisor, &Lost::Removed, &clusters).await;
     for cluster in clusters {
         ctx.wake_cluster(cluster);
     }
     Ok(Next::Done(Action::Requeue(
         ctx.options.hypervisor_probe_interval,
     )))
+}
+
+/// Publishes, once per process, that hypervisor `key` is lost and why, naming the clusters
+/// that replace what runs there. Returns whether it did (the loss is new).
+async fn announce_lost<S: Store, C: Connector, N: Network>(
+    ctx: &Context<S, C, N>,
+    key: &ObjectKey,
+    hypervisor: &Hypervisor,
+    why: &Lost,
+    clusters: &std::collections::BTreeSet<ObjectKey>,
+) -> bool {
+    let name = key.name.as_str();
+    if !lock(&ctx.lost).insert(name.to_string()) {
+        return false;
+    }
+    let names: Vec<String> = clusters.iter().map(ToString::to_string).collect();
+    let message = format!(
+        "hypervisor {name} is lost ({why}): what runs there is replaced elsewhere{}",
+        if names.is_empty() {
+            String::new()
+        } else {
+            format!(" (clusters {})", names.join(", "))
+        }
+    );
+    tracing::warn!(hypervisor = name, "{message}");
+    ctx.publish(
+        Kind::Hypervisor,
+        key,
+        hypervisor.metadata.uid.as_deref(),
+        Event::warning(event_reasons::HYPERVISOR_LOST, message),
+    )
+    .await;
+    true
 }
 
 /// Forgets what this process kept of a hypervisor that is gone.

@@ -115,6 +115,20 @@ fn parse_routes(json: &str) -> Result<Vec<Ipv4Net>, serde_json::Error> {
         .collect())
 }
 
+/// The destinations of `ip -j -4 route` output, whatever the routes' type.
+fn parse_routes_of_any_type(json: &str) -> Result<Vec<Ipv4Net>, serde_json::Error> {
+    let routes: Vec<JsonRoute> = serde_json::from_str(json)?;
+    Ok(routes
+        .iter()
+        .filter_map(|r| {
+            r.dst
+                .parse::<Ipv4Net>()
+                .ok()
+                .or_else(|| r.dst.parse::<Ipv4Addr>().ok().map(Ipv4Net::from))
+        })
+        .collect())
+}
+
 /// The IPv4 networks present on the host: its addresses' networks and its routes.
 ///
 /// # Errors
@@ -133,16 +147,55 @@ pub fn host_ipv4_networks() -> Result<Vec<Ipv4Net>> {
     Ok(nets)
 }
 
-/// Adds an `unreachable` route for `pool` unless the host has one (see
+/// The host's name servers (IPv4 ones of /etc/resolv.conf) and gateways (`via` of its
+/// routes).
+///
+/// # Errors
+/// When `ip` fails or prints something unexpected.
+pub fn host_reached_addresses() -> Result<Vec<Ipv4Addr>> {
+    let mut out: Vec<Ipv4Addr> = std::fs::read_to_string("/etc/resolv.conf")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("nameserver"))
+        .filter_map(|a| a.trim().parse().ok())
+        .collect();
+    #[derive(serde::Deserialize)]
+    struct Via {
+        #[serde(default)]
+        gateway: Option<String>,
+    }
+    let routes = ip(["-j", "-4", "route", "show", "table", "all"])?;
+    let vias: Vec<Via> = serde_json::from_str(&routes).map_err(|source| Error::ParseOutput {
+        command: "ip -j -4 route show table all".into(),
+        source,
+    })?;
+    out.extend(
+        vias.iter()
+            .filter_map(|v| v.gateway.as_deref()?.parse::<Ipv4Addr>().ok()),
+    );
+    Ok(out)
+}
+
+/// Makes the `unreachable` routes inside the sets' pool exactly `routes` (see
 /// [`crate::System::ensure_unreachable`]).
 ///
 /// # Errors
 /// When `ip` fails.
-pub fn ensure_unreachable(pool: Ipv4Net) -> Result<()> {
-    let pool = pool.to_string();
-    let present = ip(["route", "show", "type", "unreachable", pool.as_str()])?;
-    if present.trim().is_empty() {
-        ip(["route", "add", "unreachable", pool.as_str()])?;
+pub fn ensure_unreachable(routes: &[Ipv4Net]) -> Result<()> {
+    let listed = ip(["-j", "-4", "route", "show", "type", "unreachable"])?;
+    let present: Vec<Ipv4Net> =
+        parse_routes_of_any_type(&listed).map_err(|source| Error::ParseOutput {
+            command: "ip -j -4 route show type unreachable".into(),
+            source,
+        })?;
+    for stale in present
+        .iter()
+        .filter(|r| crate::plan::SUBNET_POOL.contains(*r) && !routes.contains(r))
+    {
+        ip_remove(&["route", "del", "unreachable", &stale.to_string()])?;
+    }
+    for route in routes.iter().filter(|r| !present.contains(r)) {
+        ip(["route", "add", "unreachable", route.to_string().as_str()])?;
     }
     Ok(())
 }

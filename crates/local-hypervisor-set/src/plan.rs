@@ -98,6 +98,43 @@ pub fn pool_route_conflict(host_nets: &[Ipv4Net]) -> Option<Ipv4Net> {
         .copied()
 }
 
+/// The /24s of the pool holding `addresses` the host reaches through its routes (its name
+/// servers, its gateways): no set takes them, and no `unreachable` route covers them.
+pub fn reserved_in_pool(addresses: &[Ipv4Addr]) -> Vec<Ipv4Net> {
+    let mut out: Vec<Ipv4Net> = addresses
+        .iter()
+        .filter(|a| SUBNET_POOL.contains(*a))
+        .filter_map(|a| Ipv4Net::new(*a, 24).ok().map(|n| n.trunc()))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The pool without `reserved`, in the fewest prefixes: where `unreachable` routes go, so
+/// that an address of the pool no set holds (a destroyed set's) fails on this machine
+/// instead of leaving through the default route.
+pub fn unreachable_routes(reserved: &[Ipv4Net]) -> Vec<Ipv4Net> {
+    fn without(net: Ipv4Net, hole: &Ipv4Net) -> Vec<Ipv4Net> {
+        if hole.contains(&net) {
+            return Vec::new();
+        }
+        if !net.contains(hole) {
+            return vec![net];
+        }
+        // The hole is strictly inside: split in halves and go on in the one that holds it.
+        net.subnets(net.prefix_len() + 1)
+            .map(|halves| halves.flat_map(|h| without(h, hole)).collect())
+            .unwrap_or_default()
+    }
+    let mut routes = vec![SUBNET_POOL];
+    for hole in reserved {
+        routes = routes.into_iter().flat_map(|n| without(n, hole)).collect();
+    }
+    routes.sort();
+    routes
+}
+
 /// Whether two networks share an address.
 pub fn overlaps(a: &Ipv4Net, b: &Ipv4Net) -> bool {
     a.contains(&b.network()) || b.contains(&a.network())
@@ -415,7 +452,7 @@ mod tests {
     }
 
     #[test]
-    fn the_pools_unreachable_route_never_hides_a_wider_host_network() {
+    fn the_pools_unreachable_routes_never_hide_what_the_host_reaches() {
         let net = |s: &str| s.parse::<Ipv4Net>().unwrap();
         // The sets' own networks, others inside the pool and elsewhere: safe.
         assert_eq!(
@@ -431,8 +468,25 @@ mod tests {
             pool_route_conflict(&[net("10.0.0.0/8")]),
             Some(net("10.0.0.0/8"))
         );
-        // The pool itself (our route from before) is no conflict.
         assert_eq!(pool_route_conflict(&[net("10.128.0.0/9")]), None);
+        // A name server inside the pool (these machines have one at 10.255.255.53): its
+        // /24 is reserved, and the routes cover the rest of the pool exactly.
+        let reserved = reserved_in_pool(&[
+            "10.255.255.53".parse().unwrap(),
+            "192.0.2.1".parse().unwrap(),
+        ]);
+        assert_eq!(reserved, [net("10.255.255.0/24")]);
+        let routes = unreachable_routes(&reserved);
+        assert_eq!(routes.len(), 15);
+        let dns: Ipv4Addr = "10.255.255.53".parse().unwrap();
+        assert!(routes.iter().all(|r| !r.contains(&dns)));
+        let covered: u64 = routes.iter().map(|r| 1u64 << (32 - r.prefix_len())).sum();
+        assert_eq!(covered, (1 << 23) - 256);
+        for probe in ["10.128.0.1", "10.211.150.2", "10.255.254.9"] {
+            let a: Ipv4Addr = probe.parse().unwrap();
+            assert!(routes.iter().any(|r| r.contains(&a)), "{probe}");
+        }
+        assert_eq!(unreachable_routes(&[]), [SUBNET_POOL]);
     }
 
     #[test]

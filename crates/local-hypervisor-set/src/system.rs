@@ -38,10 +38,13 @@ pub trait System: Sync {
     fn create_nat_router(&self, nat: &NatState, bridge: &str, subnet: Ipv4Net) -> Result<()>;
     /// A worker's namespace on the router's LAN.
     fn create_worker_network(&self, nat: &NatState, worker: &WorkerState) -> Result<()>;
-    /// Makes every address of `pool` without a more specific route unreachable on the host
-    /// (an `unreachable` route for the pool), so that traffic to a destroyed set's address
-    /// fails here instead of going out through the default route. Idempotent.
-    fn ensure_unreachable(&self, pool: Ipv4Net) -> Result<()>;
+    /// The addresses the host reaches through its routes that matter to it: its name
+    /// servers (/etc/resolv.conf) and its gateways.
+    fn host_reached_addresses(&self) -> Result<Vec<Ipv4Addr>>;
+    /// Makes the host's `unreachable` routes inside the sets' pool exactly `routes` (added,
+    /// and others of the pool removed), so that traffic to a destroyed set's address fails
+    /// here instead of going out through the default route. Idempotent.
+    fn ensure_unreachable(&self, routes: &[Ipv4Net]) -> Result<()>;
     fn delete_netns(&self, name: &str) -> Result<()>;
     fn delete_link(&self, name: &str) -> Result<()>;
     /// Starts a hypervisor's containerd, detached; its PID.
@@ -83,8 +86,12 @@ impl System for RealSystem {
         host::host_links()
     }
 
-    fn ensure_unreachable(&self, pool: Ipv4Net) -> Result<()> {
-        host::ensure_unreachable(pool)
+    fn host_reached_addresses(&self) -> Result<Vec<Ipv4Addr>> {
+        host::host_reached_addresses()
+    }
+
+    fn ensure_unreachable(&self, routes: &[Ipv4Net]) -> Result<()> {
+        host::ensure_unreachable(routes)
     }
 
     fn link_exists(&self, name: &str) -> bool {

@@ -370,7 +370,26 @@ async fn plain_set_lifecycle() {
         .filter(|p| procs::alive(*p))
         .collect();
     assert!(survivors.is_empty(), "{survivors:?}");
-    // A destroyed set's addresses go nowhere: the pool's unreachable route answers at once,
+    // What the host reaches stays reachable: its name servers (one sits inside the sets'
+    // pool on these machines) are routed as before, never into the unreachable routes.
+    for server in std::fs::read_to_string("/etc/resolv.conf")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("nameserver"))
+        .map(str::trim)
+        .filter(|a| a.parse::<std::net::Ipv4Addr>().is_ok())
+    {
+        let route = Command::new("ip")
+            .args(["route", "get", server])
+            .output()
+            .unwrap();
+        let said = format!("{}{}", text(&route.stdout), text(&route.stderr));
+        assert!(
+            !said.starts_with("unreachable") && route.status.success(),
+            "name server {server} made unreachable: {said}"
+        );
+    }
+    // A destroyed set's addresses go nowhere: the pool's unreachable routes answer at once,
     // never the default route.
     let route = Command::new("ip")
         .args(["route", "get", &a.ip.to_string()])

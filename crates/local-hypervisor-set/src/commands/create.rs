@@ -95,10 +95,12 @@ pub fn create_with(
     }
 
     let mut host_nets = sys.host_ipv4_networks()?;
-    // Addresses of the pool no set holds (a destroyed set's, for one) go nowhere: never
-    // out through the default route.
+    // What the host reaches in the pool (a name server there, as on these machines) no set
+    // takes, and stays reachable; any other address of the pool no set holds (a destroyed
+    // set's) goes nowhere: never out through the default route.
+    let reserved = plan::reserved_in_pool(&sys.host_reached_addresses()?);
     match plan::pool_route_conflict(&host_nets) {
-        None => sys.ensure_unreachable(plan::SUBNET_POOL)?,
+        None => sys.ensure_unreachable(&plan::unreachable_routes(&reserved))?,
         Some(wider) => {
             let _ = writeln!(
                 progress,
@@ -109,6 +111,7 @@ pub fn create_with(
             );
         }
     }
+    host_nets.extend(reserved);
     let mut host_links = sys.host_links()?;
     for other in SetState::list_names(paths)? {
         // A set being created or destroyed may not have its bridge (yet, or any more).

@@ -120,8 +120,12 @@ impl System for Fake {
         Ok(())
     }
 
-    fn ensure_unreachable(&self, pool: Ipv4Net) -> Result<()> {
-        self.record(format!("unreachable {pool}"))
+    fn host_reached_addresses(&self) -> Result<Vec<Ipv4Addr>> {
+        Ok(vec![Ipv4Addr::new(10, 255, 255, 53)])
+    }
+
+    fn ensure_unreachable(&self, routes: &[Ipv4Net]) -> Result<()> {
+        self.record(format!("unreachable {} routes", routes.len()))
     }
 
     fn delete_link(&self, name: &str) -> Result<()> {
@@ -254,7 +258,7 @@ fn create_then_destroy_in_order() {
     assert_eq!(
         sys.calls(),
         [
-            "unreachable 10.128.0.0/9".into(),
+            "unreachable 15 routes".into(),
             format!("bridge {bridge} {} {net}", ip(1)),
             format!("network demo-private-1 {bridge}v1@{bridge} {}", ip(2)),
             format!("network demo-public-1 {bridge}v2@{bridge} {}", ip(3)),

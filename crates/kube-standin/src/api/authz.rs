@@ -338,23 +338,38 @@ impl Authorizer {
         let root = registry.root();
         let read = |plural: &'static str| async move {
             let Some(resource) = registry.builtin("rbac.authorization.k8s.io", plural) else {
-                return Vec::new();
+                return Ok(Vec::new());
             };
             storage
                 .list(&resource.prefix(root), &ListOptions::default())
                 .await
                 .map(|l| l.items.into_iter().map(|(_, s)| s.value).collect())
-                .unwrap_or_default()
         };
-        let snapshot = Snapshot {
-            roles: read("roles").await,
-            cluster_roles: read("clusterroles").await,
-            bindings: read("rolebindings").await,
-            cluster_bindings: read("clusterrolebindings").await,
+        let read = async {
+            Ok::<_, crate::api::storage::StorageError>(Snapshot {
+                roles: read("roles").await?,
+                cluster_roles: read("clusterroles").await?,
+                bindings: read("rolebindings").await?,
+                cluster_bindings: read("clusterrolebindings").await?,
+            })
         };
-        *self.cache.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some((Instant::now(), snapshot.clone()));
-        snapshot
+        match read.await {
+            Ok(snapshot) => {
+                *self.cache.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some((Instant::now(), snapshot.clone()));
+                snapshot
+            }
+            // The store does not answer: decide on what was read last, as kube-apiserver's
+            // informer caches do while etcd is away (a health check must not turn into a
+            // refusal because the store is down).
+            Err(_) => self
+                .cache
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_ref()
+                .map(|(_, s)| s.clone())
+                .unwrap_or_default(),
+        }
     }
 
     /// Forgets the cached RBAC objects (after one is written through this server).

@@ -38,6 +38,7 @@
 pub mod bootstrap;
 pub mod certificates;
 pub mod expiry;
+pub mod haproxy;
 pub mod join;
 mod par;
 pub mod plan;

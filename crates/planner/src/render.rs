@@ -1028,23 +1028,8 @@ pub fn egress_selector_config(url: &str, ca: &str, cert: &str, key: &str) -> Str
     )
 }
 
-/// How long a connection to the ingress may take to send its TLS ClientHello.
-pub const INGRESS_HELLO_TIMEOUT: &str = "5s";
-/// Connections one address may hold on the ingress at once: workers behind one NAT share
-/// an address (a kubelet and kube-proxy hold a few each).
-pub const INGRESS_PER_SOURCE: u32 = 1024;
-
-/// The ingress's `maxconn`: what its haproxy's memory limit holds (the versions table's,
-/// `oi_api::versions::container_resources`), at about 48 KiB a connection (two 16 KiB
-/// buffers and state), three quarters of it; at least 1,024.
-pub fn ingress_maxconn() -> u64 {
-    let limit = versions::container_resources("haproxy").map_or(0, |r| r.memory_bytes);
-    (limit * 3 / 4 / (48 * 1024)).max(1024)
-}
-
-/// haproxy in TCP mode in front of the API servers, each health-checked over TLS (verified
-/// against the API server CA) on `GET /readyz`; a refused connection is redispatched to
-/// another API server.
+/// haproxy in TCP mode in front of the API servers ([`crate::haproxy`]), each health-checked
+/// over TLS (verified against the API server CA) on `GET /readyz`.
 /// `disabled`: a backend taken out (its API server about to restart): no new connection
 /// goes to it.
 pub fn haproxy_config(
@@ -1053,66 +1038,22 @@ pub fn haproxy_config(
     backends: &[(String, String, u16)],
     disabled: Option<&str>,
 ) -> String {
-    let mut out = String::new();
-    let maxconn = ingress_maxconn();
-    out.push_str(&format!("global\n  maxconn {maxconn}\n\n"));
-    out.push_str(concat!(
-        "defaults\n",
-        "  mode tcp\n",
-        "  timeout connect 5s\n",
-        // A connection that carries data (a watch, logs, exec) may stay idle this long: the
-        // API server ends watches sooner (--min-request-timeout, 30 to 60 minutes).
-        "  timeout client 1h\n",
-        "  timeout server 1h\n",
-        "  timeout check 5s\n",
-        // A connection a backend refuses (an API server restarting, not yet marked down by
-        // its checks) is retried, each retry on another backend.
-        "  retries 3\n",
-        "  option redispatch 1\n",
-        "\n",
-        "frontend apiserver\n",
-    ));
-    out.push_str(&format!("  bind :::{port} v4v6\n  maxconn {maxconn}\n"));
-    out.push_str(&format!(
-        concat!(
-            // Nobody holds the ingress without speaking TLS: a connection that has not sent
-            // its ClientHello within the delay is closed, one address holds a bounded share.
-            "  stick-table type ipv6 size 100k expire 60s store conn_cur\n",
-            "  tcp-request connection track-sc0 src\n",
-            "  tcp-request connection reject if {{ sc0_conn_cur gt {per_source} }}\n",
-            "  tcp-request inspect-delay {hello}\n",
-            "  tcp-request content accept if {{ req.ssl_hello_type 1 }}\n",
-            "  tcp-request content reject\n",
-        ),
-        hello = INGRESS_HELLO_TIMEOUT,
-        per_source = INGRESS_PER_SOURCE,
-    ));
-    out.push_str(concat!(
-        "  default_backend apiservers\n",
-        "\n",
-        "backend apiservers\n",
-        "  balance leastconn\n",
-        "  option httpchk\n",
-        "  http-check send meth GET uri /readyz\n",
-        "  http-check expect status 200\n",
-    ));
-    // A backend starts up but falls on its first failed check (an API server still starting
-    // when the ingress starts with it): a down one is checked every second, and one in
-    // transition every half second, so it rises within ~1.5 s of being ready, not 10 s.
-    out.push_str(&format!(
-        "  default-server check check-ssl verify required ca-file {ca_file} inter 5s fastinter 500ms downinter 1s fall 3 rise 2\n"
-    ));
-    let mut sorted: Vec<&(String, String, u16)> = backends.iter().collect();
-    sorted.sort();
-    for (name, host, port) in sorted {
-        let off = if disabled == Some(name.as_str()) {
-            " disabled"
-        } else {
-            ""
-        };
-        out.push_str(&format!("  server {name} {host}:{port}{off}\n"));
-    }
-    out
+    crate::haproxy::config(&[crate::haproxy::Frontend {
+        name: "apiserver",
+        backend: "apiservers",
+        port,
+        tls_only: true,
+        check: crate::haproxy::Check::ApiServer {
+            ca_file: Some(ca_file),
+        },
+        servers: backends
+            .iter()
+            .map(|(name, host, port)| crate::haproxy::Server {
+                disabled: disabled == Some(name.as_str()),
+                ..crate::haproxy::Server::new(name, host, *port)
+            })
+            .collect(),
+    }])
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
-//! Rendered configurations run by the real programs: haproxy checks the ingress
-//! configuration, etcd serves mutual TLS with the certificates `prepare` issued. Needs the
-//! `haproxy`, `etcd` and `etcdctl` binaries (skipped loudly without them, failing under
-//! `OI_REQUIRE_REAL=1`).
+//! Rendered configurations run by the real programs: haproxy checks the ingress's and SIP's
+//! load balancers' configurations, etcd serves mutual TLS with the certificates `prepare`
+//! issued. Needs the `haproxy`, `etcd` and `etcdctl` binaries (skipped loudly without them,
+//! failing under `OI_REQUIRE_REAL=1`).
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -108,6 +108,45 @@ fn rendered_haproxy_configuration_is_valid() -> anyhow::Result<()> {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    Ok(())
+}
+
+#[test]
+fn rendered_sip_load_balancer_configurations_are_valid() -> anyhow::Result<()> {
+    if !require(
+        "rendered_sip_load_balancer_configurations_are_valid",
+        "haproxy binary",
+        have_command("haproxy"),
+    ) {
+        return Ok(());
+    }
+    use oi_planner::sip::services::{control_plane_lb_config, worker_lb_config};
+    let backends = [
+        ("host-1".to_string(), "10.0.0.1".to_string()),
+        ("host-2".to_string(), "fd00::2".to_string()),
+    ];
+    let dir = tempfile::tempdir()?;
+    for (name, cfg) in [
+        ("control-plane", control_plane_lb_config(30001, &backends)),
+        (
+            "worker",
+            worker_lb_config(&[30002, 30003, 30004], &backends),
+        ),
+    ] {
+        let path = dir.path().join(format!("{name}.cfg"));
+        std::fs::write(&path, &cfg)?;
+        let out = Command::new("haproxy")
+            .arg("-c")
+            .arg("-f")
+            .arg(&path)
+            .output()?;
+        assert!(
+            out.status.success(),
+            "haproxy -c {name}: {}{}\n{cfg}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     Ok(())
 }
 

@@ -961,43 +961,45 @@ fn haproxy_container(image: String, config: &str, mount: Mount) -> ContainerSpec
     }
 }
 
-const HAPROXY_DEFAULTS: &str = "global\n  maxconn 4096\n\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 10m\n  timeout server 10m\n  timeout check 5s\n  retries 3\n  option redispatch 1\n";
-
-/// The control plane load balancer: haproxy in TCP mode on `port` in front of the control
+/// The control plane load balancer ([`crate::haproxy`]) on `port` in front of the control
 /// plane hosts' API servers (`:6443`), each checked with `GET /readyz` over TLS. The check
 /// does not verify the API server's certificate (the tenant's CA is not ours to know;
 /// upstream SIP does the same): clients verify it end to end through the TCP stream.
 pub fn control_plane_lb_config(port: u16, backends: &[(String, String)]) -> String {
-    let mut out = String::from(HAPROXY_DEFAULTS);
-    let _ = write!(
-        out,
-        "\nfrontend apiserver\n  bind :::{port} v4v6\n  default_backend apiservers\n\n\
-         backend apiservers\n  balance roundrobin\n  option httpchk\n  \
-         http-check send meth GET uri /readyz\n  http-check expect status 200\n  \
-         default-server check check-ssl verify none inter 5s downinter 2s fall 4 rise 2 on-marked-down shutdown-sessions\n"
-    );
-    for (name, ip) in backends {
-        let _ = writeln!(out, "  server {name} {ip}:{APISERVER_PORT}");
-    }
-    out
+    crate::haproxy::config(&[crate::haproxy::Frontend {
+        name: "apiserver",
+        backend: "apiservers",
+        port,
+        tls_only: true,
+        check: crate::haproxy::Check::ApiServer { ca_file: None },
+        servers: backends
+            .iter()
+            .map(|(name, ip)| crate::haproxy::Server::new(name, ip, APISERVER_PORT))
+            .collect(),
+    }])
 }
 
-/// The worker load balancer: every port of the range forwarded to the same port of every
-/// worker host, each checked by connecting.
+/// The worker load balancer ([`crate::haproxy`]): every port of the range forwarded to the
+/// same port of every worker host, each checked by connecting. Not only TLS goes through it
+/// (a tenant's node ports), so no ClientHello is asked for.
 pub fn worker_lb_config(ports: &[u16], backends: &[(String, String)]) -> String {
-    let mut out = String::from(HAPROXY_DEFAULTS);
-    for port in ports {
-        let _ = write!(
-            out,
-            "\nfrontend port-{port}\n  bind :::{port} v4v6\n  default_backend port-{port}\n\n\
-             backend port-{port}\n  balance roundrobin\n  \
-             default-server check inter 5s downinter 2s fall 3 rise 2\n"
-        );
-        for (name, ip) in backends {
-            let _ = writeln!(out, "  server {name} {ip}:{port}");
-        }
-    }
-    out
+    let names: Vec<String> = ports.iter().map(|p| format!("port-{p}")).collect();
+    let frontends: Vec<crate::haproxy::Frontend<'_>> = ports
+        .iter()
+        .zip(&names)
+        .map(|(port, name)| crate::haproxy::Frontend {
+            name,
+            backend: name,
+            port: *port,
+            tls_only: false,
+            check: crate::haproxy::Check::Connect,
+            servers: backends
+                .iter()
+                .map(|(server, ip)| crate::haproxy::Server::new(server, ip, *port))
+                .collect(),
+        })
+        .collect();
+    crate::haproxy::config(&frontends)
 }
 
 /// `authorized_keys`: the SIPCluster's keys (validated as sshd parses them), one per line.

@@ -182,6 +182,19 @@ pub const API_SERVER_REQUESTS: Requests = Requests {
     memory_bytes: 512 * MI,
 };
 
+/// A SIPCluster's load balancer (its haproxy), control plane or worker.
+pub const LOAD_BALANCER_REQUESTS: Requests = INGRESS_REQUESTS;
+/// A SIPCluster's jump host (sshd and the sessions it starts).
+pub const JUMP_HOST_REQUESTS: Requests = Requests {
+    cpu_millis: 50,
+    memory_bytes: 64 * MI,
+};
+/// A SIPCluster's OIDC provider.
+pub const OIDC_PROVIDER_REQUESTS: Requests = Requests {
+    cpu_millis: 50,
+    memory_bytes: 32 * MI,
+};
+
 /// A container's memory limit is this many times what it asks: placement counts the
 /// requests; the limit leaves room for a busy moment while keeping one cluster's runaway
 /// process from taking a hypervisor's memory from the others.
@@ -388,6 +401,32 @@ pub fn supported_versions() -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_each_pod_asks_is_what_its_containers_ask() {
+        let of = |names: &[&str]| {
+            names.iter().fold(Requests::default(), |sum, n| {
+                let r = container_resources(n).unwrap_or_else(|| panic!("{n} has resources"));
+                sum + Requests {
+                    cpu_millis: r.cpu_millis,
+                    memory_bytes: r.memory_bytes / MEMORY_LIMIT_FACTOR,
+                }
+            })
+        };
+        let control_plane = [
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+        ];
+        assert_eq!(of(&control_plane), CONTROL_PLANE_REQUESTS);
+        assert_eq!(of(&["haproxy"]), INGRESS_REQUESTS);
+        assert_eq!(of(&["vpn-endpoint"]), VPN_ENDPOINT_REQUESTS);
+        assert_eq!(of(&["kube-apiserver"]), API_SERVER_REQUESTS);
+        assert_eq!(of(&["haproxy"]), LOAD_BALANCER_REQUESTS);
+        assert_eq!(of(&["sshd"]), JUMP_HOST_REQUESTS);
+        assert_eq!(of(&["oidc-provider"]), OIDC_PROVIDER_REQUESTS);
+    }
 
     #[test]
     fn a_version_step_of_more_than_one_minor_or_back_is_refused_from_the_images() {

@@ -1917,7 +1917,7 @@ fn sip_plans(
     let plans = oi_planner::sip::services::plan_services(
         w,
         &reports,
-        &oi_planner::render::RenderOptions::default(),
+        &oi_planner::PlanOptions::default(),
         NOW,
     );
     (reports, plans)

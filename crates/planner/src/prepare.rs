@@ -37,7 +37,7 @@ use time::{Duration, OffsetDateTime};
 use crate::certificates::{self, Job, Target};
 use crate::par::parallel_map;
 use crate::ports::{PortAllocator, PortOwner, names};
-use crate::schedule::{Candidate, Domain, Room, Spread, ZONE_LABEL, place};
+use crate::schedule::{Candidate, Closed, Domain, Room, Spread, ZONE_LABEL, held, place};
 use crate::verify::{verify_cluster, verify_component, verify_hypervisor};
 use crate::{Error, Result, url_host as host};
 use oi_api::versions::{Requests, requests};
@@ -406,7 +406,7 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &PrepareOpti
                 load: 0,
                 capacity: h.spec.capacity.clone(),
                 used: Requests::default(),
-                cordoned: h.spec.unschedulable || h.spec.drain || lost.is_some(),
+                cordoned: Closed::of(h, lost.is_some()).is_some(),
                 draining: h.spec.drain,
                 lost,
             }
@@ -417,12 +417,15 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &PrepareOpti
         .enumerate()
         .map(|(i, h)| (h.name.clone(), i))
         .collect();
+    // What each already holds: components, and SIPClusters' services.
+    for (name, held) in held(&world) {
+        if let Some(&i) = index.get(&name) {
+            hvs[i].load = held.load;
+            hvs[i].used = held.used;
+        }
+    }
     let mut by_cluster: BTreeMap<ObjectKey, Vec<ObjectKey>> = BTreeMap::new();
     for (key, c) in &world.components {
-        if let Some(&i) = c.spec.hypervisor.as_ref().and_then(|h| index.get(h)) {
-            hvs[i].load += 1;
-            hvs[i].used = hvs[i].used + component_requests(&world, c);
-        }
         by_cluster
             .entry(ObjectKey::new(
                 key.namespace.clone(),
@@ -1721,12 +1724,4 @@ mod tests;
 /// Whether a cluster runs the VPN (its ingress then carries the VPN endpoint).
 fn cluster_vpn(cluster: &Cluster) -> bool {
     cluster.spec.vpn.enabled
-}
-
-/// What a placed component asks of its hypervisor.
-fn component_requests(world: &World, component: &Component) -> Requests {
-    // A cluster not in the world (the manager plans one at a time): count its VPN endpoint
-    // too, so that what is unknown never overcommits.
-    let vpn = world.cluster_of(component).is_none_or(cluster_vpn);
-    requests(component.spec.role, vpn)
 }

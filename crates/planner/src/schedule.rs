@@ -13,12 +13,18 @@
 //! 4. then the least loaded hypervisor (fewest components of any cluster);
 //! 5. then name order.
 //!
-//! A cordoned hypervisor (`spec.unschedulable`) is no candidate. The choice is a pure function
-//! of its inputs. Components already placed never move.
+//! A cordoned hypervisor (`spec.unschedulable`), a drained one and a lost one ([`Closed`])
+//! are no candidates. The choice is a pure function of its inputs. Components already placed
+//! never move.
+//!
+//! SIPClusters' support services ([`crate::sip::services`]) are placed by the same rules,
+//! replicas of one service kind of one SIPCluster standing for a cluster's replicas, and they
+//! count in a hypervisor's load and capacity like components ([`held`]).
 
 use std::collections::BTreeMap;
 
 use oi_api::versions::Requests;
+use oi_api::{Component, Hypervisor, World};
 
 /// Hypervisor label naming its failure domain (the Kubernetes well-known zone label).
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -39,6 +45,93 @@ impl<'a> Domain<'a> {
             _ => Domain::Hypervisor(name),
         }
     }
+}
+
+/// Why nothing new may be placed on a hypervisor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closed {
+    /// Lost for good (removed, or unreachable longer than the grace period): what runs there
+    /// is replaced elsewhere.
+    Lost,
+    /// Drained (`spec.drain`): what runs there moves elsewhere.
+    Drained,
+    /// Cordoned (`spec.unschedulable`): what runs there stays.
+    Cordoned,
+}
+
+impl Closed {
+    /// Whether hypervisor `h`, `lost` or not ([`Hypervisor::lost`]), takes nothing new.
+    pub fn of(h: &Hypervisor, lost: bool) -> Option<Closed> {
+        if lost {
+            Some(Closed::Lost)
+        } else if h.spec.drain {
+            Some(Closed::Drained)
+        } else if h.spec.unschedulable {
+            Some(Closed::Cordoned)
+        } else {
+            None
+        }
+    }
+
+    /// What runs there moves elsewhere: all but a cordon.
+    pub fn moves(self) -> bool {
+        self != Closed::Cordoned
+    }
+
+    /// In a word.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Closed::Lost => "lost",
+            Closed::Drained => "drained",
+            Closed::Cordoned => "cordoned",
+        }
+    }
+}
+
+/// What a hypervisor holds: its load (components of any cluster and services of any
+/// SIPCluster) and what they ask together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Held {
+    pub load: usize,
+    pub used: Requests,
+}
+
+impl Held {
+    /// One more thing asking `need`.
+    pub fn add(&mut self, need: Requests) {
+        self.load += 1;
+        self.used = self.used + need;
+    }
+}
+
+/// What each hypervisor of `world` holds, by name: every placed component, and every
+/// SIPCluster service holding ports there.
+pub fn held(world: &World) -> BTreeMap<String, Held> {
+    let mut out: BTreeMap<String, Held> = BTreeMap::new();
+    for c in world.components.values() {
+        if let Some(h) = c.spec.hypervisor.as_deref() {
+            out.entry(h.to_string())
+                .or_default()
+                .add(component_requests(world, c));
+        }
+    }
+    for h in world.hypervisors.values() {
+        let held = out.entry(h.metadata.name.clone()).or_default();
+        for need in crate::sip::services::held_on(h) {
+            held.add(need);
+        }
+    }
+    out
+}
+
+/// What a placed component asks of its hypervisor.
+pub fn component_requests(world: &World, component: &Component) -> Requests {
+    // A cluster not in the world (the manager plans one at a time): count its VPN endpoint
+    // too, so that what is unknown never overcommits.
+    let vpn = world
+        .cluster_of(component)
+        .is_none_or(|c| c.spec.vpn.enabled);
+    oi_api::versions::requests(component.spec.role, vpn)
 }
 
 /// What the scheduler needs to know about one hypervisor.

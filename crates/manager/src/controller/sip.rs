@@ -210,7 +210,7 @@ async fn run_services<S: Store, C: Connector, N: Network>(
             }
         }
         let before = world.hypervisors.clone();
-        let plans = plan_services(world, reports, &ctx.options.plan.render, now());
+        let plans = plan_services(world, reports, &ctx.options.plan, now());
         write_shares(store, &before, world, &owner).await?;
         // What the planner keeps in the status (an OIDC provider's PKI, the jump hosts'
         // credentials) is written before anything runs (a failed run must not make new

@@ -278,12 +278,8 @@ impl Runner {
         now: time::OffsetDateTime,
     ) -> (DryRun, Vec<String>) {
         let reports = oi_planner::sip::reconcile_sip(&mut world, now);
-        let plans = oi_planner::sip::services::plan_services(
-            &mut world,
-            &reports,
-            &self.plan_options.render,
-            now,
-        );
+        let plans =
+            oi_planner::sip::services::plan_services(&mut world, &reports, &self.plan_options, now);
         let plan = oi_planner::plan(world, now, &self.plan_options);
         let mut dry_run = self.runtime.block_on(async {
             let mut dry_run = oi_engine::dry_run(&plan, &self.connector, self.prune).await;
@@ -328,12 +324,8 @@ impl Runner {
             }
         }
         // Their ports are claimed before the clusters' are placed; they run after.
-        let plans = oi_planner::sip::services::plan_services(
-            &mut world,
-            &reports,
-            &self.plan_options.render,
-            now,
-        );
+        let plans =
+            oi_planner::sip::services::plan_services(&mut world, &reports, &self.plan_options, now);
         let (mut world, executed) = self.run(world, now);
         // A SIPCluster that waited for a cluster's first run (its endpoint, for a jump host's
         // kubeconfig) has it now.
@@ -341,7 +333,7 @@ impl Runner {
             &mut world,
             &reports,
             plans,
-            &self.plan_options.render,
+            &self.plan_options,
             now,
         );
         let services = self.sip_services(&mut world, &reports, &plans, now);

@@ -4,8 +4,10 @@
 //! ```text
 //! SIPCluster spec.services + the hosts it holds (SipReport)
 //!   │ per service entry (loadBalancerControlPlane[i], loadBalancerWorker[i], jumpHost[i]):
-//!   │   the public hypervisor it is on (placed services never move), or the first that
-//!   │   matches its nodeLabels and has every port it asks free and in range
+//!   │   the public hypervisor it is on (it stays unless that one is drained or lost), or
+//!   │   one that matches its nodeLabels, has every port it asks free and in range and room
+//!   │   in its capacity, chosen by the planner's rules (crate::schedule: spread by kind
+//!   │   over hypervisors and zones, then beside its other services, then least loaded)
 //!   │   ─► its ports claimed in that hypervisor's status, owned by `SIPCluster/<name>`
 //!   │   ─► its pod and files rendered
 //!   │ services no longer asked for: ports released, pods and directories to remove
@@ -23,12 +25,14 @@ use std::fmt::Write as _;
 
 use oi_api::runtime::{ContainerSpec, HostFile, Mount, PodSpec};
 use oi_api::sip::{JumpHostService, LoadBalancerService, LoadBalancerWorkerService};
-use oi_api::versions::INFRA;
+use oi_api::versions::{self, INFRA, Requests};
 use oi_api::{Hypervisor, ObjectKey, SipCluster, World};
 
 use super::{HostState, SipReport, jump_host_inventory};
+use crate::PlanOptions;
 use crate::ports::{PortAllocator, PortOwner};
 use crate::render::RenderOptions;
+use crate::schedule::{Closed, Domain, Held, Room, Spread, ZONE_LABEL};
 use crate::url_host;
 
 /// What the `cluster` of a SIPCluster's port owners and file records starts with.
@@ -88,6 +92,32 @@ impl ServiceKind {
             ServiceKind::JumpHost => "jump-host",
             ServiceKind::OidcProvider => "oidc-provider",
         }
+    }
+
+    /// What one service of this kind asks of its hypervisor (counted against its capacity
+    /// like a component's requests).
+    pub fn requests(self) -> Requests {
+        match self {
+            ServiceKind::LoadBalancerControlPlane | ServiceKind::LoadBalancerWorker => {
+                versions::LOAD_BALANCER_REQUESTS
+            }
+            ServiceKind::JumpHost => versions::JUMP_HOST_REQUESTS,
+            ServiceKind::OidcProvider => versions::OIDC_PROVIDER_REQUESTS,
+        }
+    }
+
+    /// The kind of the service named `name` (`<short>-<index>`).
+    pub fn of_service(name: &str) -> Option<ServiceKind> {
+        let (short, index) = name.rsplit_once('-')?;
+        index.parse::<usize>().ok()?;
+        [
+            ServiceKind::LoadBalancerControlPlane,
+            ServiceKind::LoadBalancerWorker,
+            ServiceKind::JumpHost,
+            ServiceKind::OidcProvider,
+        ]
+        .into_iter()
+        .find(|k| k.short() == short)
     }
 
     /// In words.
@@ -209,7 +239,7 @@ pub fn state_dir(key: &ObjectKey, service: &str) -> String {
 pub fn plan_services(
     world: &mut World,
     reports: &[SipReport],
-    options: &RenderOptions,
+    options: &PlanOptions,
     now: time::OffsetDateTime,
 ) -> Vec<SipServices> {
     let planned: Vec<&SipReport> = reports
@@ -219,6 +249,31 @@ pub fn plan_services(
     planned
         .into_iter()
         .map(|r| plan_one(world, r, options, now))
+        .collect()
+}
+
+/// What the SIPClusters' services holding ports on hypervisor `h` ask, one entry per
+/// service (a service of an unknown kind counts as the largest, so that what is unknown never
+/// overcommits).
+pub fn held_on(h: &Hypervisor) -> Vec<Requests> {
+    let services: BTreeSet<(&str, &str, &str)> = h
+        .status
+        .allocated_ports
+        .iter()
+        .filter(|a| a.cluster.starts_with(OWNER_PREFIX))
+        .map(|a| {
+            (
+                a.cluster_namespace.as_str(),
+                a.cluster.as_str(),
+                service_of(&a.component),
+            )
+        })
+        .collect();
+    services
+        .into_iter()
+        .map(|(_, _, s)| {
+            ServiceKind::of_service(s).map_or(versions::JUMP_HOST_REQUESTS, ServiceKind::requests)
+        })
         .collect()
 }
 
@@ -241,7 +296,7 @@ pub fn replan_waiting(
     world: &mut World,
     reports: &[SipReport],
     plans: Vec<SipServices>,
-    options: &RenderOptions,
+    options: &PlanOptions,
     now: time::OffsetDateTime,
 ) -> Vec<SipServices> {
     let waiting: Vec<SipReport> = reports
@@ -335,7 +390,7 @@ pub fn service_of(component: &str) -> &str {
 fn plan_one(
     world: &mut World,
     report: &SipReport,
-    options: &RenderOptions,
+    options: &PlanOptions,
     now: time::OffsetDateTime,
 ) -> SipServices {
     let key = &report.key;
@@ -345,14 +400,27 @@ fn plan_one(
         deleted: report.deleted,
         ..SipServices::default()
     };
-    let mut allocators: BTreeMap<String, PortAllocator> = world
-        .hypervisors
-        .values()
-        .map(|h| (h.metadata.name.clone(), PortAllocator::from_hypervisor(h)))
-        .collect();
+    let mut placing = Placing {
+        allocators: world
+            .hypervisors
+            .values()
+            .map(|h| (h.metadata.name.clone(), PortAllocator::from_hypervisor(h)))
+            .collect(),
+        held: crate::schedule::held(world),
+        lost: world
+            .hypervisors
+            .values()
+            .filter(|h| {
+                h.lost(now, options.prepare.replace_unreachable_after)
+                    .is_some()
+            })
+            .map(|h| h.metadata.name.clone())
+            .collect(),
+    };
+    let allocators = &mut placing.allocators;
     // Where each service of it is now: the hypervisor holding its ports.
     let mut placed: BTreeMap<String, String> = BTreeMap::new();
-    for (h, ports) in &allocators {
+    for (h, ports) in allocators.iter() {
         for (o, _) in ports.cluster_owners(&key.namespace, &owner_name) {
             out.hypervisors.insert(h.clone());
             placed
@@ -375,7 +443,7 @@ fn plan_one(
     // Services no longer asked for let their ports go. A deleted SIPCluster's stay held
     // until its pods are gone ([`record_services`] releases them then): a sweep that fails
     // must still know where to look next time.
-    for (h, ports) in &mut allocators {
+    for (h, ports) in allocators.iter_mut() {
         for (o, _) in ports.cluster_owners(&key.namespace, &owner_name) {
             let service = service_of(&o.component).to_string();
             if !wanted_names.contains(service.as_str()) {
@@ -398,7 +466,7 @@ fn plan_one(
     for w in &wanted {
         match place(
             world,
-            &mut allocators,
+            &mut placing,
             key,
             &owner_name,
             w,
@@ -450,7 +518,7 @@ fn plan_one(
         }
     }
     let Some(sip) = world.sip_clusters.get(key).cloned() else {
-        write_back(world, &allocators);
+        write_back(world, &placing.allocators);
         return out;
     };
     let mut services = Vec::new();
@@ -458,7 +526,7 @@ fn plan_one(
         let Some(hypervisor) = world.hypervisors.get(&ObjectKey::cluster_scoped(h.clone())) else {
             continue;
         };
-        let rendered = render(world, report, &sip, hypervisor, w, options);
+        let rendered = render(world, report, &sip, hypervisor, w, &options.render);
         match rendered {
             Ok(s) => services.push(s),
             Err(e) => {
@@ -467,7 +535,7 @@ fn plan_one(
             }
         }
     }
-    write_back(world, &allocators);
+    write_back(world, &placing.allocators);
     for s in &services {
         out.hypervisors.insert(s.hypervisor.clone());
     }
@@ -622,36 +690,43 @@ fn single_port(
     })
 }
 
+/// What placing one SIPCluster's services works with: every hypervisor's ports, what each
+/// holds (components and services, [`crate::schedule::held`]), and those lost for good.
+struct Placing {
+    allocators: BTreeMap<String, PortAllocator>,
+    held: BTreeMap<String, Held>,
+    lost: BTreeSet<String>,
+}
+
 /// Why hypervisor `h` cannot take service `w`, or `None` when it can. `placed`: `w` is on
-/// `h` already; a cordon keeps new services off a hypervisor and leaves those on it (as it
-/// does a cluster's components), a drain moves them.
+/// `h` already; by the planner's rules ([`Closed`]) a cordon keeps new services off a
+/// hypervisor and leaves those on it (as it does a cluster's components), a drain or a loss
+/// moves them; a new service must fit in what the hypervisor's declared capacity has left.
 fn unfit(
     h: &Hypervisor,
-    ports: &PortAllocator,
+    placing: &Placing,
     namespace: &str,
     owner_name: &str,
     w: &Wanted,
     placed: bool,
 ) -> Option<String> {
+    let name = h.metadata.name.as_str();
     if !h.spec.public {
         return Some("not public".into());
     }
-    if h.metadata.is_being_deleted() {
-        return Some("removed".into());
-    }
-    if h.spec.drain {
-        return Some("drained".into());
-    }
-    if h.spec.unschedulable && !placed {
-        return Some("cordoned".into());
+    if let Some(closed) = Closed::of(h, placing.lost.contains(name))
+        && (closed.moves() || !placed)
+    {
+        return Some(closed.describe().into());
     }
     for (k, v) in &w.node_labels {
         if h.metadata.labels.get(k) != Some(v) {
             return Some(format!("no label {k}={v}"));
         }
     }
-    for (name, port, field) in &w.ports {
-        let owner = PortOwner::new(namespace, owner_name, &w.name, name);
+    let ports = placing.allocators.get(name)?;
+    for (port_name, port, field) in &w.ports {
+        let owner = PortOwner::new(namespace, owner_name, &w.name, port_name);
         match ports.owner_of(*port) {
             Some(o) if *o == owner => {}
             Some(o) => {
@@ -671,13 +746,24 @@ fn unfit(
             None => {}
         }
     }
+    if !placed {
+        let held = placing.held.get(name).copied().unwrap_or_default();
+        let room = Room::of(h.spec.capacity.as_ref(), held.load, held.used);
+        if let Some(short) = room.shortage(w.kind.requests()) {
+            return Some(format!("capacity: {short}"));
+        }
+    }
     None
 }
 
-/// Chooses the hypervisor of `w` and claims its ports there.
+/// Chooses the hypervisor of `w` and claims its ports there, by the planner's rules
+/// ([`crate::schedule`]): a placed service stays while its hypervisor can hold it; a new one
+/// goes where fewest services of its kind of this SIPCluster are, then to the failure domain
+/// with fewest of them, then beside the SIPCluster's other services (one address for the
+/// tenant), then to the least loaded hypervisor, then by name.
 fn place(
     world: &World,
-    allocators: &mut BTreeMap<String, PortAllocator>,
+    placing: &mut Placing,
     key: &ObjectKey,
     owner_name: &str,
     w: &Wanted,
@@ -686,7 +772,21 @@ fn place(
 ) -> Result<String, String> {
     let ns = key.namespace.as_str();
     let get = |name: &str| world.hypervisors.get(&ObjectKey::cluster_scoped(name));
-    // A placed service stays where it is while that hypervisor can hold it.
+    fn domain(h: &Hypervisor) -> Domain<'_> {
+        Domain::of(
+            h.metadata.name.as_str(),
+            h.metadata.labels.get(ZONE_LABEL).map(String::as_str),
+        )
+    }
+    let mut spread = Spread::default();
+    for (name, other) in chosen {
+        if other.kind == w.kind
+            && let Some(h) = get(name)
+        {
+            spread.add(h.metadata.name.as_str(), domain(h));
+        }
+    }
+    let beside = |h: &Hypervisor| chosen.iter().any(|(n, _)| *n == h.metadata.name);
     let mut order: Vec<&Hypervisor> = Vec::new();
     if let Some(h) = placed.and_then(|p| get(p)) {
         order.push(h);
@@ -696,13 +796,15 @@ fn place(
         .values()
         .filter(|h| Some(&h.metadata.name) != placed)
         .collect();
-    // Beside its SIPCluster's other services first (one address for the tenant), then the
-    // least loaded, then by name.
-    let beside = |h: &Hypervisor| chosen.iter().any(|(n, _)| *n == h.metadata.name);
     rest.sort_by_key(|h| {
         (
+            spread.on_hypervisor(&h.metadata.name),
+            spread.in_domain(&domain(h)),
             !beside(h),
-            h.status.allocated_ports.len(),
+            placing
+                .held
+                .get(&h.metadata.name)
+                .map_or(0, |held| held.load),
             h.metadata.name.clone(),
         )
     });
@@ -710,11 +812,11 @@ fn place(
     let mut why = Vec::new();
     for h in order {
         let name = h.metadata.name.clone();
-        let Some(ports) = allocators.get(&name) else {
+        if !placing.allocators.contains_key(&name) {
             continue;
-        };
+        }
         let here = placed.is_some_and(|p| *p == name);
-        if let Some(reason) = unfit(h, ports, ns, owner_name, w, here) {
+        if let Some(reason) = unfit(h, placing, ns, owner_name, w, here) {
             if h.spec.public {
                 why.push(format!("{name}: {reason}"));
             }
@@ -727,14 +829,14 @@ fn place(
             .iter()
             .map(|(n, _, _)| PortOwner::new(ns, owner_name, &w.name, n))
             .collect();
-        for (other, a) in allocators.iter_mut() {
+        for (other, a) in placing.allocators.iter_mut() {
             for (o, _) in a.cluster_owners(ns, owner_name) {
                 if service_of(&o.component) == w.name && (other != &name || !keep.contains(&o)) {
                     a.release(&o);
                 }
             }
         }
-        let Some(ports) = allocators.get_mut(&name) else {
+        let Some(ports) = placing.allocators.get_mut(&name) else {
             continue;
         };
         for (n, port, field) in &w.ports {
@@ -746,6 +848,13 @@ fn place(
             if !ports.claim(&owner, *port) {
                 return Err(format!("{field}: port {port} cannot be held on {name}"));
             }
+        }
+        if !here {
+            placing
+                .held
+                .entry(name.clone())
+                .or_default()
+                .add(w.kind.requests());
         }
         return Ok(name);
     }

@@ -35,9 +35,12 @@ fn world(services: &str, hypervisors: &[String]) -> World {
     load(&refs)
 }
 
-fn options() -> RenderOptions {
-    RenderOptions {
-        image_repository: Some("localhost/oneinfra".into()),
+fn options() -> PlanOptions {
+    PlanOptions {
+        render: RenderOptions {
+            image_repository: Some("localhost/oneinfra".into()),
+        },
+        ..PlanOptions::default()
     }
 }
 
@@ -999,4 +1002,161 @@ fn an_unschedulable_sip_cluster_keeps_its_services_which_a_drain_moves() {
     let (_, plans) = plan(&mut fresh);
     assert!(plans.is_empty(), "{plans:?}");
     assert!(ports_of(&fresh, "public-1").is_empty());
+}
+
+#[test]
+fn services_are_placed_by_the_planners_rules_capacity_zones_and_loss() {
+    // Capacity: a hypervisor with room for one more component takes one service, and the
+    // next goes elsewhere; with no room anywhere the error gives the numbers.
+    let tight = |name: &str, ip: &str, components: u32| {
+        hypervisor(name, true, ip, (30000, 30100)).replace(
+            "public: true",
+            &format!("public: true, capacity: {{components: {components}}}"),
+        )
+    };
+    let mut w = world(
+        ALL,
+        &[
+            tight("public-a", "10.1.0.2", 1),
+            tight("public-b", "10.1.0.3", 2),
+        ],
+    );
+    let (_, plans) = plan(&mut w);
+    assert_eq!(plans[0].error, None);
+    let on = |p: &SipServices| -> Vec<(String, String)> {
+        p.services
+            .iter()
+            .map(|s| (s.name.clone(), s.hypervisor.clone()))
+            .collect()
+    };
+    let placed = on(&plans[0]);
+    for h in ["public-a", "public-b"] {
+        let here = placed.iter().filter(|(_, on)| on == h).count();
+        let room = if h == "public-a" { 1 } else { 2 };
+        assert_eq!(here, room, "{h} holds what its capacity allows: {placed:?}");
+    }
+    let mut full = world(
+        ALL,
+        &[
+            tight("public-a", "10.1.0.2", 1),
+            tight("public-b", "10.1.0.3", 1),
+        ],
+    );
+    let (_, plans) = plan(&mut full);
+    let e = plans[0].error.as_deref().unwrap_or_default();
+    assert!(
+        e.contains("public-a: capacity: no room for another component")
+            && e.contains("public-b: capacity: no room for another component"),
+        "{e}"
+    );
+    assert!(ports_of(&full, "public-a").is_empty(), "nothing claimed");
+    assert!(ports_of(&full, "public-b").is_empty(), "nothing claimed");
+
+    // Zones: two control plane load balancers of one SIPCluster go to distinct failure
+    // domains even when another hypervisor of the first's zone is emptier.
+    let two_lbs = "{loadBalancerControlPlane: [{image: haproxy, nodePort: 30001, nodeInterfaceId: oam-ipv4}, {image: haproxy, nodePort: 30005, nodeInterfaceId: oam-ipv4}]}";
+    let zoned = |name: &str, ip: &str, zone: &str| {
+        hypervisor(name, true, ip, (30000, 30100)).replace(
+            "labels: {site: a}",
+            &format!("labels: {{site: a, topology.kubernetes.io/zone: {zone}}}"),
+        )
+    };
+    let mut w = world(
+        two_lbs,
+        &[
+            zoned("a-1", "10.1.0.2", "za"),
+            zoned("a-2", "10.1.0.3", "za"),
+            zoned("b-1", "10.1.0.4", "zb"),
+        ],
+    );
+    let (_, plans) = plan(&mut w);
+    assert_eq!(plans[0].error, None);
+    assert_eq!(
+        on(&plans[0]),
+        [
+            ("lb-control-plane-0".to_string(), "a-1".to_string()),
+            ("lb-control-plane-1".to_string(), "b-1".to_string()),
+        ]
+    );
+
+    // Loss: a hypervisor unreachable longer than the grace period the manager allows
+    // (`--replace-unreachable-after`) loses its services to another, as a cluster's
+    // replicas are; without a grace period they stay.
+    let mut w = world(
+        ALL,
+        &[
+            hypervisor("public-1", true, "10.1.0.2", (30000, 30100)),
+            hypervisor("public-2", true, "10.1.0.3", (30000, 30100)),
+        ],
+    );
+    let (_, plans) = plan(&mut w);
+    assert!(plans[0].services.iter().all(|s| s.hypervisor == "public-1"));
+    let h1 = w
+        .hypervisors
+        .get_mut(&ObjectKey::cluster_scoped("public-1"))
+        .unwrap();
+    h1.status.conditions.push(oi_api::common::Condition {
+        type_: oi_api::common::condition_types::REACHABLE.into(),
+        status: oi_api::common::ConditionStatus::False,
+        reason: "Unreachable".into(),
+        message: "connection refused".into(),
+        last_set_time: Some(NOW - time::Duration::minutes(10)),
+        last_transition_time: Some(NOW - time::Duration::minutes(10)),
+    });
+    let reports = reconcile_sip(&mut w, NOW);
+    let stays = plan_services(&mut w.clone(), &reports, &options(), NOW);
+    assert!(stays[0].services.iter().all(|s| s.hypervisor == "public-1"));
+    let graceful = PlanOptions {
+        prepare: crate::prepare::PrepareOptions {
+            replace_unreachable_after: Some(time::Duration::minutes(5)),
+            ..crate::prepare::PrepareOptions::default()
+        },
+        ..options()
+    };
+    let moved = plan_services(&mut w, &reports, &graceful, NOW);
+    assert_eq!(moved[0].error, None);
+    assert!(
+        moved[0].services.iter().all(|s| s.hypervisor == "public-2"),
+        "{:?}",
+        on(&moved[0])
+    );
+    assert!(ports_of(&w, "public-1").is_empty());
+}
+
+#[test]
+fn a_clusters_placement_counts_the_services_a_hypervisor_holds() {
+    // public-1 (room for 3) runs the SIPCluster's three services; a cluster's ingress
+    // then goes to public-2, though public-1 comes first by name.
+    let capped = hypervisor("public-1", true, "10.1.0.2", (30000, 30100))
+        .replace("public: true", "public: true, capacity: {components: 3}");
+    let mut w = world(
+        ALL,
+        &[
+            capped,
+            hypervisor("public-2", true, "10.1.0.3", (30000, 30100)),
+            hypervisor("private-1", false, "10.1.0.4", (30000, 30100)),
+        ],
+    );
+    let (_, plans) = plan(&mut w);
+    assert!(plans[0].services.iter().all(|s| s.hypervisor == "public-1"));
+    let held = crate::schedule::held(&w);
+    assert_eq!(held["public-1"].load, 3);
+    assert_eq!(
+        held["public-1"].used,
+        versions::LOAD_BALANCER_REQUESTS
+            + versions::LOAD_BALANCER_REQUESTS
+            + versions::JUMP_HOST_REQUESTS
+    );
+    let c = oi_api::Cluster::new(
+        oi_api::ObjectMeta::namespaced(NS, "c1"),
+        oi_api::ClusterSpec {
+            control_plane_replicas: Some(1),
+            ..oi_api::ClusterSpec::default()
+        },
+    );
+    w.clusters.insert(oi_api::Resource::key(&c), c);
+    let prepared = crate::prepare(w, NOW);
+    assert!(prepared.failures.is_empty(), "{:?}", prepared.failures);
+    let ingress = &prepared.world.components[&ObjectKey::new(NS, "c1-ingress")];
+    assert_eq!(ingress.spec.hypervisor.as_deref(), Some("public-2"));
 }

@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use oi_api::sip::SIP_FINALIZER;
 use oi_api::{
-    BareMetalHost, Cluster, Hypervisor, Kind, ObjectKey, Resource, Secret, SipCluster, World,
+    BareMetalHost, Cluster, Component, Hypervisor, Kind, ObjectKey, Resource, Secret, SipCluster,
+    World,
 };
 use oi_engine::{Connector, Network};
 
@@ -185,6 +186,10 @@ async fn run_services<S: Store, C: Connector, N: Network>(
         let _lock = ctx.write_lock.lock().await;
         for h in store.list::<Hypervisor>(None).await? {
             world.hypervisors.insert(h.key(), h);
+        }
+        // What the hypervisors hold counts against their capacity: every placed component.
+        for c in store.list::<Component>(None).await? {
+            world.components.insert(c.key(), c);
         }
         // The Secrets the services read: the jump hosts' node keys, the OIDC providers' users.
         let services = &sip.spec.services;

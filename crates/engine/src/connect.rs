@@ -84,6 +84,23 @@ impl Connector for CriConnector {
 /// The runtime of each hypervisor a run talks to, or why it could not be reached.
 pub(crate) type Runtimes<R> = BTreeMap<String, Result<Arc<R>, Arc<ConnectError>>>;
 
+/// The runtime of `hypervisor` among `runtimes`, or why it cannot be had.
+pub(crate) fn runtime<'r, R>(
+    runtimes: &'r Runtimes<R>,
+    hypervisor: &str,
+) -> crate::error::Step<&'r Arc<R>> {
+    match runtimes.get(hypervisor) {
+        Some(Ok(rt)) => Ok(rt),
+        Some(Err(e)) => Err(crate::error::StepError::Unreachable {
+            hypervisor: hypervisor.to_string(),
+            source: Arc::clone(e),
+        }),
+        None => Err(crate::error::StepError::UnknownHypervisor {
+            hypervisor: hypervisor.to_string(),
+        }),
+    }
+}
+
 /// Connects to the hypervisors named (those of `world` that exist), concurrently.
 pub(crate) async fn connect_all<C: Connector>(
     world: &World,

@@ -150,6 +150,22 @@ pub enum StepError {
     /// Tearing a cluster down failed.
     #[error(transparent)]
     Teardown(Box<StepError>),
+    /// A call to a hypervisor's runtime for a SIPCluster's service (`what` it was doing)
+    /// failed.
+    #[error("{what}: {source}")]
+    Service {
+        what: String,
+        #[source]
+        source: Box<oi_cri::Error>,
+    },
+    /// A SIPCluster's service's pod does not run: its containers exited, or did not all run
+    /// by the deadline (each with why).
+    #[error("pod {pod} on {hypervisor}: {}", .why.join(", "))]
+    ServiceNotRunning {
+        pod: String,
+        hypervisor: String,
+        why: Vec<String>,
+    },
     /// What the cluster must hold inside could not be planned or written through its API
     /// (`endpoint`), and `object` names what (empty when nothing was tried).
     #[error("inside the cluster ({endpoint}): {object}{}{reason}", if .object.is_empty() { "" } else { ": " })]
@@ -167,7 +183,8 @@ impl StepError {
             StepError::Unreachable { .. } | StepError::UnknownHypervisor { .. } => {
                 Reason::HypervisorUnreachable
             }
-            StepError::Runtime(_) => Reason::RuntimeError,
+            StepError::Runtime(_) | StepError::Service { .. } => Reason::RuntimeError,
+            StepError::ServiceNotRunning { .. } => Reason::ServiceNotRunning,
             StepError::EtcdIdentity { .. }
             | StepError::EtcdUnanswered { .. }
             | StepError::EtcdRemove(_)
@@ -189,6 +206,13 @@ impl StepError {
             StepError::Teardown(_) => Reason::DeleteFailed,
             StepError::ClusterBootstrap { .. } => Reason::ClusterBootstrapFailed,
         }
+    }
+}
+
+impl StepError {
+    /// The failure as a record carries it: the reason and the message.
+    pub fn failure(&self) -> oi_planner::record::Failure {
+        oi_planner::record::Failure::new(self.reason(), self.to_string())
     }
 }
 

@@ -238,16 +238,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
 
     /// The runtime of a hypervisor, or why it cannot be had.
     fn runtime(&self, hypervisor: &str) -> Step<&Arc<R>> {
-        match self.runtimes.get(hypervisor) {
-            Some(Ok(rt)) => Ok(rt),
-            Some(Err(e)) => Err(StepError::Unreachable {
-                hypervisor: hypervisor.to_string(),
-                source: Arc::clone(e),
-            }),
-            None => Err(StepError::UnknownHypervisor {
-                hypervisor: hypervisor.to_string(),
-            }),
-        }
+        connect::runtime(self.runtimes, hypervisor)
     }
 
     /// Whether the deadline passed.

@@ -13,7 +13,8 @@ use oi_planner::sip::services::{
     ServicePlan, ServiceResult, SipServices, SipServicesResult, labels,
 };
 
-use crate::connect::{Runtimes, connect_all};
+use crate::connect::{Runtimes, connect_all, runtime};
+use crate::error::{Step, StepError};
 use crate::{Connector, Event, ExecuteOptions};
 
 /// Runs every plan of `plans` in order (see the module documentation). Never fails as a
@@ -71,11 +72,12 @@ fn emit(
     });
 }
 
-fn runtime<'r, R>(runtimes: &'r Runtimes<R>, hypervisor: &str) -> Result<&'r R, String> {
-    match runtimes.get(hypervisor) {
-        Some(Ok(rt)) => Ok(rt),
-        Some(Err(e)) => Err(format!("hypervisor {hypervisor} cannot be reached: {e}")),
-        None => Err(format!("hypervisor {hypervisor} does not exist")),
+/// A failed runtime call made while doing `what`.
+fn service_step(what: impl Into<String>) -> impl FnOnce(oi_cri::Error) -> StepError {
+    let what = what.into();
+    move |source| StepError::Service {
+        what,
+        source: Box::new(source),
     }
 }
 
@@ -121,12 +123,16 @@ async fn run_one<R: HypervisorRuntime>(
         if removed.contains(h.as_str())
             && let Err(e) = runtime(runtimes, h)
         {
+            let why = match &e {
+                StepError::Unreachable { source, .. } => source.to_string(),
+                other => other.to_string(),
+            };
             emit(
                 progress,
                 key,
                 h,
                 None,
-                format!("left what ran on removed hypervisor {h}, which does not answer: {e}"),
+                format!("left what ran on removed hypervisor {h}, which does not answer: {why}"),
             );
             continue;
         }
@@ -135,9 +141,11 @@ async fn run_one<R: HypervisorRuntime>(
             let pods = rt
                 .list_pods(&selector(key, None))
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(service_step(format!("listing its pods on {h}")))?;
             for pod in pods.iter().filter(|p| !wanted.contains(p.name.as_str())) {
-                rt.remove_pod(&pod.id).await.map_err(|e| e.to_string())?;
+                rt.remove_pod(&pod.id)
+                    .await
+                    .map_err(service_step(format!("removing pod {} on {h}", pod.name)))?;
                 emit(
                     progress,
                     key,
@@ -149,7 +157,9 @@ async fn run_one<R: HypervisorRuntime>(
             if let Some(dirs) = plan.leaving.get(h) {
                 rt.remove_host_paths(dirs)
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(service_step(format!(
+                        "removing the directories of services that left {h}"
+                    )))?;
                 emit(
                     progress,
                     key,
@@ -158,15 +168,20 @@ async fn run_one<R: HypervisorRuntime>(
                     "removed the directories of services that left".into(),
                 );
             }
-            Ok::<(), String>(())
+            Ok::<(), StepError>(())
         }
         .await;
         if let Err(e) = swept {
             sweep_errors.push(e);
         }
     }
-    if !sweep_errors.is_empty() {
-        result.sweep_error = Some(sweep_errors.join("; "));
+    // The first failure's reason; every failure's message.
+    if let Some(first) = sweep_errors.first() {
+        let messages: Vec<String> = sweep_errors.iter().map(ToString::to_string).collect();
+        result.sweep_error = Some(oi_planner::record::Failure::new(
+            first.reason(),
+            messages.join("; "),
+        ));
     }
     for s in &plan.services {
         result
@@ -187,28 +202,36 @@ async fn run_service<R: HypervisorRuntime>(
     let mut out = ServiceResult {
         name: s.name.clone(),
         hypervisor: s.hypervisor.clone(),
-        running: false,
-        message: String::new(),
+        failure: None,
         hashes: None,
     };
-    let rt = match runtime(runtimes, &s.hypervisor) {
-        Ok(rt) => rt,
-        Err(e) => {
-            out.message = e;
-            return out;
-        }
-    };
+    if let Err(e) = run_service_steps(key, s, runtimes, options, deadline, progress, &mut out).await
+    {
+        out.failure = Some(e.failure());
+    }
+    out
+}
+
+/// The steps of [`run_service`]: the file hashes placed go into `out` as soon as they are.
+async fn run_service_steps<R: HypervisorRuntime>(
+    key: &oi_api::ObjectKey,
+    s: &ServicePlan,
+    runtimes: &Runtimes<R>,
+    options: &ExecuteOptions,
+    deadline: Instant,
+    progress: &(dyn Fn(&Event) + Sync),
+    out: &mut ServiceResult,
+) -> Step {
+    let rt = runtime(runtimes, &s.hypervisor)?;
     let h = s.hypervisor.as_str();
     let changed = oi_cri::requests::file_writes(&s.files, &s.known_files)
         .0
         .len();
-    match rt.write_files(&s.files, &s.known_files).await {
-        Ok(hashes) => out.hashes = Some(hashes),
-        Err(e) => {
-            out.message = format!("writing its files: {e}");
-            return out;
-        }
-    }
+    out.hashes = Some(
+        rt.write_files(&s.files, &s.known_files)
+            .await
+            .map_err(service_step("writing its files"))?,
+    );
     if changed > 0 {
         emit(
             progress,
@@ -218,13 +241,10 @@ async fn run_service<R: HypervisorRuntime>(
             format!("wrote {changed} files"),
         );
     }
-    let mut outcome = match rt.ensure_pod(&s.pod).await {
-        Ok(o) => o,
-        Err(e) => {
-            out.message = format!("pod {}: {e}", s.pod.name);
-            return out;
-        }
-    };
+    let mut outcome = rt
+        .ensure_pod(&s.pod)
+        .await
+        .map_err(service_step(format!("pod {}", s.pod.name)))?;
     if outcome == Outcome::Unchanged && changed > 0 {
         // It reads its files when it starts: a changed file restarts it.
         let restarted = async {
@@ -234,22 +254,16 @@ async fn run_service<R: HypervisorRuntime>(
             rt.ensure_pod(&s.pod).await
         }
         .await;
-        match restarted {
-            Ok(_) => outcome = Outcome::Replaced,
-            Err(e) => {
-                out.message = format!("restarting pod {}: {e}", s.pod.name);
-                return out;
-            }
-        }
+        restarted.map_err(service_step(format!("restarting pod {}", s.pod.name)))?;
+        outcome = Outcome::Replaced;
     }
     // Files it no longer has (a node key taken out of the Secret): gone, now that the pod
     // runs as rendered.
     let stale = &s.stale_files;
     if !stale.is_empty() {
-        if let Err(e) = rt.remove_host_paths(stale).await {
-            out.message = format!("removing files it no longer has: {e}");
-            return out;
-        }
+        rt.remove_host_paths(stale)
+            .await
+            .map_err(service_step("removing files it no longer has"))?;
         if let Some(hashes) = &mut out.hashes {
             hashes.retain(|path, _| !stale.contains(path));
         }
@@ -282,16 +296,13 @@ async fn run_service<R: HypervisorRuntime>(
     // its configuration exits right after it starts).
     let mut seen_running = false;
     loop {
-        let state = match rt.list_pods(&selector(key, Some(&s.name))).await {
-            Ok(pods) => pods
-                .into_iter()
-                .find(|p| p.name == s.pod.name)
-                .map(|p| p.containers),
-            Err(e) => {
-                out.message = format!("pod {}: {e}", s.pod.name);
-                return out;
-            }
-        };
+        let state = rt
+            .list_pods(&selector(key, Some(&s.name)))
+            .await
+            .map_err(service_step(format!("pod {}", s.pod.name)))?
+            .into_iter()
+            .find(|p| p.name == s.pod.name)
+            .map(|p| p.containers);
         let not_running: Vec<String> = match &state {
             None => vec!["the pod is gone".into()],
             Some(cs) if cs.is_empty() => vec!["no container".into()],
@@ -306,8 +317,7 @@ async fn run_service<R: HypervisorRuntime>(
         };
         if not_running.is_empty() {
             if seen_running {
-                out.running = true;
-                return out;
+                return Ok(());
             }
             seen_running = true;
             tokio::time::sleep(options.poll_interval).await;
@@ -319,8 +329,11 @@ async fn run_service<R: HypervisorRuntime>(
             .flatten()
             .any(|c| c.state == ContainerState::Exited);
         if exited || Instant::now() >= deadline {
-            out.message = format!("pod {} on {h}: {}", s.pod.name, not_running.join(", "));
-            return out;
+            return Err(StepError::ServiceNotRunning {
+                pod: s.pod.name.clone(),
+                hypervisor: h.to_string(),
+                why: not_running,
+            });
         }
         tokio::time::sleep(options.poll_interval).await;
     }

@@ -2019,6 +2019,61 @@ async fn a_dry_run_lists_what_running_sip_services_would_do_without_mutating() {
 }
 
 #[tokio::test]
+async fn sip_services_fail_with_the_reasons_clusters_fail_with() {
+    use oi_planner::record::Reason;
+    let h = Harness::new();
+    let mut w = with_sip_cluster(world(1, &[]), 30010);
+    let (reports, plans) = sip_plans(&mut w);
+    let run = |w: World, plans: Vec<oi_planner::sip::services::SipServices>| {
+        let h = &h;
+        async move {
+            crate::sip::execute_services(&w, &plans, &options(), &h.connector, &|_: &Event| {})
+                .await
+        }
+    };
+    // Its sshd exits at once: the service does not run, in its own words.
+    let rt = &h.connector.runtimes["public-1"];
+    rt.exit_on_start("sshd", Some(255));
+    let results = run(w.clone(), plans.clone()).await;
+    let failure = results[0].services[0].failure.clone().expect("a failure");
+    assert_eq!(failure.reason, Reason::ServiceNotRunning, "{failure}");
+    assert!(
+        failure
+            .message
+            .starts_with("pod t1-jump-host-0 on public-1: container sshd exited with code 255"),
+        "{failure}"
+    );
+    let outcomes =
+        oi_planner::sip::services::record_services(&mut w.clone(), &reports, &plans, &results, NOW);
+    assert!(
+        outcomes[0]
+            .failing
+            .iter()
+            .any(|f| f.ends_with("exited with code 255 (ServiceNotRunning)")),
+        "{outcomes:?}"
+    );
+    rt.exit_on_start("sshd", None);
+    // Its hypervisor does not answer: the service fails, and so does the sweep, each
+    // saying which hypervisor.
+    h.connector.down.lock().unwrap().insert("public-1".into());
+    let results = run(w.clone(), plans.clone()).await;
+    let failure = results[0].services[0].failure.clone().expect("a failure");
+    assert_eq!(failure.reason, Reason::HypervisorUnreachable, "{failure}");
+    assert!(
+        failure
+            .message
+            .starts_with("hypervisor public-1 is unreachable"),
+        "{failure}"
+    );
+    let sweep = results[0].sweep_error.clone().expect("the sweep fails");
+    assert_eq!(sweep.reason, Reason::HypervisorUnreachable, "{sweep}");
+    h.connector.down.lock().unwrap().clear();
+    // Back: it runs.
+    let results = run(w, plans).await;
+    assert!(results[0].all_running(), "{results:?}");
+}
+
+#[tokio::test]
 async fn a_node_key_taken_out_of_the_secret_leaves_the_jump_host() {
     let h = Harness::new();
     let mut w = run_sip(&h, with_sip_cluster(world(1, &[]), 30010)).await;

@@ -53,6 +53,9 @@ pub enum Reason {
     /// What the plan would run is more than one minor away from what runs (or behind it):
     /// nothing was changed.
     VersionSkew,
+    /// A SIPCluster's support service does not run (its containers exited, or did not run
+    /// by the deadline).
+    ServiceNotRunning,
 }
 
 impl Reason {
@@ -72,6 +75,7 @@ impl Reason {
             Reason::DeleteFailed => "DeleteFailed",
             Reason::ClusterBootstrapFailed => "ClusterBootstrapFailed",
             Reason::VersionSkew => "VersionSkew",
+            Reason::ServiceNotRunning => "ServiceNotRunning",
         }
     }
 }
@@ -79,6 +83,29 @@ impl Reason {
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// Why a step failed: a reason of [`Reason`] (as the engine's errors classify it) and what
+/// happened, for a person.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub reason: Reason,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(reason: Reason, message: impl Into<String>) -> Failure {
+        Failure {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.message, self.reason)
     }
 }
 

@@ -268,7 +268,11 @@ async fn run_services<S: Store, C: Connector, N: Network>(
     write_shares(store, &placed, world, &owner).await?;
     Ok(Some(ServicesRun {
         outcome,
-        teardown_error: results.into_iter().next().and_then(|r| r.sweep_error),
+        teardown_error: results
+            .into_iter()
+            .next()
+            .and_then(|r| r.sweep_error)
+            .map(|f| f.to_string()),
     }))
 }
 

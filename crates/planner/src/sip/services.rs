@@ -31,6 +31,7 @@ use oi_api::{Hypervisor, ObjectKey, SipCluster, World};
 use super::{HostState, SipReport, jump_host_inventory};
 use crate::PlanOptions;
 use crate::ports::{PortAllocator, PortOwner};
+use crate::record::Failure;
 use crate::render::RenderOptions;
 use crate::schedule::{Closed, Domain, Held, Room, Spread, ZONE_LABEL};
 use crate::url_host;
@@ -191,10 +192,8 @@ pub struct SipServices {
 pub struct ServiceResult {
     pub name: String,
     pub hypervisor: String,
-    /// Its containers all run.
-    pub running: bool,
-    /// Why not, when not.
-    pub message: String,
+    /// Why its containers do not all run; `None` when they do.
+    pub failure: Option<Failure>,
     /// The hashes of its files placed (what the hypervisor's status records), when written.
     pub hashes: Option<BTreeMap<String, String>>,
 }
@@ -205,13 +204,20 @@ pub struct SipServicesResult {
     pub key: oi_api::ObjectKey,
     pub services: Vec<ServiceResult>,
     /// Removing what is no longer wanted failed: why.
-    pub sweep_error: Option<String>,
+    pub sweep_error: Option<Failure>,
+}
+
+impl ServiceResult {
+    /// Its containers all run.
+    pub fn running(&self) -> bool {
+        self.failure.is_none()
+    }
 }
 
 impl SipServicesResult {
     /// Every planned service runs and nothing failed.
     pub fn all_running(&self) -> bool {
-        self.sweep_error.is_none() && self.services.iter().all(|s| s.running)
+        self.sweep_error.is_none() && self.services.iter().all(ServiceResult::running)
     }
 }
 
@@ -1298,8 +1304,10 @@ pub fn record_services(
             if let Some(e) = &r.sweep_error {
                 failing.push(format!("removing what left: {e}"));
             }
-            for s in r.services.iter().filter(|s| !s.running) {
-                failing.push(format!("{}: {}", s.name, s.message));
+            for s in &r.services {
+                if let Some(f) = &s.failure {
+                    failing.push(format!("{}: {f}", s.name));
+                }
             }
         } else if plan.error.is_none() && !plan.services.is_empty() {
             failing.push("not run".into());

@@ -90,8 +90,7 @@ fn all_running(plan: &SipServices) -> Vec<SipServicesResult> {
             .map(|s| ServiceResult {
                 name: s.name.clone(),
                 hypervisor: s.hypervisor.clone(),
-                running: true,
-                message: String::new(),
+                failure: None,
                 hashes: Some(BTreeMap::new()),
             })
             .collect(),
@@ -449,7 +448,10 @@ fn placed_services_stay_and_services_no_longer_asked_for_let_their_ports_go() {
     let failed = vec![SipServicesResult {
         key: key("s1"),
         services: Vec::new(),
-        sweep_error: Some("hypervisor public-2 cannot be reached".into()),
+        sweep_error: Some(crate::record::Failure::new(
+            crate::record::Reason::HypervisorUnreachable,
+            "hypervisor public-2 cannot be reached",
+        )),
     }];
     assert!(record_services(&mut w, &reports, &plans, &failed, NOW).is_empty());
     assert!(w.sip_clusters.contains_key(&key("s1")));
@@ -872,12 +874,12 @@ fn records_set_ready_from_the_services_and_keep_the_transition_time() {
                 .map(|s| ServiceResult {
                     name: s.name.clone(),
                     hypervisor: s.hypervisor.clone(),
-                    running: running || s.kind != ServiceKind::JumpHost,
-                    message: if running {
-                        String::new()
-                    } else {
-                        "pod s1-jump-host-0 on public-1: container sshd exited with code 255".into()
-                    },
+                    failure: (!running && s.kind == ServiceKind::JumpHost).then(|| {
+                        crate::record::Failure::new(
+                            crate::record::Reason::ServiceNotRunning,
+                            "pod s1-jump-host-0 on public-1: container sshd exited with code 255",
+                        )
+                    }),
                     hashes: Some(
                         s.files
                             .iter()
@@ -897,7 +899,7 @@ fn records_set_ready_from_the_services_and_keep_the_transition_time() {
         .unwrap()
         .clone();
     assert_eq!(ready.status, oi_api::common::ConditionStatus::False);
-    assert!(ready.message.ends_with("; failing: jump-host-0: pod s1-jump-host-0 on public-1: container sshd exited with code 255"), "{}", ready.message);
+    assert!(ready.message.ends_with("; failing: jump-host-0: pod s1-jump-host-0 on public-1: container sshd exited with code 255 (ServiceNotRunning)"), "{}", ready.message);
 
     let later = NOW + time::Duration::minutes(1);
     let outcomes = record_services(&mut w, &reports, &plans, &result(true), later);

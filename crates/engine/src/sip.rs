@@ -184,36 +184,23 @@ async fn run_one<R: HypervisorRuntime>(
         ));
     }
     for s in &plan.services {
-        result
-            .services
-            .push(run_service(key, s, runtimes, options, deadline, progress).await);
+        let mut out = ServiceResult {
+            name: s.name.clone(),
+            hypervisor: s.hypervisor.clone(),
+            failure: None,
+            hashes: None,
+        };
+        if let Err(e) = run_service(key, s, runtimes, options, deadline, progress, &mut out).await {
+            out.failure = Some(e.failure());
+        }
+        result.services.push(out);
     }
     result
 }
 
+/// Runs one service: its files written (their hashes into `out` as soon as they are), its
+/// pod made to run as rendered, its containers watched until they run.
 async fn run_service<R: HypervisorRuntime>(
-    key: &oi_api::ObjectKey,
-    s: &ServicePlan,
-    runtimes: &Runtimes<R>,
-    options: &ExecuteOptions,
-    deadline: Instant,
-    progress: &(dyn Fn(&Event) + Sync),
-) -> ServiceResult {
-    let mut out = ServiceResult {
-        name: s.name.clone(),
-        hypervisor: s.hypervisor.clone(),
-        failure: None,
-        hashes: None,
-    };
-    if let Err(e) = run_service_steps(key, s, runtimes, options, deadline, progress, &mut out).await
-    {
-        out.failure = Some(e.failure());
-    }
-    out
-}
-
-/// The steps of [`run_service`]: the file hashes placed go into `out` as soon as they are.
-async fn run_service_steps<R: HypervisorRuntime>(
     key: &oi_api::ObjectKey,
     s: &ServicePlan,
     runtimes: &Runtimes<R>,

@@ -98,6 +98,20 @@ fn all_running(plan: &SipServices) -> Vec<SipServicesResult> {
     }]
 }
 
+/// Every service of [`ALL`] placed on public-1, of two public hypervisors.
+fn placed_on_public_1() -> World {
+    let mut w = world(
+        ALL,
+        &[
+            hypervisor("public-1", true, "10.1.0.2", (30000, 30100)),
+            hypervisor("public-2", true, "10.1.0.3", (30000, 30100)),
+        ],
+    );
+    let (_, plans) = plan(&mut w);
+    assert!(plans[0].services.iter().all(|s| s.hypervisor == "public-1"));
+    w
+}
+
 fn text(f: &HostFile) -> String {
     String::from_utf8(f.content.clone()).unwrap()
 }
@@ -941,15 +955,7 @@ fn records_set_ready_from_the_services_and_keep_the_transition_time() {
 
 #[test]
 fn an_unschedulable_sip_cluster_keeps_its_services_which_a_drain_moves() {
-    let mut w = world(
-        ALL,
-        &[
-            hypervisor("public-1", true, "10.1.0.2", (30000, 30100)),
-            hypervisor("public-2", true, "10.1.0.3", (30000, 30100)),
-        ],
-    );
-    let (_, plans) = plan(&mut w);
-    assert!(plans[0].services.iter().all(|s| s.hypervisor == "public-1"));
+    let mut w = placed_on_public_1();
     // It asks for more control plane hosts than the inventory has: unschedulable, its hosts
     // and services kept, planned with the hosts it holds.
     s1(&mut w)
@@ -1084,15 +1090,7 @@ fn services_are_placed_by_the_planners_rules_capacity_zones_and_loss() {
     // Loss: a hypervisor unreachable longer than the grace period the manager allows
     // (`--replace-unreachable-after`) loses its services to another, as a cluster's
     // replicas are; without a grace period they stay.
-    let mut w = world(
-        ALL,
-        &[
-            hypervisor("public-1", true, "10.1.0.2", (30000, 30100)),
-            hypervisor("public-2", true, "10.1.0.3", (30000, 30100)),
-        ],
-    );
-    let (_, plans) = plan(&mut w);
-    assert!(plans[0].services.iter().all(|s| s.hypervisor == "public-1"));
+    let mut w = placed_on_public_1();
     let h1 = w
         .hypervisors
         .get_mut(&ObjectKey::cluster_scoped("public-1"))

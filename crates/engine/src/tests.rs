@@ -1913,7 +1913,7 @@ fn sip_plans(
     Vec<oi_planner::sip::SipReport>,
     Vec<oi_planner::sip::services::SipServices>,
 ) {
-    let reports = oi_planner::sip::reconcile_sip(w, NOW);
+    let reports = oi_planner::sip::select_hosts(w, NOW);
     let plans = oi_planner::sip::services::plan_services(
         w,
         &reports,

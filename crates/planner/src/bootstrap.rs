@@ -472,7 +472,7 @@ fn join_token_secret(token: &str) -> Option<ClusterObject> {
 }
 
 /// `(host, port)` of an `https://host:port` endpoint.
-fn host_port(endpoint: &str) -> std::result::Result<(String, String), String> {
+fn split_endpoint(endpoint: &str) -> std::result::Result<(String, String), String> {
     let rest = endpoint
         .strip_prefix("https://")
         .ok_or_else(|| format!("API server endpoint {endpoint:?} is not https://host:port"))?;
@@ -491,7 +491,7 @@ fn host_port(endpoint: &str) -> std::result::Result<(String, String), String> {
 /// API through the cluster's endpoint: workers behind NAT cannot reach the API servers'
 /// own addresses that the `kubernetes` Service points at.
 fn api_env(endpoint: &str) -> std::result::Result<Value, String> {
-    let (host, port) = host_port(endpoint)?;
+    let (host, port) = split_endpoint(endpoint)?;
     Ok(json!([
         {"name": "KUBERNETES_SERVICE_HOST", "value": host},
         {"name": "KUBERNETES_SERVICE_PORT", "value": port},

@@ -153,7 +153,7 @@ fn candidates(world: &World, sip: &SipCluster) -> (Vec<Candidate>, BTreeMap<Obje
 /// One that cannot get its hosts may get them from one after it that let hosts go in the
 /// same pass: those are processed again, until a pass lets nothing go (so that a second run
 /// changes nothing). Each pass that goes on let a host go: bounded by the SIPClusters' count.
-pub fn reconcile_sip(world: &mut World, now: OffsetDateTime) -> Vec<SipReport> {
+pub fn select_hosts(world: &mut World, now: OffsetDateTime) -> Vec<SipReport> {
     let keys: Vec<ObjectKey> = world.sip_clusters.keys().cloned().collect();
     let mut reports: Vec<SipReport> = keys
         .iter()

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! SIPCluster key ─► (one at a time) finalizer ─► sub-world: the SIPCluster, every
-//!   BareMetalHost, the Secrets they reference ─► oi_planner::sip::reconcile_sip
+//!   BareMetalHost, the Secrets they reference ─► oi_planner::sip::select_hosts
 //!   ─► every relabelled host updated ─► the SIPCluster's status (Ready condition), or, when
 //!   it is being deleted, our labels off its hosts and the finalizer removed
 //! ```
@@ -63,7 +63,7 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
         world.bare_metal_hosts.insert(host.key(), host);
     }
     world.sip_clusters.insert(key.clone(), sip.clone());
-    let reports = oi_planner::sip::reconcile_sip(&mut world, now());
+    let reports = oi_planner::sip::select_hosts(&mut world, now());
     let Some(report) = reports.into_iter().find(|r| r.key == *key) else {
         return Ok(Next::Done(Action::AwaitChange));
     };

@@ -277,7 +277,7 @@ impl Runner {
         mut world: oi_api::World,
         now: time::OffsetDateTime,
     ) -> (DryRun, Vec<String>) {
-        let reports = oi_planner::sip::reconcile_sip(&mut world, now);
+        let reports = oi_planner::sip::select_hosts(&mut world, now);
         let plans =
             oi_planner::sip::services::plan_services(&mut world, &reports, &self.plan_options, now);
         let plan = oi_planner::plan(world, now, &self.plan_options);
@@ -317,7 +317,7 @@ impl Runner {
         mut world: oi_api::World,
         now: time::OffsetDateTime,
     ) -> (oi_api::World, Executed, SipRun) {
-        let reports = oi_planner::sip::reconcile_sip(&mut world, now);
+        let reports = oi_planner::sip::select_hosts(&mut world, now);
         if !self.quiet {
             for r in &reports {
                 eprintln!("{}", r.summary());

@@ -60,7 +60,7 @@ pub fn inventory(
             })?,
     };
     // The selection as `oi reconcile` makes it, on a copy: the manifests are not changed.
-    let report = oi_planner::sip::reconcile_sip(&mut world, ctx.now)
+    let report = oi_planner::sip::select_hosts(&mut world, ctx.now)
         .into_iter()
         .find(|r| r.key == key)
         .with_context(|| format!("sipcluster {key} was not processed"))?;

@@ -631,7 +631,7 @@ fn wanted_services(
         }
         let mut ports = Vec::new();
         for p in start..=end {
-            let p = host_port(&format!("{field}.nodePortRange"), p)?;
+            let p = port_number(&format!("{field}.nodePortRange"), p)?;
             ports.push((p.to_string(), p, format!("{field}.nodePortRange")));
         }
         wanted.push(Wanted {
@@ -669,7 +669,7 @@ fn wanted_services(
 }
 
 /// `port` of `field` as a host port: 1..65535.
-fn host_port(field: &str, port: i64) -> Result<u16, String> {
+fn port_number(field: &str, port: i64) -> Result<u16, String> {
     u16::try_from(port)
         .ok()
         .filter(|p| *p > 0)
@@ -686,7 +686,7 @@ fn single_port(
     node_port: i64,
 ) -> Result<Wanted, String> {
     let field = format!("spec.services.{}[{index}].nodePort", kind.field());
-    let port = host_port(&field, node_port)?;
+    let port = port_number(&field, node_port)?;
     Ok(Wanted {
         name: format!("{}-{index}", kind.short()),
         kind,

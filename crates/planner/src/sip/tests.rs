@@ -203,7 +203,7 @@ fn hosts_available_are_selected_one_per_rack_and_labelled_as_upstream_does() {
         &inventory(),
         &sip_doc("s1", (1, 1, "rack"), (2, 1, "host"), "{}"),
     ]);
-    let reports = reconcile_sip(&mut world, NOW);
+    let reports = select_hosts(&mut world, NOW);
     assert_eq!(reports.len(), 1);
     let r = &reports[0];
     assert!(r.ready, "{}", r.message);
@@ -235,7 +235,7 @@ fn hosts_available_are_selected_one_per_rack_and_labelled_as_upstream_does() {
 
     // A second run changes nothing: no label, no condition.
     let before = world.clone();
-    let again = reconcile_sip(&mut world, datetime!(2026-11-26 00:00 UTC));
+    let again = select_hosts(&mut world, datetime!(2026-11-26 00:00 UTC));
     assert!(again[0].relabelled.is_empty());
     assert_eq!(world, before);
 }
@@ -246,7 +246,7 @@ fn addresses_come_from_json_and_yaml_network_data_and_the_bmc_keeps_its_path() {
         &inventory(),
         &sip_doc("s1", (2, 0, "rack"), (1, 0, "host"), JUMP_ONLY),
     ]);
-    let r = reconcile_sip(&mut world, NOW).remove(0);
+    let r = select_hosts(&mut world, NOW).remove(0);
     // cp-r006-1 (JSON) and cp-r007-1 (JSON); the worker w-r007-1 has YAML network data.
     let ip = |h: &str| r.hosts[&key(h)].addresses["oam-ipv4"].to_string();
     assert_eq!(ip("cp-r006-1"), "10.0.0.1");
@@ -304,7 +304,7 @@ fn addresses_come_from_json_and_yaml_network_data_and_the_bmc_keeps_its_path() {
         .unwrap()
         .status
         .operational_status = "error".into();
-    let r = reconcile_sip(&mut world, NOW).remove(0);
+    let r = select_hosts(&mut world, NOW).remove(0);
     assert_eq!(
         r.hosts[&key("cp-r006-2")].addresses["oam-ipv4"].to_string(),
         "10.0.0.2"
@@ -318,7 +318,7 @@ fn too_few_control_plane_hosts_label_nothing_and_say_why_each_was_passed_over() 
         &sip_doc("s1", (3, 0, "rack"), (1, 0, "host"), "{}"),
     ]);
     let before = world.bare_metal_hosts.clone();
-    let r = reconcile_sip(&mut world, NOW).remove(0);
+    let r = select_hosts(&mut world, NOW).remove(0);
     assert!(!r.ready);
     assert_eq!(r.reason, "Unschedulable");
     assert_eq!(
@@ -341,7 +341,7 @@ fn too_few_worker_hosts_label_nothing() {
         &sip_doc("s1", (1, 0, "rack"), (2, 2, "host"), "{}"),
     ]);
     let before = world.bare_metal_hosts.clone();
-    let r = reconcile_sip(&mut world, NOW).remove(0);
+    let r = select_hosts(&mut world, NOW).remove(0);
     assert_eq!(r.reason, "Unschedulable");
     assert_eq!(world.bare_metal_hosts, before);
     assert!(
@@ -358,20 +358,20 @@ fn anti_affinity_per_rack_and_per_host_for_both_roles() {
         &inventory(),
         &sip_doc("s1", (2, 0, "rack"), (3, 0, "rack"), "{}"),
     ]);
-    assert!(reconcile_sip(&mut world, NOW)[0].ready);
+    assert!(select_hosts(&mut world, NOW)[0].ready);
     // Control plane per host: three hosts, two on one rack.
     let mut world = load(&[
         &inventory(),
         &sip_doc("s1", (3, 0, "host"), (3, 0, "host"), "{}"),
     ]);
-    assert!(reconcile_sip(&mut world, NOW)[0].ready);
+    assert!(select_hosts(&mut world, NOW)[0].ready);
     assert_eq!(held(&world, "s1").len(), 6);
     // Workers per rack, one more than there are racks.
     let mut world = load(&[
         &inventory(),
         &sip_doc("s1", (1, 0, "rack"), (3, 1, "rack"), "{}"),
     ]);
-    let r = reconcile_sip(&mut world, NOW).remove(0);
+    let r = select_hosts(&mut world, NOW).remove(0);
     assert_eq!(r.reason, "Unschedulable");
     assert!(
         r.message.contains("node set Worker lacks 1 host"),
@@ -399,7 +399,7 @@ fn missing_or_malformed_secrets_pass_hosts_over_naming_the_secret_and_key() {
         &inv,
         &sip_doc("s1", (1, 0, "host"), (1, 0, "host"), JUMP_ONLY),
     ]);
-    let r = reconcile_sip(&mut world, NOW).remove(0);
+    let r = select_hosts(&mut world, NOW).remove(0);
     assert_eq!(r.reason, "Unschedulable");
     let m = &r.message;
     assert!(
@@ -423,7 +423,7 @@ fn missing_or_malformed_secrets_pass_hosts_over_naming_the_secret_and_key() {
         &inv,
         &sip_doc("s1", (1, 0, "host"), (0, 0, "host"), JUMP_ONLY),
     ]);
-    let r = reconcile_sip(&mut world, NOW).remove(0);
+    let r = select_hosts(&mut world, NOW).remove(0);
     assert!(
         r.message.contains(
             "cp-r006-1: its BMC credentials Secret tenants/cp-r006-1-bmc has no key password"
@@ -437,7 +437,7 @@ fn missing_or_malformed_secrets_pass_hosts_over_naming_the_secret_and_key() {
         "",
     );
     let mut world = load(&[&inv, &sip_doc("s1", (3, 0, "host"), (0, 0, "host"), "{}")]);
-    let r = reconcile_sip(&mut world, NOW).remove(0);
+    let r = select_hosts(&mut world, NOW).remove(0);
     assert!(
         r.message.contains("cp-r006-1: has no spec.networkData"),
         "{}",
@@ -459,7 +459,7 @@ fn a_failed_active_host_is_replaced_by_a_standby_one_and_a_new_standby_chosen() 
         })
     );
     let mut world = load(&[&inv, &sip_doc("s1", (1, 1, "rack"), (0, 0, ""), "{}")]);
-    reconcile_sip(&mut world, NOW);
+    select_hosts(&mut world, NOW);
     assert_eq!(
         held(&world, "s1"),
         [
@@ -470,7 +470,7 @@ fn a_failed_active_host_is_replaced_by_a_standby_one_and_a_new_standby_chosen() 
     let host = world.bare_metal_hosts.get_mut(&key("cp-r006-1")).unwrap();
     host.status.operational_status = "error".into();
     host.status.error_type = "power management error".into();
-    let r = reconcile_sip(&mut world, NOW).remove(0);
+    let r = select_hosts(&mut world, NOW).remove(0);
     assert!(r.ready, "{}", r.message);
     assert_eq!(r.selection.promoted, [key("cp-r007-1")]);
     assert_eq!(
@@ -494,7 +494,7 @@ fn a_failed_active_host_is_replaced_by_a_standby_one_and_a_new_standby_chosen() 
 
     // The active host disappears from the inventory: the standby takes over.
     world.bare_metal_hosts.remove(&key("cp-r007-1"));
-    let r = reconcile_sip(&mut world, NOW).remove(0);
+    let r = select_hosts(&mut world, NOW).remove(0);
     assert!(r.ready, "{}", r.message);
     assert_eq!(
         held(&world, "s1"),
@@ -511,7 +511,7 @@ fn growing_and_shrinking_keep_the_hosts_held_and_let_go_the_highest() {
         &inventory(),
         &sip_doc("s1", (1, 0, "rack"), (1, 0, "host"), "{}"),
     ]);
-    reconcile_sip(&mut world, NOW);
+    select_hosts(&mut world, NOW);
     assert_eq!(
         held(&world, "s1"),
         [
@@ -522,7 +522,7 @@ fn growing_and_shrinking_keep_the_hosts_held_and_let_go_the_highest() {
     // Grow the workers to 2 active + 1 standby.
     let grown = load(&[&sip_doc("s1", (1, 0, "rack"), (2, 1, "host"), "{}")]);
     world.sip_clusters = grown.sip_clusters;
-    reconcile_sip(&mut world, NOW);
+    select_hosts(&mut world, NOW);
     assert_eq!(
         held(&world, "s1"),
         [
@@ -535,7 +535,7 @@ fn growing_and_shrinking_keep_the_hosts_held_and_let_go_the_highest() {
     // Shrink to 1 active, 0 standby: w-r008-1 becomes standby, then standbys beyond 0 go.
     let shrunk = load(&[&sip_doc("s1", (1, 0, "rack"), (1, 0, "host"), "{}")]);
     world.sip_clusters = shrunk.sip_clusters;
-    let r = reconcile_sip(&mut world, NOW).remove(0);
+    let r = select_hosts(&mut world, NOW).remove(0);
     assert!(r.ready);
     assert_eq!(
         held(&world, "s1"),
@@ -562,7 +562,7 @@ fn a_second_sip_cluster_gets_other_hosts_and_deletion_removes_only_our_labels() 
         &sip_doc("b", (2, 0, "host"), (2, 0, "host"), "{}"),
     ]);
     let original = world.bare_metal_hosts.clone();
-    let reports = reconcile_sip(&mut world, NOW);
+    let reports = select_hosts(&mut world, NOW);
     assert!(reports[0].ready);
     assert_eq!(
         held(&world, "a"),
@@ -583,7 +583,7 @@ fn a_second_sip_cluster_gets_other_hosts_and_deletion_removes_only_our_labels() 
     // A third cannot have any: each candidate is named as held.
     let third = load(&[&sip_doc("c", (1, 0, "host"), (0, 0, "host"), "{}")]);
     world.sip_clusters.extend(third.sip_clusters);
-    let r = reconcile_sip(&mut world, NOW).remove(2);
+    let r = select_hosts(&mut world, NOW).remove(2);
     assert!(
         r.message
             .contains("cp-r006-1: held by SIPCluster tenants/a"),
@@ -599,7 +599,7 @@ fn a_second_sip_cluster_gets_other_hosts_and_deletion_removes_only_our_labels() 
         .unwrap()
         .metadata
         .deletion_timestamp = Some(NOW);
-    let reports = reconcile_sip(&mut world, NOW);
+    let reports = select_hosts(&mut world, NOW);
     assert!(reports[0].deleted);
     // It stays until its services are gone (services::record_services drops it).
     assert!(world.sip_clusters.contains_key(&key("a")));
@@ -628,7 +628,7 @@ fn upstream_samples_select_one_control_plane_per_rack_and_one_worker_per_host() 
         &namespaced(read("bmh_secrets.yaml")),
         keys,
     ]);
-    let r = reconcile_sip(&mut world, NOW).remove(0);
+    let r = select_hosts(&mut world, NOW).remove(0);
     let sip = ObjectKey::new("sipcluster-system", "sipcluster-system");
     assert!(r.selection.shortfalls.is_empty(), "{}", r.message);
     let by_role = |role: &str| -> Vec<String> {
@@ -786,15 +786,15 @@ proptest! {
                 }
             }
             let mut copy = world.clone();
-            let reports = reconcile_sip(&mut world, NOW);
+            let reports = select_hosts(&mut world, NOW);
             // Deterministic: the same input gives the same output.
-            let reports_copy = reconcile_sip(&mut copy, NOW);
+            let reports_copy = select_hosts(&mut copy, NOW);
             prop_assert_eq!(&world, &copy);
             prop_assert_eq!(&reports, &reports_copy);
             check_invariants(&world, &reports);
             // Idempotent: a second run changes no label.
             let before = world.bare_metal_hosts.clone();
-            let again = reconcile_sip(&mut world, NOW);
+            let again = select_hosts(&mut world, NOW);
             prop_assert_eq!(&world.bare_metal_hosts, &before);
             prop_assert!(again.iter().all(|r| r.relabelled.is_empty()));
         }
@@ -829,7 +829,7 @@ fn hosts_one_sip_cluster_lets_go_reach_an_earlier_one_in_the_same_run() {
         labels.insert(NODE_TYPE_LABEL.into(), "Worker".into());
         labels.insert(NODE_STATE_LABEL.into(), "active".into());
     }
-    let reports = reconcile_sip(&mut world, NOW);
+    let reports = select_hosts(&mut world, NOW);
     let a = reports.iter().find(|r| r.key == key("a")).unwrap();
     assert!(a.selection.shortfalls.is_empty(), "{}", a.summary());
     assert_eq!(held(&world, "a").len(), 5);
@@ -837,7 +837,7 @@ fn hosts_one_sip_cluster_lets_go_reach_an_earlier_one_in_the_same_run() {
     assert_eq!(b.selection.released.len(), 1, "{}", b.summary());
     // A second run changes nothing.
     let before = world.bare_metal_hosts.clone();
-    let again = reconcile_sip(&mut world, NOW);
+    let again = select_hosts(&mut world, NOW);
     assert_eq!(world.bare_metal_hosts, before);
     assert!(again.iter().all(|r| r.relabelled.is_empty()));
 }

@@ -6,7 +6,7 @@ use oi_api::{ObjectKey, World};
 use pretty_assertions::assert_eq;
 
 use super::*;
-use crate::sip::reconcile_sip;
+use crate::sip::select_hosts;
 use crate::sip::tests::{NOW, NS, b64, inventory, key, load, sip_doc};
 
 const ALL: &str = "{jumpHost: [{image: jump, nodePort: 30000, nodeInterfaceId: oam-ipv4, nodeSSHPrivateKeys: keys, sshAuthorizedKeys: ['ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGFu4aD6Qg2jhyY5fba9gqFO5quRH/2GbGT/qO/VrDt5 ops@example']}], loadBalancerControlPlane: [{image: haproxy, nodePort: 30001, nodeInterfaceId: oam-ipv4}], loadBalancerWorker: [{image: haproxy, nodeInterfaceId: oam-ipv4, nodePortRange: {start: 30002, end: 30004}}]}";
@@ -46,7 +46,7 @@ fn options() -> PlanOptions {
 
 /// Selection then services, as `oi reconcile` runs them.
 fn plan(world: &mut World) -> (Vec<SipReport>, Vec<SipServices>) {
-    let reports = reconcile_sip(world, NOW);
+    let reports = select_hosts(world, NOW);
     let plans = plan_services(world, &reports, &options(), NOW);
     (reports, plans)
 }
@@ -694,7 +694,7 @@ fn the_jump_host_gets_a_kubeconfig_of_our_cluster_with_a_credential_of_its_own()
     assert_eq!(file(jump2, "kubeconfig"), kubeconfig);
     // Near its end: a new one.
     let later = NOW + SERVING_LIFETIME - RENEW_BEFORE + time::Duration::days(1);
-    let reports = reconcile_sip(&mut w, later);
+    let reports = select_hosts(&mut w, later);
     plan_services(&mut w, &reports, &options(), later);
     assert_ne!(w.sip_clusters[&key("s1")].status.jump_hosts, kept);
     // Without a cluster of ours: no kubeconfig, no credential.
@@ -793,14 +793,14 @@ fn the_oidc_provider_renews_its_certificates_when_it_moves_or_nears_their_end() 
     );
     // Near the serving certificate's end: a new one, the same CA.
     let later = NOW + SERVING_LIFETIME - RENEW_BEFORE + time::Duration::days(1);
-    let reports = reconcile_sip(&mut w, later);
+    let reports = select_hosts(&mut w, later);
     plan_services(&mut w, &reports, &options(), later);
     let renewed = w.sip_clusters[&key("s1")].status.oidc_providers[0].clone();
     assert_eq!(renewed.certificate_authority, first.certificate_authority);
     assert_ne!(renewed.serving_certificate, moved.serving_certificate);
     // Near the CA's end: a new CA, which the API servers are told.
     let much_later = NOW + CA_LIFETIME - RENEW_BEFORE + time::Duration::days(1);
-    let reports = reconcile_sip(&mut w, much_later);
+    let reports = select_hosts(&mut w, much_later);
     plan_services(&mut w, &reports, &options(), much_later);
     let new_ca = w.sip_clusters[&key("s1")].status.oidc_providers[0].clone();
     assert_ne!(new_ca.certificate_authority, first.certificate_authority);
@@ -1103,7 +1103,7 @@ fn services_are_placed_by_the_planners_rules_capacity_zones_and_loss() {
         last_set_time: Some(NOW - time::Duration::minutes(10)),
         last_transition_time: Some(NOW - time::Duration::minutes(10)),
     });
-    let reports = reconcile_sip(&mut w, NOW);
+    let reports = select_hosts(&mut w, NOW);
     let stays = plan_services(&mut w.clone(), &reports, &options(), NOW);
     assert!(stays[0].services.iter().all(|s| s.hypervisor == "public-1"));
     let graceful = PlanOptions {

@@ -1,6 +1,7 @@
 //! The engine's HTTPS client: etcd's v3 JSON gateway, API server health and the cluster's own
 //! API (its in-cluster objects), over rustls with the cluster's own CAs (never the system
-//! roots); connections kept open for later requests to the same server and identity.
+//! roots); connections kept open for later reads of the same server and identity, and each
+//! TLS configuration built once.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -60,6 +61,18 @@ pub struct HttpsRequest<'a> {
     pub bearer: Option<&'a str>,
 }
 
+/// etcd's JSON gateway's reads, which are POSTs: the membership and a member's status.
+const ETCD_READS: &[&str] = &["/v3/cluster/member/list", "/v3/maintenance/status"];
+
+impl HttpsRequest<'_> {
+    /// Whether asking again is safe when an answer was lost: a read (GET, or one of etcd's
+    /// reads, which are POSTs).
+    pub fn replayable(&self) -> bool {
+        *self.method == Method::GET
+            || (*self.method == Method::POST && ETCD_READS.contains(&self.path))
+    }
+}
+
 /// A response: status and whole body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpsResponse {
@@ -96,19 +109,33 @@ pub trait Network: Send + Sync {
 }
 
 /// HTTPS over TCP with rustls (ring), each request bounded by `timeout`. Connections are
-/// kept open and reused (HTTP/1.1 keep-alive) by later reads (GET) of the same server with the
-/// same trust and identity: a converged cluster's reads inside it cost one handshake.
+/// kept open and reused (HTTP/1.1 keep-alive) by later reads ([`HttpsRequest::replayable`]:
+/// GETs and etcd's membership and status polls, which are POSTs) of the same server with the
+/// same trust and identity: a converged cluster's reads cost one handshake. The TLS
+/// configuration of each trust and identity is built once.
 #[derive(Clone)]
 pub struct RealNetwork {
     pub timeout: Duration,
     pool: Pool,
+    configs: Configs,
 }
 
 /// Idle connections by server, CA and client certificate (never the key).
 type Pool = Arc<Mutex<HashMap<String, Vec<SendRequest<Full<Bytes>>>>>>;
 
+/// TLS configurations by the SHA-256 of their CA, certificate and key (the key never kept
+/// as such).
+type Configs = Arc<Mutex<HashMap<[u8; 32], Arc<ClientConfig>>>>;
+
 /// At most this many idle connections are kept per key.
 const IDLE_PER_KEY: usize = 4;
+
+/// How long a read over a kept connection may take before it is asked again on a new one.
+const REUSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// At most this many TLS configurations are kept (each cluster has a few trusts and
+/// identities; rotated ones are left behind): past it, the cache starts again.
+const CONFIGS_KEPT: usize = 1024;
 
 impl fmt::Debug for RealNetwork {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -130,7 +157,39 @@ impl RealNetwork {
         RealNetwork {
             timeout,
             pool: Arc::default(),
+            configs: Arc::default(),
         }
+    }
+
+    /// The TLS configuration of `tls`, built the first time it is asked for.
+    fn config(&self, tls: &Tls) -> Result<Arc<ClientConfig>, String> {
+        use sha2::Digest as _;
+        let mut hash = sha2::Sha256::new();
+        for part in [
+            tls.ca_pem.as_str(),
+            tls.identity.as_ref().map_or("", |(c, _)| c.as_str()),
+            tls.identity.as_ref().map_or("", |(_, k)| k.as_str()),
+        ] {
+            hash.update((part.len() as u64).to_be_bytes());
+            hash.update(part.as_bytes());
+        }
+        let key: [u8; 32] = hash.finalize().into();
+        let mut configs = self.configs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = configs.get(&key) {
+            return Ok(Arc::clone(c));
+        }
+        let config = client_config(tls)?;
+        if configs.len() >= CONFIGS_KEPT {
+            configs.clear();
+        }
+        configs.insert(key, Arc::clone(&config));
+        Ok(config)
+    }
+
+    /// How many TLS configurations were built and are kept.
+    #[cfg(test)]
+    fn configs_kept(&self) -> usize {
+        self.configs.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     fn pool(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<SendRequest<Full<Bytes>>>>> {
@@ -162,8 +221,8 @@ impl RealNetwork {
 
     /// One request over a connection of its own.
     async fn once(&self, request: HttpsRequest<'_>, url: &str) -> Result<HttpsResponse, String> {
-        let mut sender = connect(&request).await?;
-        send(&mut sender, &request, url).await
+        let mut sender = connect(&request, self.config(request.tls)?).await?;
+        send(&mut sender, build(&request, url)?).await
     }
 
     async fn exchange(
@@ -186,19 +245,27 @@ impl RealNetwork {
             Some(_) => return self.once(request, url).await,
             None => key,
         };
-        // Only reads reuse an idle connection: one the server closed just as it was taken
-        // may fail after the request went out, and a read is simply asked again on a new
-        // connection, where a write (a member add, an object created) could have been done.
-        if request.method == Method::GET
+        // Only reads ([`HttpsRequest::replayable`]) reuse an idle connection: one the server
+        // closed just as it was taken fails after the request went out (the client learns of
+        // the close only then), and a read is simply asked again on a new connection, where
+        // a write (a member added, an object created) may have been done.
+        // A kept connection to a machine that went away without closing it answers nothing
+        // (where a new one is refused at once): it is given [`REUSE_TIMEOUT`], then the read
+        // is asked again on a new connection.
+        if request.replayable()
             && let Some(mut sender) = self.idle(&key)
-            && sender.ready().await.is_ok()
-            && let Ok(response) = send(&mut sender, &request, url).await
         {
-            self.put_back(key, sender);
-            return Ok(response);
+            let reused = async {
+                sender.ready().await.map_err(|e| format!("HTTP: {e}"))?;
+                send(&mut sender, build(&request, url)?).await
+            };
+            if let Ok(Ok(response)) = tokio::time::timeout(REUSE_TIMEOUT, reused).await {
+                self.put_back(key, sender);
+                return Ok(response);
+            }
         }
-        let mut sender = connect(&request).await?;
-        let response = send(&mut sender, &request, url).await?;
+        let mut sender = connect(&request, self.config(request.tls)?).await?;
+        let response = send(&mut sender, build(&request, url)?).await?;
         self.put_back(key, sender);
         Ok(response)
     }
@@ -272,9 +339,11 @@ fn authority(base: &str) -> Result<(String, String, u16), String> {
 
 /// A new connection to the request's server: TCP, TLS with its trust and identity, HTTP/1.1.
 /// Its driver runs until the connection closes or its sender is dropped.
-async fn connect(request: &HttpsRequest<'_>) -> Result<SendRequest<Full<Bytes>>, String> {
+async fn connect(
+    request: &HttpsRequest<'_>,
+    config: Arc<ClientConfig>,
+) -> Result<SendRequest<Full<Bytes>>, String> {
     let (_, host, port) = authority(request.base)?;
-    let config = client_config(request.tls)?;
     let tcp = TcpStream::connect((host.as_str(), port))
         .await
         .map_err(|e| format!("connect: {e}"))?;
@@ -294,12 +363,8 @@ async fn connect(request: &HttpsRequest<'_>) -> Result<SendRequest<Full<Bytes>>,
     Ok(sender)
 }
 
-/// One request over `sender`, its whole response read.
-async fn send(
-    sender: &mut SendRequest<Full<Bytes>>,
-    request: &HttpsRequest<'_>,
-    url: &str,
-) -> Result<HttpsResponse, String> {
+/// The HTTP request of `request`.
+fn build(request: &HttpsRequest<'_>, url: &str) -> Result<Request<Full<Bytes>>, String> {
     let (authority, _, _) = authority(request.base)?;
     let mut builder = Request::builder()
         .method(request.method.clone())
@@ -321,19 +386,29 @@ async fn send(
     let body = Full::new(Bytes::from(
         request.body.unwrap_or_default().as_bytes().to_vec(),
     ));
-    let http_request = builder
+    builder
         .body(body)
-        .map_err(|e| format!("building {url}: {e}"))?;
-    let result = async {
-        let response = sender.send_request(http_request).await?;
-        let status = response.status().as_u16();
-        let body = response.into_body().collect().await?.to_bytes();
-        Ok::<_, hyper::Error>(HttpsResponse {
-            status,
-            body: body.to_vec(),
-        })
-    }
-    .await;
+        .map_err(|e| format!("building {url}: {e}"))
+}
+
+/// A response's status and whole body.
+async fn read(
+    response: http::Response<hyper::body::Incoming>,
+) -> Result<HttpsResponse, hyper::Error> {
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await?.to_bytes();
+    Ok(HttpsResponse {
+        status,
+        body: body.to_vec(),
+    })
+}
+
+/// One request over `sender`, its whole response read.
+async fn send(
+    sender: &mut SendRequest<Full<Bytes>>,
+    request: Request<Full<Bytes>>,
+) -> Result<HttpsResponse, String> {
+    let result = async { read(sender.send_request(request).await?).await }.await;
     result.map_err(|e| format!("HTTP: {e}"))
 }
 

@@ -14,6 +14,9 @@ struct Server {
     base: String,
     ca: String,
     accepted: Arc<AtomicUsize>,
+    /// Connections accepted before this many never answer again (a machine gone without
+    /// closing them).
+    silent_before: Arc<AtomicUsize>,
     connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
     acceptor: JoinHandle<()>,
 }
@@ -44,23 +47,32 @@ impl Server {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("https://{}", listener.local_addr().unwrap());
         let accepted = Arc::new(AtomicUsize::new(0));
+        let silent_before = Arc::new(AtomicUsize::new(0));
         let connections: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
         let (count, held) = (Arc::clone(&accepted), Arc::clone(&connections));
+        let silent = Arc::clone(&silent_before);
         let acceptor = tokio::spawn(async move {
             loop {
                 let Ok((tcp, _)) = listener.accept().await else {
                     return;
                 };
-                count.fetch_add(1, Ordering::SeqCst);
+                let number = count.fetch_add(1, Ordering::SeqCst);
                 let tls = tls.clone();
+                let silent = Arc::clone(&silent);
                 let task = tokio::spawn(async move {
                     let Ok(stream) = tls.accept(tcp).await else {
                         return;
                     };
-                    let service = service_fn(|_| async {
-                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
-                            Bytes::from_static(b"ok"),
-                        )))
+                    let service = service_fn(move |_| {
+                        let silent = Arc::clone(&silent);
+                        async move {
+                            if number < silent.load(Ordering::SeqCst) {
+                                std::future::pending::<()>().await;
+                            }
+                            Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                                Bytes::from_static(b"ok"),
+                            )))
+                        }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .keep_alive(true)
@@ -74,6 +86,7 @@ impl Server {
             base,
             ca: cert.pem(),
             accepted,
+            silent_before,
             connections,
             acceptor,
         }
@@ -91,7 +104,12 @@ impl Server {
     }
 }
 
-async fn request(network: &RealNetwork, server: &Server, method: &Method) -> HttpsResponse {
+async fn request(
+    network: &RealNetwork,
+    server: &Server,
+    method: &Method,
+    path: &str,
+) -> HttpsResponse {
     let tls = Tls {
         ca_pem: server.ca.clone(),
         identity: None,
@@ -100,7 +118,7 @@ async fn request(network: &RealNetwork, server: &Server, method: &Method) -> Htt
         .request(HttpsRequest {
             base: &server.base,
             method,
-            path: "/x",
+            path,
             body: (*method != Method::GET).then_some("{}"),
             tls: &tls,
             bearer: None,
@@ -114,21 +132,95 @@ async fn reads_reuse_one_connection_writes_take_a_new_one_and_closed_ones_are_re
     let server = Server::start().await;
     let network = RealNetwork::default();
     for _ in 0..5 {
-        assert_eq!(request(&network, &server, &Method::GET).await.status, 200);
+        assert_eq!(
+            request(&network, &server, &Method::GET, "/x").await.status,
+            200
+        );
     }
     assert_eq!(server.accepted(), 1, "five reads, one connection");
-    // A write never goes over an idle connection (one closing meanwhile could have taken it).
-    assert_eq!(request(&network, &server, &Method::POST).await.status, 200);
-    assert_eq!(server.accepted(), 2);
+    // etcd's reads are POSTs: they reuse it too.
+    for path in ["/v3/cluster/member/list", "/v3/maintenance/status"] {
+        assert_eq!(
+            request(&network, &server, &Method::POST, path).await.status,
+            200
+        );
+    }
+    assert_eq!(
+        server.accepted(),
+        1,
+        "etcd's polls over the same connection"
+    );
+    assert_eq!(
+        network.configs_kept(),
+        1,
+        "one TLS configuration, built once"
+    );
+    // A write never goes over an idle connection (one closing meanwhile could have taken
+    // it after the write went out).
+    for path in ["/v3/cluster/member/add", "/x"] {
+        assert_eq!(
+            request(&network, &server, &Method::POST, path).await.status,
+            200
+        );
+    }
+    assert_eq!(server.accepted(), 3);
     // The server closes everything: the next read opens a new connection and succeeds.
     server.drop_connections();
-    assert_eq!(request(&network, &server, &Method::GET).await.status, 200);
-    assert!(server.accepted() >= 3, "{}", server.accepted());
+    assert_eq!(
+        request(&network, &server, &Method::GET, "/x").await.status,
+        200
+    );
+    assert!(server.accepted() >= 4, "{}", server.accepted());
     let before = server.accepted();
-    assert_eq!(request(&network, &server, &Method::GET).await.status, 200);
+    let member_list = "/v3/cluster/member/list";
+    assert_eq!(
+        request(&network, &server, &Method::POST, member_list)
+            .await
+            .status,
+        200
+    );
     assert_eq!(server.accepted(), before, "kept open again");
+    server.drop_connections();
+    assert_eq!(
+        request(&network, &server, &Method::POST, member_list)
+            .await
+            .status,
+        200
+    );
+    assert!(server.accepted() > before, "{}", server.accepted());
     // Another network (another run) shares nothing.
     let other = RealNetwork::default();
-    assert_eq!(request(&other, &server, &Method::GET).await.status, 200);
+    let before = server.accepted();
+    assert_eq!(
+        request(&other, &server, &Method::GET, "/x").await.status,
+        200
+    );
     assert_eq!(server.accepted(), before + 1);
+    // Another trust is another configuration.
+    let tls = Tls {
+        ca_pem: format!("{}{}", server.ca, server.ca),
+        identity: None,
+    };
+    network.config(&tls).unwrap();
+    assert_eq!(network.configs_kept(), 2);
+}
+
+#[tokio::test]
+async fn a_kept_connection_that_answers_nothing_is_left_for_a_new_one() {
+    let server = Server::start().await;
+    let network = RealNetwork::default();
+    assert_eq!(
+        request(&network, &server, &Method::GET, "/x").await.status,
+        200
+    );
+    // Its machine goes away without closing it: the read is asked again on a new
+    // connection, well within the request's own timeout.
+    server
+        .silent_before
+        .store(server.accepted(), Ordering::SeqCst);
+    assert_eq!(
+        request(&network, &server, &Method::GET, "/x").await.status,
+        200
+    );
+    assert_eq!(server.accepted(), 2);
 }

@@ -177,6 +177,11 @@ pub enum StepError {
 }
 
 impl StepError {
+    /// The failure as a record carries it: the reason and the message.
+    pub fn failure(&self) -> oi_planner::record::Failure {
+        oi_planner::record::Failure::new(self.reason(), self.to_string())
+    }
+
     /// The reason of the `ReconcileSucceeded=False` condition this failure sets.
     pub fn reason(&self) -> Reason {
         match self {
@@ -206,13 +211,6 @@ impl StepError {
             StepError::Teardown(_) => Reason::DeleteFailed,
             StepError::ClusterBootstrap { .. } => Reason::ClusterBootstrapFailed,
         }
-    }
-}
-
-impl StepError {
-    /// The failure as a record carries it: the reason and the message.
-    pub fn failure(&self) -> oi_planner::record::Failure {
-        oi_planner::record::Failure::new(self.reason(), self.to_string())
     }
 }
 

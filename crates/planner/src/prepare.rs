@@ -37,10 +37,10 @@ use time::{Duration, OffsetDateTime};
 use crate::certificates::{self, Job, Target};
 use crate::par::parallel_map;
 use crate::ports::{PortAllocator, PortOwner, names};
-use crate::schedule::{Candidate, Closed, Domain, Room, Spread, ZONE_LABEL, held, place};
+use crate::schedule::{Candidate, Closed, Domain, Held, Room, Spread, ZONE_LABEL, held, place};
 use crate::verify::{verify_cluster, verify_component, verify_hypervisor};
 use crate::{Error, Result, url_host as host};
-use oi_api::versions::{Requests, requests};
+use oi_api::versions::requests;
 
 /// Settings of [`prepare_with`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,10 +169,9 @@ struct HypervisorState {
     zone: Option<String>,
     ip: String,
     ports: PortAllocator,
-    load: usize,
+    /// What it holds: components, and SIPClusters' services ([`held`]).
+    held: Held,
     capacity: Option<oi_api::HypervisorCapacity>,
-    /// What the components placed on it ask, together.
-    used: Requests,
     cordoned: bool,
     /// Drained: cordoned, and what runs there moves elsewhere.
     draining: bool,
@@ -391,6 +390,7 @@ fn record_healed(
 /// documentation. Never fails as a whole: per cluster failures are in [`Prepared::failures`].
 pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &PrepareOptions) -> Prepared {
     world.apply_defaults();
+    let mut holdings = held(&world);
     let mut hvs: Vec<HypervisorState> = world
         .hypervisors
         .values()
@@ -403,9 +403,8 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &PrepareOpti
                 zone: h.metadata.labels.get(ZONE_LABEL).cloned(),
                 ip: h.spec.ip_address.clone(),
                 ports: PortAllocator::from_hypervisor(h),
-                load: 0,
+                held: holdings.remove(&h.metadata.name).unwrap_or_default(),
                 capacity: h.spec.capacity.clone(),
-                used: Requests::default(),
                 cordoned: Closed::of(h, lost.is_some()).is_some(),
                 draining: h.spec.drain,
                 lost,
@@ -417,13 +416,6 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &PrepareOpti
         .enumerate()
         .map(|(i, h)| (h.name.clone(), i))
         .collect();
-    // What each already holds: components, and SIPClusters' services.
-    for (name, held) in held(&world) {
-        if let Some(&i) = index.get(&name) {
-            hvs[i].load = held.load;
-            hvs[i].used = held.used;
-        }
-    }
     let mut by_cluster: BTreeMap<ObjectKey, Vec<ObjectKey>> = BTreeMap::new();
     for (key, c) in &world.components {
         by_cluster
@@ -513,8 +505,9 @@ pub fn prepare_with(mut world: World, now: OffsetDateTime, options: &PrepareOpti
                     if old_hv.is_none()
                         && let Some(&i) = c.spec.hypervisor.as_ref().and_then(|h| index.get(h))
                     {
-                        hvs[i].load += 1;
-                        hvs[i].used = hvs[i].used + requests(c.spec.role, cluster_vpn(&cluster));
+                        hvs[i]
+                            .held
+                            .add(requests(c.spec.role, cluster_vpn(&cluster)));
                     }
                     world.components.insert(c.key(), c);
                 }
@@ -1075,9 +1068,9 @@ impl ClusterPrep<'_> {
                     .map(|h| Candidate {
                         name: &h.name,
                         domain: domain(h),
-                        load: h.load,
+                        load: h.held.load,
                         free_ports: h.ports.free_ports(),
-                        room: Room::of(h.capacity.as_ref(), h.load, h.used),
+                        room: Room::of(h.capacity.as_ref(), h.held.load, h.held.used),
                         cordoned: h.cordoned,
                     })
                     .collect();

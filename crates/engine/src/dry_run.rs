@@ -50,9 +50,10 @@ pub async fn dry_run<C: Connector>(plan: &Plan, connector: &C, prune: bool) -> D
     // Where the run looks for orphans too.
     let mut names = plan.hypervisors.clone();
     names.extend(crate::orphans::scanned_hypervisors(&plan.world));
-    let runtimes = connect_all(&plan.world, &names, connector).await;
+    let services = crate::sip::hypervisors(&plan.sip.services);
+    let runtimes = connect_all(&plan.world, &names.union(&services).cloned().collect(), connector).await;
     let managed = BTreeMap::from([(labels::MANAGED.to_string(), "true".to_string())]);
-    let names: Vec<&String> = runtimes.keys().collect();
+    let names: Vec<&String> = runtimes.keys().filter(|h| names.contains(*h)).collect();
     let listed = join_all(names.iter().map(|h| async {
         match runtimes.get(*h) {
             Some(Ok(rt)) => rt.list_pods(&managed).await.map_err(|e| e.to_string()),
@@ -63,7 +64,9 @@ pub async fn dry_run<C: Connector>(plan: &Plan, connector: &C, prune: bool) -> D
     .await;
     let listed: BTreeMap<String, Result<Vec<PodStatus>, String>> =
         names.into_iter().cloned().zip(listed).collect();
-    diff(plan, &listed, prune)
+    let mut out = diff(plan, &listed, prune);
+    dry_run_services(&plan.sip.services, &runtimes, &mut out).await;
+    out
 }
 
 /// What executing `plan` would do on hypervisors whose managed pods are `listed` (or could
@@ -202,19 +205,12 @@ pub fn diff(
 
 /// Adds to `out` what running the SIPClusters' services of `plans` would do
 /// ([`crate::sip::execute_services`]): their pods listed on each hypervisor each holds
-/// (`list_pods` only) and compared with the plans ([`diff_services`]).
-pub async fn dry_run_services<C: Connector>(
-    world: &oi_api::World,
+/// (`list_pods` only, over `runtimes`) and compared with the plans ([`diff_services`]).
+async fn dry_run_services<R: oi_cri::HypervisorRuntime>(
     plans: &[SipServices],
-    connector: &C,
+    runtimes: &crate::connect::Runtimes<R>,
     out: &mut DryRun,
 ) {
-    let names: BTreeSet<String> = plans
-        .iter()
-        .filter(|p| p.error.is_none())
-        .flat_map(|p| p.hypervisors.iter().cloned())
-        .collect();
-    let runtimes = connect_all(world, &names, connector).await;
     let mut listed = BTreeMap::new();
     for plan in plans.iter().filter(|p| p.error.is_none()) {
         for h in &plan.hypervisors {

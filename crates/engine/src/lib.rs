@@ -31,10 +31,12 @@
 //!   7. inside     through the cluster's API: the NodeJoinRequest CRD, the   (bootstrap)
 //!                 oneinfra-system namespace, RBAC, join tokens, kube-proxy,
 //!                 CoreDNS, the join key ConfigMap; revoked tokens deleted
+//!   then the SIPClusters' services, one SIPCluster at a time                (sip)
 //!   ▼
 //! Executed {per cluster: ClusterResult (outcome, files placed, components removed, join
-//!           tokens in force), counts of pods, files, mutating CRI calls and cluster writes}
-//!   ──► oi_planner::record writes it into the world
+//!           tokens in force), per SIPCluster: its services' results, counts of pods,
+//!           files, mutating CRI calls and cluster writes}
+//!   ──► oi_planner::record_run writes it into the world
 //! ```
 //!
 //! A hypervisor that cannot be reached fails only the clusters with components on it. Over
@@ -74,7 +76,7 @@ use oi_cri::HypervisorRuntime;
 use oi_planner::{ClusterPlan, ClusterResult, Plan, Reason};
 
 pub use connect::{ConnectError, Connector, CriConnector, remove_throwaway_pods};
-pub use dry_run::{DryRun, HypervisorPlan, diff_services, dry_run, dry_run_services};
+pub use dry_run::{DryRun, HypervisorPlan, diff_services, dry_run};
 pub use error::StepError;
 pub use etcd::{EtcdClient, EtcdError, Member};
 pub use https::{HttpsError, HttpsRequest, HttpsResponse, Network, RealNetwork, Tls};
@@ -120,6 +122,8 @@ impl Default for ExecuteOptions {
 pub struct Executed {
     /// Every cluster of the plan, by key.
     pub clusters: BTreeMap<ObjectKey, ClusterResult>,
+    /// Every SIPCluster's services of the plan, in its order.
+    pub services: Vec<oi_planner::sip::services::SipServicesResult>,
     pub counts: Counts,
     pub elapsed: Duration,
 }
@@ -143,7 +147,9 @@ pub async fn execute<C: Connector, N: Network>(
     progress: &(dyn Fn(&Event) + Sync),
 ) -> Executed {
     let started = Instant::now();
-    let runtimes = connect_all(&plan.world, &plan.hypervisors, connector).await;
+    let mut hypervisors = plan.hypervisors.clone();
+    hypervisors.extend(sip::hypervisors(&plan.sip.services));
+    let runtimes = connect_all(&plan.world, &hypervisors, connector).await;
     let before: BTreeMap<&String, u64> = runtimes
         .iter()
         .filter_map(|(h, r)| r.as_ref().ok().map(|r| (h, r.mutating_calls())))
@@ -166,6 +172,15 @@ pub async fn execute<C: Connector, N: Network>(
             .map(|(key, cluster)| executor.cluster(key, cluster)),
     )
     .await;
+    // The SIPClusters' services after the clusters (their own deadline).
+    let services = sip::execute_services(
+        &plan.world,
+        &plan.sip.services,
+        &runtimes,
+        options,
+        progress,
+    )
+    .await;
     let mutating_calls = runtimes
         .iter()
         .filter_map(|(h, r)| {
@@ -179,6 +194,7 @@ pub async fn execute<C: Connector, N: Network>(
             .into_iter()
             .map(|r| (r.outcome.cluster.clone(), r))
             .collect(),
+        services,
         counts: counters.counts(mutating_calls),
         elapsed: started.elapsed(),
     }

@@ -13,25 +13,31 @@ use oi_planner::sip::services::{
     ServicePlan, ServiceResult, SipServices, SipServicesResult, labels,
 };
 
-use crate::connect::{Runtimes, connect_all, runtime};
+use crate::connect::{Runtimes, runtime};
 use crate::error::{Step, StepError};
-use crate::{Connector, Event, ExecuteOptions};
+use crate::{Event, ExecuteOptions};
 
-/// Runs every plan of `plans` in order (see the module documentation). Never fails as a
-/// whole: each service's outcome is in its result.
-pub async fn execute_services<C: Connector>(
-    world: &World,
-    plans: &[SipServices],
-    options: &ExecuteOptions,
-    connector: &C,
-    progress: &(dyn Fn(&Event) + Sync),
-) -> Vec<SipServicesResult> {
-    let names: BTreeSet<String> = plans
+/// The hypervisors the services of `plans` are run on (those of a plan that could not be
+/// placed are left alone).
+pub(crate) fn hypervisors(plans: &[SipServices]) -> BTreeSet<String> {
+    plans
         .iter()
         .filter(|p| p.error.is_none())
         .flat_map(|p| p.hypervisors.iter().cloned())
-        .collect();
-    if names.is_empty() {
+        .collect()
+}
+
+/// Runs every plan of `plans` in order (see the module documentation) over `runtimes` (every
+/// hypervisor of [`hypervisors`] connected, or why not). Never fails as a whole: each
+/// service's outcome is in its result.
+pub(crate) async fn execute_services<R: HypervisorRuntime>(
+    world: &World,
+    plans: &[SipServices],
+    runtimes: &Runtimes<R>,
+    options: &ExecuteOptions,
+    progress: &(dyn Fn(&Event) + Sync),
+) -> Vec<SipServicesResult> {
+    if hypervisors(plans).is_empty() {
         return plans
             .iter()
             .map(|p| SipServicesResult {
@@ -40,7 +46,6 @@ pub async fn execute_services<C: Connector>(
             })
             .collect();
     }
-    let runtimes = connect_all(world, &names, connector).await;
     let deadline = Instant::now() + options.max_wait;
     let mut results = Vec::with_capacity(plans.len());
     // A removed hypervisor that does not answer keeps what was left there: nothing of it
@@ -52,7 +57,7 @@ pub async fn execute_services<C: Connector>(
         .map(|h| h.metadata.name.as_str())
         .collect();
     for plan in plans {
-        results.push(run_one(plan, &runtimes, &removed, options, deadline, progress).await);
+        results.push(run_one(plan, runtimes, &removed, options, deadline, progress).await);
     }
     results
 }

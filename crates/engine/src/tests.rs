@@ -1906,40 +1906,33 @@ fn with_sip_cluster(mut w: World, port: u16) -> World {
     w
 }
 
-/// The SIPClusters of `w` selected and their services planned, as `oi reconcile` does.
-fn sip_plans(
-    w: &mut World,
-) -> (
-    Vec<oi_planner::sip::SipReport>,
-    Vec<oi_planner::sip::services::SipServices>,
-) {
-    let reports = oi_planner::sip::select_hosts(w, NOW);
-    let plans = oi_planner::sip::services::plan_services(
-        w,
-        &reports,
-        &oi_planner::PlanOptions::default(),
-        NOW,
-    );
-    (reports, plans)
+/// The plan of one run of `w` ([`oi_planner::plan`]: its SIPClusters' hosts and services).
+fn sip_plan(w: &World) -> Plan {
+    oi_planner::plan(w.clone(), NOW, &oi_planner::PlanOptions::default())
 }
 
-/// The SIPClusters' services of `w` run and recorded (each must run): the world after.
-async fn run_sip(h: &Harness, mut w: World) -> World {
-    let (reports, plans) = sip_plans(&mut w);
-    let results =
-        crate::sip::execute_services(&w, &plans, &options(), &h.connector, &|_: &Event| {}).await;
-    let outcomes =
-        oi_planner::sip::services::record_services(&mut w, &reports, &plans, &results, NOW);
-    assert!(outcomes.iter().all(|o| o.ready), "{outcomes:?}");
-    w
+/// The SIPClusters' services of `w` run as one run does ([`execute`]) and recorded
+/// ([`oi_planner::record_run`]); each must run: the world after.
+async fn run_sip(h: &Harness, w: World) -> World {
+    let plan = sip_plan(&w);
+    let executed = execute(&plan, &options(), &h.connector, &h.network, &|_: &Event| {}).await;
+    let recorded = oi_planner::record_run(
+        plan.world,
+        &plan.sip,
+        &executed.clusters,
+        &executed.services,
+        NOW,
+    );
+    assert!(
+        recorded.services.iter().all(|o| o.ready),
+        "{:?}",
+        recorded.services
+    );
+    recorded.world
 }
 
 async fn sip_dry_run(h: &Harness, w: &World) -> DryRun {
-    let mut w = w.clone();
-    let (_, plans) = sip_plans(&mut w);
-    let mut out = DryRun::default();
-    dry_run_services(&w, &plans, &h.connector, &mut out).await;
-    out
+    crate::dry_run(&sip_plan(w), &h.connector, false).await
 }
 
 #[tokio::test]
@@ -2022,19 +2015,21 @@ async fn a_dry_run_lists_what_running_sip_services_would_do_without_mutating() {
 async fn sip_services_fail_with_the_reasons_clusters_fail_with() {
     use oi_planner::record::Reason;
     let h = Harness::new();
-    let mut w = with_sip_cluster(world(1, &[]), 30010);
-    let (reports, plans) = sip_plans(&mut w);
-    let run = |w: World, plans: Vec<oi_planner::sip::services::SipServices>| {
+    let w = with_sip_cluster(world(1, &[]), 30010);
+    let plan = sip_plan(&w);
+    let run = |plan: &Plan| {
         let h = &h;
+        let plan = plan.clone();
         async move {
-            crate::sip::execute_services(&w, &plans, &options(), &h.connector, &|_: &Event| {})
+            execute(&plan, &options(), &h.connector, &h.network, &|_: &Event| {})
                 .await
+                .services
         }
     };
     // Its sshd exits at once: the service does not run, in its own words.
     let rt = &h.connector.runtimes["public-1"];
     rt.exit_on_start("sshd", Some(255));
-    let results = run(w.clone(), plans.clone()).await;
+    let results = run(&plan).await;
     let failure = results[0].services[0].failure.clone().expect("a failure");
     assert_eq!(failure.reason, Reason::ServiceNotRunning, "{failure}");
     assert!(
@@ -2044,7 +2039,8 @@ async fn sip_services_fail_with_the_reasons_clusters_fail_with() {
         "{failure}"
     );
     let outcomes =
-        oi_planner::sip::services::record_services(&mut w.clone(), &reports, &plans, &results, NOW);
+        oi_planner::record_run(plan.world.clone(), &plan.sip, &BTreeMap::new(), &results, NOW)
+            .services;
     assert!(
         outcomes[0]
             .failing
@@ -2056,7 +2052,7 @@ async fn sip_services_fail_with_the_reasons_clusters_fail_with() {
     // Its hypervisor does not answer: the service fails, and so does the sweep, each
     // saying which hypervisor.
     h.connector.down.lock().unwrap().insert("public-1".into());
-    let results = run(w.clone(), plans.clone()).await;
+    let results = run(&plan).await;
     let failure = results[0].services[0].failure.clone().expect("a failure");
     assert_eq!(failure.reason, Reason::HypervisorUnreachable, "{failure}");
     assert!(
@@ -2069,7 +2065,7 @@ async fn sip_services_fail_with_the_reasons_clusters_fail_with() {
     assert_eq!(sweep.reason, Reason::HypervisorUnreachable, "{sweep}");
     h.connector.down.lock().unwrap().clear();
     // Back: it runs.
-    let results = run(w, plans).await;
+    let results = run(&plan).await;
     assert!(results[0].all_running(), "{results:?}");
 }
 

@@ -59,15 +59,15 @@ pub mod vpn;
 
 pub use plan::{
     ClusterPlan, ComponentPlan, Convergence, EtcdClientIdentity, EtcdMember, EtcdMembership,
-    EtcdPlan, EtcdRejoin, Plan, PlanOptions, Retirement, Teardown, etcd_membership, plan,
-    plan_prepared,
+    EtcdPlan, EtcdRejoin, Plan, PlanOptions, Retirement, Runs, SipPlan, Teardown, etcd_membership,
+    plan, plan_prepared, plan_run,
 };
 pub use prepare::{
     PrepareOptions, Prepared, SharedAddresses, control_plane_name, forget_orphans,
     forget_removed_hypervisors, ingress_name, prepare, prepare_with, remove_cluster,
     remove_component, required_ports,
 };
-pub use record::{ClusterOutcome, ClusterResult, PlacedFiles, Reason, record};
+pub use record::{ClusterOutcome, ClusterResult, PlacedFiles, Reason, Recorded, record, record_run};
 
 use oi_api::validation::FieldError;
 use oi_api::{ComponentRole, ObjectKey};

@@ -59,6 +59,35 @@ pub struct Plan {
     pub hypervisors: BTreeSet<String>,
     /// Every cluster of the world, by key.
     pub clusters: BTreeMap<ObjectKey, ClusterPlan>,
+    /// The SIPClusters: their hosts, their services, and the trust of clusters they change.
+    pub sip: SipPlan,
+}
+
+/// What a run does with the SIPClusters ([`crate::sip`]): the engine runs the services after
+/// the clusters; [`crate::record::record_run`] records both and writes the trust changes.
+#[derive(Debug, Clone, Default)]
+pub struct SipPlan {
+    /// Each SIPCluster's host selection (already applied to the plan's world: hosts are
+    /// labels, written by the record like everything else).
+    pub reports: Vec<crate::sip::SipReport>,
+    /// Each one's services.
+    pub services: Vec<crate::sip::services::SipServices>,
+    /// Clusters whose `spec.apiServer.oidc` a SIPCluster's OIDC provider changes: this run's
+    /// API servers are rendered with the change; the plan's world still has the spec as it
+    /// was, and the record writes it.
+    pub trust: Vec<crate::sip::services::oidc::TrustChange>,
+}
+
+/// What a run plans ([`plan_run`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runs {
+    /// Everything the world holds: `oi`'s runs, the manager's Cluster controller over its
+    /// sub-world.
+    Everything,
+    /// The SIPClusters only: the clusters of the world are read (a jump host's kubeconfig,
+    /// an OIDC provider's `clusterRef`), not planned; their own runs do that (the manager's
+    /// SIPCluster controller).
+    SipClusters,
 }
 
 /// What a run does with one cluster.
@@ -270,13 +299,52 @@ impl Error {
 /// A cluster's live components, each rendered or not.
 type Renderings<'w> = Vec<(&'w ObjectKey, Result<Rendered>)>;
 
-/// Prepares `world`, then plans every cluster; see the module documentation.
+/// Plans everything `world` holds ([`plan_run`] with [`Runs::Everything`]).
 pub fn plan(world: World, now: OffsetDateTime, options: &PlanOptions) -> Plan {
-    plan_prepared(
-        prepare_with(world, now, &options.prepare),
-        now,
-        &options.render,
-    )
+    plan_run(world, Runs::Everything, now, options)
+}
+
+/// The one run order, what `oi` and `oi-manager` both plan with; the engine executes the plan
+/// in the same order and [`crate::record::record_run`] records it:
+///
+/// ```text
+/// SIPClusters' hosts selected (sip::select_hosts)
+///  ─► their services placed: fixed ports claimed before any cluster's ports are handed out,
+///     OIDC PKI kept, clusterRef trust changes applied to this run's copy
+///  ─► clusters prepared and planned (prepare, plan_prepared)        [Runs::Everything]
+///  ─► services rendered over the prepared world (a jump host's kubeconfig needs its
+///     cluster's CA and endpoint, made for a new cluster just before)
+///  ─► trust changes carried by the plan (SipPlan::trust), the spec as it was in its world
+/// ```
+pub fn plan_run(mut world: World, runs: Runs, now: OffsetDateTime, options: &PlanOptions) -> Plan {
+    use crate::sip::services::{place_services, render_services};
+    let reports = crate::sip::select_hosts(&mut world, now);
+    let placed = place_services(&mut world, &reports, options, now);
+    let trust: Vec<_> = placed.iter().filter_map(|p| p.trust.clone()).collect();
+    let mut plan = match runs {
+        Runs::Everything => plan_prepared(
+            prepare_with(world, now, &options.prepare),
+            now,
+            &options.render,
+        ),
+        Runs::SipClusters => Plan {
+            world,
+            hypervisors: BTreeSet::new(),
+            clusters: BTreeMap::new(),
+            sip: SipPlan::default(),
+        },
+    };
+    let services = render_services(&mut plan.world, &reports, placed, options, now);
+    // Later changes of one cluster were made over earlier ones: undone last first.
+    for t in trust.iter().rev() {
+        t.revert(&mut plan.world);
+    }
+    plan.sip = SipPlan {
+        reports,
+        services,
+        trust,
+    };
+    plan
 }
 
 /// Plans every cluster of a prepared world: its failures are unplannable clusters.
@@ -351,6 +419,7 @@ pub fn plan_prepared(prepared: Prepared, now: OffsetDateTime, options: &RenderOp
         world,
         hypervisors,
         clusters,
+        sip: SipPlan::default(),
     }
 }
 

@@ -1,7 +1,7 @@
 //! What a run did, written back into the world: the other pure end of a run.
 //!
 //! ```text
-//! Plan.world ──record(results of the engine, now)──► World
+//! Plan.world ──record_run(plan.sip, results of the engine, now)──► World
 //!   per cluster result:  file hashes placed ─► Hypervisor status files
 //!                        VPN peers after join requests ─► Cluster status vpnPeers
 //!                        ready ─► Cluster status kubernetesVersion (the version it runs)
@@ -9,6 +9,9 @@
 //!                        deleted ─► the cluster, its components and ports out of the world
 //!                        otherwise ─► ReconcileStarted=True, then ReconcileSucceeded
 //!                                     True, or False with the reason and message
+//!   trust changes the SIPClusters planned ─► the clusters' spec.apiServer.oidc
+//!   per SIPCluster's services' result ─► Hypervisor status files, ports of one deleted
+//!                        freed, its Ready condition (sip::services::record_services)
 //! ```
 //!
 //! The engine executes a [`crate::Plan`] and reports a [`ClusterResult`] per cluster; it
@@ -196,6 +199,38 @@ impl ClusterResult {
             etcd_rejoined: Vec::new(),
         }
     }
+}
+
+/// What [`record_run`] gives: the world after the run, and how each live SIPCluster's
+/// services ended it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub world: World,
+    pub services: Vec<crate::sip::services::ServicesOutcome>,
+}
+
+/// The world after a run of `plan` ([`crate::plan_run`]): the clusters' results recorded
+/// ([`record`]), the trust changes the SIPClusters asked for written into their clusters'
+/// specs, then the services' results ([`crate::sip::services::record_services`]).
+pub fn record_run(
+    world: World,
+    sip: &crate::SipPlan,
+    clusters: &BTreeMap<ObjectKey, ClusterResult>,
+    services: &[crate::sip::services::SipServicesResult],
+    now: OffsetDateTime,
+) -> Recorded {
+    let mut world = record(world, clusters, now);
+    for t in &sip.trust {
+        t.apply(&mut world);
+    }
+    let services = crate::sip::services::record_services(
+        &mut world,
+        &sip.reports,
+        &sip.services,
+        services,
+        now,
+    );
+    Recorded { world, services }
 }
 
 /// The world after a run: `world` (the plan's) with what `results` report written back;

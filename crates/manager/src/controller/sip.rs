@@ -1,12 +1,17 @@
-//! The SIPCluster controller: Airship SIP's host selection over the management cluster's
-//! BareMetalHosts, one SIPCluster at a time (every SIPCluster waits for the one before it,
-//! so two never take the same host), with `oi reconcile`'s function (`oi_planner::sip`):
+//! The SIPCluster controller: Airship SIP's hosts and support services, one SIPCluster at a
+//! time (every SIPCluster waits for the one before it, so two never take the same host), in
+//! `oi reconcile`'s run order ([`oi_planner::plan_run`], [`oi_engine::execute`],
+//! [`oi_planner::record_run`]):
 //!
 //! ```text
 //! SIPCluster key ─► (one at a time) finalizer ─► sub-world: the SIPCluster, every
-//!   BareMetalHost, the Secrets they reference ─► oi_planner::sip::select_hosts
-//!   ─► every relabelled host updated ─► the SIPCluster's status (Ready condition), or, when
-//!   it is being deleted, our labels off its hosts and the finalizer removed
+//!   BareMetalHost and the Secrets they reference, every Hypervisor and Component, the
+//!   Secrets its services read, its clusterRef Cluster (read, not run)
+//!   ─► plan (Runs::SipClusters): hosts selected, services placed and rendered
+//!   ─► relabelled hosts, port shares, status PKI written ─► execute ─► record
+//!   ─► port shares, the clusterRef Cluster's trust when it changes, the SIPCluster's status
+//!   (Ready condition), or, when it is being deleted, its services and our labels gone and
+//!   the finalizer removed
 //! ```
 //!
 //! A host update that conflicts fails the reconcile; what was written stays and the next run
@@ -63,17 +68,15 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
         world.bare_metal_hosts.insert(host.key(), host);
     }
     world.sip_clusters.insert(key.clone(), sip.clone());
-    let reports = oi_planner::sip::select_hosts(&mut world, now());
-    let Some(report) = reports.into_iter().find(|r| r.key == *key) else {
+    let Some(run) = run(ctx, key, &sip, world).await? else {
         return Ok(Next::Done(Action::AwaitChange));
     };
-    for host in &report.relabelled {
-        if let Some(h) = world.bare_metal_hosts.get(host) {
-            store.update(h).await?;
-        }
-    }
+    let Run {
+        report,
+        world,
+        services,
+    } = run;
     let uid = sip.metadata.uid.clone();
-    let services = run_services(ctx, key, &sip, &mut world, &report).await?;
     if report.deleted {
         if let Some(why) = services.as_ref().and_then(|s| s.teardown_error.clone()) {
             // Its services are not all gone: the finalizer stays and the next try goes on.
@@ -166,23 +169,38 @@ struct ServicesRun {
     teardown_error: Option<String>,
 }
 
-/// Runs the services of the SIPCluster `key` as `oi reconcile` does
-/// ([`oi_planner::sip::services`]): placement and ports under the write lock, the engine
-/// run outside it, the record under it again; each hypervisor status written as the
-/// SIPCluster's share only (`SIPCluster/<name>`, [`super::writeback::write_share`]).
-/// `None` when its hosts could not be selected (its services are left as they are).
-async fn run_services<S: Store, C: Connector, N: Network>(
+/// What one run of a SIPCluster gave: its host selection, the world as recorded, and its
+/// services' run (`None` when it has none to run: its hosts could not be selected and it
+/// holds no port).
+struct Run {
+    report: oi_planner::sip::SipReport,
+    world: World,
+    services: Option<ServicesRun>,
+}
+
+/// Runs the SIPCluster `key` in `oi reconcile`'s run order ([`oi_planner::plan_run`] with
+/// [`oi_planner::Runs::SipClusters`]: the clusters are read, their own controller runs them;
+/// [`oi_engine::execute`]; [`oi_planner::record_run`]) over `world` (its hosts and their
+/// Secrets) with every Hypervisor and Component (capacity) and the Secrets and `clusterRef`
+/// Cluster its services read. Under the write lock: the plan, then what it changed (the
+/// relabelled hosts, each hypervisor status as the SIPCluster's share only
+/// (`SIPCluster/<name>`, [`super::writeback::write_share`]), the PKI and credentials it keeps
+/// in its status, written before anything runs so that a failed run makes no new
+/// certificates next time). The engine runs outside it; then, under it again, the record:
+/// the shares, and the `clusterRef` Cluster's trust when the plan changes it (its own
+/// controller then configures its API servers). `None` when the SIPCluster left the store.
+async fn run<S: Store, C: Connector, N: Network>(
     ctx: &Context<S, C, N>,
     key: &ObjectKey,
     sip: &SipCluster,
-    world: &mut World,
-    report: &oi_planner::sip::SipReport,
-) -> Result<Option<ServicesRun>, ReconcileError> {
-    use oi_planner::sip::services::{owner_cluster, plan_services, record_services};
+    mut world: World,
+) -> Result<Option<Run>, ReconcileError> {
     let store = &*ctx.store;
-    let reports = std::slice::from_ref(report);
-    let owner = ObjectKey::new(key.namespace.clone(), owner_cluster(&key.name));
-    let (plans, placed) = {
+    let owner = ObjectKey::new(
+        key.namespace.clone(),
+        oi_planner::sip::services::owner_cluster(&key.name),
+    );
+    let (plan, placed, report) = {
         let _lock = ctx.write_lock.lock().await;
         for h in store.list::<Hypervisor>(None).await? {
             world.hypervisors.insert(h.key(), h);
@@ -206,41 +224,42 @@ async fn run_services<S: Store, C: Connector, N: Network>(
                 world.secrets.insert(secret, s);
             }
         }
-        let mut cluster_before = None;
         if let Some(r) = &sip.spec.cluster_ref {
             let cluster = ObjectKey::new(key.namespace.clone(), r.name.clone());
             if let Some(c) = store.get::<Cluster>(&cluster).await? {
-                cluster_before = Some(c.clone());
                 world.clusters.insert(cluster, c);
             }
         }
         let before = world.hypervisors.clone();
-        let plans = plan_services(world, reports, &ctx.options.plan, now());
-        write_shares(store, &before, world, &owner).await?;
-        // What the planner keeps in the status (an OIDC provider's PKI, the jump hosts'
-        // credentials) is written before anything runs (a failed run must not make new
-        // certificates next time), and the clusterRef cluster told to trust the provider:
-        // its own controller then configures its API servers.
+        let mut plan = oi_planner::plan_run(
+            world,
+            oi_planner::Runs::SipClusters,
+            now(),
+            &ctx.options.plan,
+        );
+        let Some(report) = plan.sip.reports.iter().find(|r| r.key == *key).cloned() else {
+            return Ok(None);
+        };
+        for report in &plan.sip.reports {
+            for host in &report.relabelled {
+                if let Some(h) = plan.world.bare_metal_hosts.get(host) {
+                    let written = store.update(h).await?;
+                    plan.world.bare_metal_hosts.insert(host.clone(), written);
+                }
+            }
+        }
+        write_shares(store, &before, &plan.world, &owner).await?;
         if !report.deleted
-            && let Some(updated) = world.sip_clusters.get(key)
+            && let Some(updated) = plan.world.sip_clusters.get(key)
             && (updated.status.oidc_providers != sip.status.oidc_providers
                 || updated.status.jump_hosts != sip.status.jump_hosts)
         {
             let written = store.update_status(updated).await?;
-            world.sip_clusters.insert(key.clone(), written);
+            plan.world.sip_clusters.insert(key.clone(), written);
         }
-        if let Some(before) = cluster_before
-            && let Some(after) = world.clusters.get(&before.key())
-            && after.spec.api_server.oidc != before.spec.api_server.oidc
-        {
-            let written = store.update(after).await?;
-            world.clusters.insert(before.key(), written);
-        }
-        (plans, world.hypervisors.clone())
+        let placed = plan.world.hypervisors.clone();
+        (plan, placed, report)
     };
-    if plans.is_empty() {
-        return Ok(None);
-    }
     let progress = |e: &oi_engine::Event| {
         tracing::info!(
             sipcluster = %key,
@@ -250,29 +269,55 @@ async fn run_services<S: Store, C: Connector, N: Network>(
             e.message
         );
     };
-    let results = {
+    let executed = if plan.sip.services.is_empty() {
+        None
+    } else {
         let _run = ctx.engine_runs.read().await;
-        oi_engine::sip::execute_services(
-            world,
-            &plans,
-            &ctx.execute_options(),
-            &ctx.connector,
-            &progress,
+        Some(
+            oi_engine::execute(
+                &plan,
+                &ctx.execute_options(),
+                &ctx.connector,
+                &ctx.network,
+                &progress,
+            )
+            .await,
         )
-        .await
     };
     let _lock = ctx.write_lock.lock().await;
-    let outcome = record_services(world, reports, &plans, &results, now())
-        .into_iter()
-        .next();
-    write_shares(store, &placed, world, &owner).await?;
-    Ok(Some(ServicesRun {
-        outcome,
+    let results = executed.map(|e| e.services).unwrap_or_default();
+    let clusters_before = plan.world.clusters.clone();
+    let has_services = !plan.sip.services.is_empty();
+    let recorded = oi_planner::record_run(
+        plan.world,
+        &plan.sip,
+        &std::collections::BTreeMap::new(),
+        &results,
+        now(),
+    );
+    let mut world = recorded.world;
+    write_shares(store, &placed, &world, &owner).await?;
+    for t in &plan.sip.trust {
+        if let (Some(before), Some(after)) =
+            (clusters_before.get(&t.cluster), world.clusters.get(&t.cluster))
+            && after.spec.api_server.oidc != before.spec.api_server.oidc
+        {
+            let written = store.update(after).await?;
+            world.clusters.insert(t.cluster.clone(), written);
+        }
+    }
+    let services = has_services.then(|| ServicesRun {
+        outcome: recorded.services.into_iter().find(|o| o.key == *key),
         teardown_error: results
             .into_iter()
-            .next()
+            .find(|r| r.key == *key)
             .and_then(|r| r.sweep_error)
             .map(|f| f.to_string()),
+    });
+    Ok(Some(Run {
+        report,
+        world,
+        services,
     }))
 }
 

@@ -257,7 +257,8 @@ impl Runner {
         })
     }
 
-    /// One run: plan, execute, record; progress on stderr unless quiet.
+    /// One run: plan, execute, record ([`oi_planner::plan`], [`oi_engine::execute`],
+    /// [`oi_planner::record_run`]); progress on stderr unless quiet.
     pub fn run(
         &self,
         world: oi_api::World,
@@ -267,27 +268,21 @@ impl Runner {
         self.execute(plan, now)
     }
 
-    /// What one run of everything the world holds would do (`--dry-run`): the SIPClusters'
-    /// host selection and services planned as [`Runner::run_with_sip`] plans them, compared
-    /// with what the hypervisors list (read-only calls). Also one line per SIPCluster: its
-    /// hosts, notes, and what waits for the clusters' run. A SIPCluster that cannot get its
-    /// hosts is a failure of the dry run.
-    pub fn dry_run_with_sip(
+    /// What one run of everything the world holds would do (`--dry-run`): the plan of
+    /// [`Runner::run_all`] compared with what the hypervisors list (read-only calls). Also
+    /// one line per SIPCluster: its hosts, notes, what waits, and the trust of clusters it
+    /// changes. A SIPCluster that cannot get its hosts is a failure of the dry run.
+    pub fn dry_run_all(
         &self,
-        mut world: oi_api::World,
+        world: oi_api::World,
         now: time::OffsetDateTime,
     ) -> (DryRun, Vec<String>) {
-        let reports = oi_planner::sip::select_hosts(&mut world, now);
-        let plans =
-            oi_planner::sip::services::plan_services(&mut world, &reports, &self.plan_options, now);
         let plan = oi_planner::plan(world, now, &self.plan_options);
-        let mut dry_run = self.runtime.block_on(async {
-            let mut dry_run = oi_engine::dry_run(&plan, &self.connector, self.prune).await;
-            oi_engine::dry_run_services(&plan.world, &plans, &self.connector, &mut dry_run).await;
-            dry_run
-        });
+        let mut dry_run = self
+            .runtime
+            .block_on(oi_engine::dry_run(&plan, &self.connector, self.prune));
         let mut lines = Vec::new();
-        for r in &reports {
+        for r in &plan.sip.reports {
             lines.push(r.summary());
             if !r.deleted && !r.selection.shortfalls.is_empty() {
                 dry_run
@@ -295,48 +290,40 @@ impl Runner {
                     .insert(r.key.clone(), r.message.clone());
             }
         }
-        for p in &plans {
+        for p in &plan.sip.services {
             for note in &p.notes {
                 lines.push(format!("sipcluster {}: {note}", p.key));
             }
             for why in &p.waiting {
-                lines.push(format!(
-                    "sipcluster {}: planned after the clusters' run: {why}",
-                    p.key
-                ));
+                lines.push(format!("sipcluster {}: waits: {why}", p.key));
             }
+        }
+        for t in &plan.sip.trust {
+            lines.push(t.describe());
         }
         (dry_run, lines)
     }
 
-    /// One run of everything the world holds: SIPClusters' hosts first (pure, one at a time,
-    /// their summaries on stderr unless quiet), their services' ports claimed, the clusters'
-    /// run, then the services run and recorded.
-    pub fn run_with_sip(
+    /// One run of everything the world holds, in the one run order ([`oi_planner::plan_run`]):
+    /// SIPClusters' hosts (their summaries on stderr unless quiet), their services placed,
+    /// the clusters, the services rendered; executed and recorded as one plan. Then removed
+    /// hypervisors nothing is left on leave the world, and orphans are found (and pruned).
+    pub fn run_all(
         &self,
-        mut world: oi_api::World,
+        world: oi_api::World,
         now: time::OffsetDateTime,
     ) -> (oi_api::World, Executed, SipRun) {
-        let reports = oi_planner::sip::select_hosts(&mut world, now);
+        let plan = oi_planner::plan(world, now, &self.plan_options);
         if !self.quiet {
-            for r in &reports {
+            for r in &plan.sip.reports {
                 eprintln!("{}", r.summary());
             }
+            for t in &plan.sip.trust {
+                eprintln!("oi: {}", t.describe());
+            }
         }
-        // Their ports are claimed before the clusters' are placed; they run after.
-        let plans =
-            oi_planner::sip::services::plan_services(&mut world, &reports, &self.plan_options, now);
-        let (mut world, executed) = self.run(world, now);
-        // A SIPCluster that waited for a cluster's first run (its endpoint, for a jump host's
-        // kubeconfig) has it now.
-        let plans = oi_planner::sip::services::replan_waiting(
-            &mut world,
-            &reports,
-            plans,
-            &self.plan_options,
-            now,
-        );
-        let services = self.sip_services(&mut world, &reports, &plans, now);
+        let reports = plan.sip.reports.clone();
+        let (mut world, executed, services) = self.execute_recorded(plan, now);
         // Removed hypervisors nothing is left on leave the world.
         for h in oi_planner::forget_removed_hypervisors(&mut world) {
             if !self.quiet {
@@ -403,47 +390,27 @@ impl Runner {
         found
     }
 
-    /// Runs the SIPClusters' support services planned and records them in `world`; each
-    /// SIPCluster's line on stderr unless quiet. Returns each live SIPCluster's outcome.
-    pub fn sip_services(
-        &self,
-        world: &mut oi_api::World,
-        reports: &[oi_planner::sip::SipReport],
-        plans: &[oi_planner::sip::services::SipServices],
-        now: time::OffsetDateTime,
-    ) -> Vec<oi_planner::sip::services::ServicesOutcome> {
-        if plans.is_empty() {
-            return Vec::new();
-        }
-        let quiet = self.quiet;
-        let progress = move |e: &Event| {
-            if !quiet {
-                eprintln!("{e}");
-            }
-        };
-        let results = self.runtime.block_on(oi_engine::sip::execute_services(
-            world,
-            plans,
-            &self.options,
-            &self.connector,
-            &progress,
-        ));
-        let outcomes =
-            oi_planner::sip::services::record_services(world, reports, plans, &results, now);
-        if !quiet {
-            for o in &outcomes {
-                eprintln!("{}", o.line());
-            }
-        }
-        outcomes
-    }
-
     /// Executes a plan and records it; progress on stderr unless quiet.
     pub fn execute(
         &self,
         plan: oi_planner::Plan,
         now: time::OffsetDateTime,
     ) -> (oi_api::World, Executed) {
+        let (world, executed, _) = self.execute_recorded(plan, now);
+        (world, executed)
+    }
+
+    /// Executes a plan and records it ([`oi_planner::record_run`]); progress on stderr, and
+    /// each live SIPCluster's line, unless quiet. Also returns the SIPClusters' outcomes.
+    fn execute_recorded(
+        &self,
+        plan: oi_planner::Plan,
+        now: time::OffsetDateTime,
+    ) -> (
+        oi_api::World,
+        Executed,
+        Vec<oi_planner::sip::services::ServicesOutcome>,
+    ) {
         let quiet = self.quiet;
         let progress = move |e: &Event| {
             if !quiet {
@@ -457,8 +424,19 @@ impl Runner {
             &RealNetwork::default(),
             &progress,
         ));
-        let world = oi_planner::record(plan.world, &executed.clusters, now);
-        (world, executed)
+        let recorded = oi_planner::record_run(
+            plan.world,
+            &plan.sip,
+            &executed.clusters,
+            &executed.services,
+            now,
+        );
+        if !quiet {
+            for o in &recorded.services {
+                eprintln!("{}", o.line());
+            }
+        }
+        (recorded.world, executed, recorded.services)
     }
 }
 
@@ -476,7 +454,7 @@ pub fn run(
     let mut runner = Runner::new(args.image_repository.clone(), args.max_wait, args.quiet)?;
     runner.prune = args.prune;
     if args.dry_run {
-        let (dry_run, sip) = runner.dry_run_with_sip(world, ctx.now);
+        let (dry_run, sip) = runner.dry_run_all(world, ctx.now);
         output.write_all(render_plan(&dry_run, &sip).as_bytes())?;
         return match dry_run_incomplete(&dry_run) {
             Some(why) => Err(OutputThenFail(why).into()),
@@ -484,7 +462,7 @@ pub fn run(
         };
     }
     let quiet = args.quiet;
-    let (world, executed, sip) = runner.run_with_sip(world, ctx.now);
+    let (world, executed, sip) = runner.run_all(world, ctx.now);
     manifests::finish(&world, output)?;
     if !quiet {
         let mut line = summary(&executed);
@@ -571,6 +549,7 @@ mod tests {
                 (result.outcome.cluster.clone(), result)
             })
             .collect(),
+            services: Vec::new(),
             counts: Counts {
                 pods_created: 3,
                 pods_replaced: 0,

@@ -231,7 +231,21 @@ pub fn state_dir(key: &ObjectKey, service: &str) -> String {
     format!("{STATE_ROOT}/{}/{}/{service}", key.namespace, key.name)
 }
 
-/// Plans the services of every SIPCluster of `reports` (see the module documentation),
+/// One SIPCluster's services placed (the first half of planning them, before the clusters'
+/// run is planned): where each goes, its ports claimed, its PKI and credentials kept, and the
+/// change of the `clusterRef` cluster's trust its OIDC provider asks for. Rendered by
+/// [`render_services`] once the clusters are prepared (a jump host's kubeconfig needs the
+/// cluster's PKI and endpoint).
+#[derive(Debug, Clone)]
+pub struct Placed {
+    out: SipServices,
+    chosen: Vec<(String, Wanted)>,
+    /// The change of the `clusterRef` cluster's `spec.apiServer.oidc`, already applied to the
+    /// world placing was given (the caller reverts it once the clusters are planned).
+    pub trust: Option<oidc::TrustChange>,
+}
+
+/// Places the services of every SIPCluster of `reports` (see the module documentation),
 /// claiming and releasing their ports in the world's hypervisors. A SIPCluster whose hosts
 /// could not be selected gets no services; one that already runs services keeps them,
 /// planned with the hosts it still holds (so a drain moves them and their certificates are
@@ -239,23 +253,66 @@ pub fn state_dir(key: &ObjectKey, service: &str) -> String {
 ///
 /// An OIDC provider's CA and serving certificate are made (or renewed, [`RENEW_BEFORE`] ahead
 /// of their end, or when the provider's address changes) in the SIPCluster's
-/// `status.oidcProviders`; when `spec.clusterRef` names one of our Clusters, that cluster's
-/// `spec.apiServer.oidc` is set to trust the first provider (and cleared when it goes), so the
-/// clusters' run that follows configures its API servers.
-pub fn plan_services(
+/// `status.oidcProviders`. When `spec.clusterRef` names one of our Clusters that does not
+/// trust the first provider yet (or trusts one that went), [`Placed::trust`] says how its
+/// `spec.apiServer.oidc` changes; the change is applied to `world` so that the clusters'
+/// plan that follows configures its API servers.
+pub fn place_services(
     world: &mut World,
     reports: &[SipReport],
     options: &PlanOptions,
     now: time::OffsetDateTime,
-) -> Vec<SipServices> {
+) -> Vec<Placed> {
     let planned: Vec<&SipReport> = reports
         .iter()
         .filter(|r| r.deleted || r.selection.shortfalls.is_empty() || holds_ports(world, &r.key))
         .collect();
     planned
         .into_iter()
-        .map(|r| plan_one(world, r, options, now))
+        .map(|r| {
+            let placed = place_one(world, r, options, now);
+            if let Some(t) = &placed.trust {
+                t.apply(world);
+            }
+            placed
+        })
         .collect()
+}
+
+/// Renders the services placed (the second half), over the world as the clusters' plan left
+/// it: the jump hosts' client certificates kept (issued by the `clusterRef` cluster's CA),
+/// then each service's pod and files. A jump host whose cluster has no PKI or endpoint yet
+/// (it could not be prepared) waits ([`SipServices::waiting`]).
+pub fn render_services(
+    world: &mut World,
+    reports: &[SipReport],
+    placed: Vec<Placed>,
+    options: &PlanOptions,
+    now: time::OffsetDateTime,
+) -> Vec<SipServices> {
+    placed
+        .into_iter()
+        .map(|p| {
+            let report = reports.iter().find(|r| r.key == p.out.key);
+            match report {
+                Some(r) => render_one(world, r, p, options, now),
+                None => p.out,
+            }
+        })
+        .collect()
+}
+
+/// [`place_services`] then [`render_services`] over the same world, the trust changes left
+/// applied: what planning the services alone is (tests; a run plans them around the
+/// clusters, [`crate::plan`]).
+pub fn plan_services(
+    world: &mut World,
+    reports: &[SipReport],
+    options: &PlanOptions,
+    now: time::OffsetDateTime,
+) -> Vec<SipServices> {
+    let placed = place_services(world, reports, options, now);
+    render_services(world, reports, placed, options, now)
 }
 
 /// What the SIPClusters' services holding ports on hypervisor `h` ask, one entry per
@@ -294,54 +351,8 @@ fn holds_ports(world: &World, key: &ObjectKey) -> bool {
     })
 }
 
-/// Plans again the SIPClusters of `plans` that waited for their `clusterRef` cluster (see
-/// [`SipServices::waiting`]), after the clusters' run: their placed services stay where they
-/// are, and what the first plan moved them away from is still swept. The others' plans are
-/// returned as they were.
-pub fn replan_waiting(
-    world: &mut World,
-    reports: &[SipReport],
-    plans: Vec<SipServices>,
-    options: &PlanOptions,
-    now: time::OffsetDateTime,
-) -> Vec<SipServices> {
-    let waiting: Vec<SipReport> = reports
-        .iter()
-        .filter(|r| {
-            plans
-                .iter()
-                .any(|p| p.key == r.key && !p.deleted && !p.waiting.is_empty())
-        })
-        .cloned()
-        .collect();
-    if waiting.is_empty() {
-        return plans;
-    }
-    let mut again = plan_services(world, &waiting, options, now);
-    plans
-        .into_iter()
-        .map(
-            |first| match again.iter().position(|p| p.key == first.key) {
-                Some(i) => {
-                    let mut p = again.swap_remove(i);
-                    p.hypervisors.extend(first.hypervisors);
-                    for (h, dirs) in first.leaving {
-                        let merged = p.leaving.entry(h).or_default();
-                        for d in dirs {
-                            if !merged.contains(&d) {
-                                merged.push(d);
-                            }
-                        }
-                    }
-                    p
-                }
-                None => first,
-            },
-        )
-        .collect()
-}
-
 /// A port a service asks for: its name in the owner, the port, the field asking for it.
+#[derive(Debug, Clone)]
 struct Wanted {
     name: String,
     kind: ServiceKind,
@@ -393,18 +404,23 @@ pub fn service_of(component: &str) -> &str {
     component.rsplit_once('-').map_or(component, |(s, _)| s)
 }
 
-fn plan_one(
+fn place_one(
     world: &mut World,
     report: &SipReport,
     options: &PlanOptions,
     now: time::OffsetDateTime,
-) -> SipServices {
+) -> Placed {
     let key = &report.key;
     let owner_name = owner_cluster(&key.name);
     let mut out = SipServices {
         key: key.clone(),
         deleted: report.deleted,
         ..SipServices::default()
+    };
+    let failed = |out: SipServices| Placed {
+        out,
+        chosen: Vec::new(),
+        trust: None,
     };
     let mut placing = Placing {
         allocators: world
@@ -442,7 +458,7 @@ fn plan_one(
         Ok(w) => w,
         Err(e) => {
             out.error = Some(e);
-            return out;
+            return failed(out);
         }
     };
     let wanted_names: BTreeSet<&str> = wanted.iter().map(|w| w.name.as_str()).collect();
@@ -488,7 +504,7 @@ fn plan_one(
             }
             Err(e) => {
                 out.error = Some(e);
-                return out;
+                return failed(out);
             }
         }
     }
@@ -501,39 +517,65 @@ fn plan_one(
         Ok(d) => d,
         Err(e) => {
             out.error = Some(e);
-            return out;
+            return failed(out);
         }
     };
-    if let Some(note) = oidc::wire_cluster(world, report, &dropped) {
-        out.notes.push(note);
+    let (note, trust) = oidc::wire_cluster(world, report, &dropped);
+    out.notes.extend(note);
+    // All or nothing: a service that cannot be rendered (a Secret missing, a field wrong)
+    // leaves every status as it was. What it renders to is made again once the clusters
+    // are prepared ([`render_one`]).
+    if let Some(sip) = world.sip_clusters.get(key) {
+        for (h, w) in &chosen {
+            if let Some(hypervisor) = world.hypervisors.get(&ObjectKey::cluster_scoped(h.clone()))
+                && let Err(e) = render(world, report, sip, hypervisor, w, &options.render)
+            {
+                out.error = Some(e);
+                return failed(out);
+            }
+        }
     }
+    write_back(world, &placing.allocators);
+    let chosen = chosen.into_iter().map(|(h, w)| (h, w.clone())).collect();
+    Placed { out, chosen, trust }
+}
+
+fn render_one(
+    world: &mut World,
+    report: &SipReport,
+    placed: Placed,
+    options: &PlanOptions,
+    now: time::OffsetDateTime,
+) -> SipServices {
+    let Placed { mut out, chosen, .. } = placed;
+    // The jump hosts' client certificates, issued by the cluster's CA as preparing left it
+    // (made in this run for a new cluster; rotated).
     let jump_hosts: BTreeSet<String> = chosen
         .iter()
         .filter(|(_, w)| w.kind == ServiceKind::JumpHost)
         .map(|(_, w)| w.name.clone())
         .collect();
-    if let Err(e) = jump::keep_credentials(world, key, &jump_hosts, now) {
+    if let Err(e) = jump::keep_credentials(world, &report.key, &jump_hosts, now) {
         out.error = Some(e);
         return out;
     }
-    if let Some(sip) = world.sip_clusters.get(key) {
-        for name in &jump_hosts {
-            if let Err(why) = jump::kubeconfig(world, sip, name) {
-                out.waiting.push(why);
-            }
-        }
-    }
-    let Some(sip) = world.sip_clusters.get(key).cloned() else {
-        write_back(world, &placing.allocators);
+    let world = &*world;
+    let Some(sip) = world.sip_clusters.get(&report.key) else {
         return out;
     };
+    for (_, w) in &chosen {
+        if w.kind == ServiceKind::JumpHost
+            && let Err(why) = jump::kubeconfig(world, sip, &w.name)
+        {
+            out.waiting.push(why);
+        }
+    }
     let mut services = Vec::new();
     for (h, w) in &chosen {
         let Some(hypervisor) = world.hypervisors.get(&ObjectKey::cluster_scoped(h.clone())) else {
             continue;
         };
-        let rendered = render(world, report, &sip, hypervisor, w, &options.render);
-        match rendered {
+        match render(world, report, sip, hypervisor, w, &options.render) {
             Ok(s) => services.push(s),
             Err(e) => {
                 out.error = Some(e);
@@ -541,7 +583,6 @@ fn plan_one(
             }
         }
     }
-    write_back(world, &placing.allocators);
     for s in &services {
         out.hypervisors.insert(s.hypervisor.clone());
     }
@@ -1184,7 +1225,7 @@ pub fn jump_host_start(config: &str, state: &str) -> String {
 }
 
 mod jump;
-mod oidc;
+pub mod oidc;
 pub use jump::user as jump_host_user;
 pub use oidc::{CA_LIFETIME, DEFAULT_CLIENT_ID, RENEW_BEFORE, SERVING_LIFETIME, issuer};
 

@@ -103,7 +103,7 @@ pub fn run(
     let left: usize = left_on(&world, name).values().map(Vec::len).sum();
     let runs = 2 * left + 2;
     for _ in 0..runs {
-        let (after, executed, sip) = runner.run_with_sip(world, ctx.now);
+        let (after, executed, sip) = runner.run_all(world, ctx.now);
         world = after;
         if !args.quiet {
             eprintln!("{}", summary(&executed));

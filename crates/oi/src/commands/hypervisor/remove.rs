@@ -55,7 +55,7 @@ pub fn run(
     }
     let runner = Runner::new(args.image_repository.clone(), args.max_wait, args.quiet)?;
     for _ in 0..RUNS {
-        let (after, executed, sip) = runner.run_with_sip(world, ctx.now);
+        let (after, executed, sip) = runner.run_all(world, ctx.now);
         world = after;
         if !args.quiet {
             eprintln!("{}", summary(&executed));

@@ -8,7 +8,8 @@
 //!      serving certificate for the address (1 year; again when it moves or nears its end)
 //!   ─► files: config.json, users.yaml (0600, from usersSecret), tls.crt, tls.key (0600)
 //!   ─► pod: oi-oidc-provider serve; its signing key made in the state directory
-//!   ─► clusterRef cluster ours: spec.apiServer.oidc = {issuer, client, claims, ES256, CA}
+//!   ─► clusterRef cluster ours: a TrustChange of its spec.apiServer.oidc = {issuer, client,
+//!      claims, ES256, CA}, which the plan carries and the record writes
 //! ```
 
 use std::collections::BTreeSet;
@@ -188,27 +189,81 @@ fn or(value: &str, default: &str) -> String {
     if value.is_empty() { default } else { value }.to_string()
 }
 
-/// Sets (or clears) the `clusterRef` cluster's `spec.apiServer.oidc`: to provider 0 while it
-/// runs; cleared when the provider or the SIPCluster goes (`dropped`: the issuers of the
-/// providers that went), if it still names one of them (what someone else set stays).
-/// Returns a note for the SIPCluster's condition.
+/// A change to a Cluster's `spec.apiServer.oidc` that a SIPCluster's OIDC provider asks for:
+/// the plan says so ([`crate::Plan::sip`]), this run's API servers are rendered with it, and
+/// the record writes it ([`crate::record::record_run`]). Planning never edits another
+/// object's spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustChange {
+    /// The `clusterRef` cluster.
+    pub cluster: ObjectKey,
+    /// The SIPCluster asking.
+    pub sip_cluster: ObjectKey,
+    /// What the cluster's spec says now.
+    pub from: Option<ApiServerOidc>,
+    /// What it is to say: provider 0 while it runs; `None` when the provider or the
+    /// SIPCluster goes.
+    pub to: Option<ApiServerOidc>,
+}
+
+impl TrustChange {
+    /// The cluster's spec as the change leaves it (`to`).
+    pub fn apply(&self, world: &mut World) {
+        if let Some(c) = world.clusters.get_mut(&self.cluster) {
+            c.spec.api_server.oidc.clone_from(&self.to);
+        }
+    }
+
+    /// The cluster's spec as it was (`from`).
+    pub fn revert(&self, world: &mut World) {
+        if let Some(c) = world.clusters.get_mut(&self.cluster) {
+            c.spec.api_server.oidc.clone_from(&self.from);
+        }
+    }
+
+    /// One line for people (a dry run's plan).
+    pub fn describe(&self) -> String {
+        match &self.to {
+            Some(to) => format!(
+                "cluster {}: spec.apiServer.oidc set to trust SIPCluster {}'s provider ({})",
+                self.cluster, self.sip_cluster, to.issuer_url
+            ),
+            None => format!(
+                "cluster {}: spec.apiServer.oidc cleared (SIPCluster {}'s provider went)",
+                self.cluster, self.sip_cluster
+            ),
+        }
+    }
+}
+
+/// What the `clusterRef` cluster's `spec.apiServer.oidc` is to be: provider 0 while it runs;
+/// cleared when the provider or the SIPCluster goes (`dropped`: the issuers of the providers
+/// that went), if it still names one of them (what someone else set stays). Returns a note
+/// for the SIPCluster's condition, and the change when the spec does not say so yet.
 pub(super) fn wire_cluster(
-    world: &mut World,
+    world: &World,
     report: &crate::sip::SipReport,
     dropped: &[String],
-) -> Option<String> {
-    let (cluster_key, wanted, extra) = {
-        let sip = world.sip_clusters.get(&report.key)?;
-        let (cluster_key, _) = own_cluster(world, sip)?;
-        let wanted = if report.deleted {
-            None
-        } else {
-            wanted_oidc(sip)
-        };
-        let extra = sip.spec.services.oidc_provider.len().saturating_sub(1);
-        (cluster_key, wanted, extra)
+) -> (Option<String>, Option<TrustChange>) {
+    let Some(sip) = world.sip_clusters.get(&report.key) else {
+        return (None, None);
     };
-    let current = &mut world.clusters.get_mut(&cluster_key)?.spec.api_server.oidc;
+    let Some((cluster_key, cluster)) = own_cluster(world, sip) else {
+        return (None, None);
+    };
+    let wanted = if report.deleted {
+        None
+    } else {
+        wanted_oidc(sip)
+    };
+    let extra = sip.spec.services.oidc_provider.len().saturating_sub(1);
+    let current = &cluster.spec.api_server.oidc;
+    let change = |to: Option<ApiServerOidc>| TrustChange {
+        cluster: cluster_key.clone(),
+        sip_cluster: report.key.clone(),
+        from: current.clone(),
+        to,
+    };
     match wanted {
         Some(w) => {
             let note = format!(
@@ -220,17 +275,15 @@ pub(super) fn wire_cluster(
                     ""
                 }
             );
-            *current = Some(w);
-            Some(note)
+            let change = (current.as_ref() != Some(&w)).then(|| change(Some(w)));
+            (Some(note), change)
         }
         None => {
-            if current
+            let change = current
                 .as_ref()
                 .is_some_and(|c| dropped.contains(&c.issuer_url))
-            {
-                *current = None;
-            }
-            None
+                .then(|| change(None));
+            (None, change)
         }
     }
 }

@@ -710,7 +710,7 @@ fn the_jump_host_gets_a_kubeconfig_of_our_cluster_with_a_credential_of_its_own()
 }
 
 #[test]
-fn a_jump_host_waits_for_its_clusters_endpoint_and_is_planned_again_after_the_clusters_run() {
+fn a_jump_host_whose_cluster_has_no_endpoint_waits_and_is_not_ready() {
     let mut w = own_cluster_world();
     let c1 = ObjectKey::new(NS, "c1");
     w.clusters
@@ -741,20 +741,119 @@ fn a_jump_host_waits_for_its_clusters_endpoint_and_is_planned_again_after_the_cl
             .iter()
             .any(|f| f.contains("waits for its PKI"))
     );
-    // The clusters' run gives the cluster its endpoint: planned again, it has its kubeconfig;
-    // a plan not waiting is kept as it was.
-    w.clusters.get_mut(&c1).unwrap().status.api_server_endpoint = "https://10.1.0.2:30050".into();
-    let again = replan_waiting(&mut w, &reports, plans.clone(), &options(), NOW);
-    assert_eq!(again[0].waiting, Vec::<String>::new());
-    let jump = again[0]
+}
+
+/// A new cluster (no PKI, no endpoint) and a SIPCluster whose `clusterRef` names it, planned
+/// in one run ([`crate::plan`]): the services' fixed ports are claimed before the cluster's
+/// are handed out, the cluster's API servers are rendered trusting the OIDC provider while
+/// its spec in the plan's world is untouched (the plan carries the change, the record writes
+/// it), and the jump host has its kubeconfig in the same plan, issued by the CA just made.
+#[test]
+fn one_run_plans_a_new_cluster_and_the_sip_cluster_that_names_it() {
+    let mut w = own_cluster_world();
+    let c1 = ObjectKey::new(NS, "c1");
+    let cluster = format!(
+        "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Cluster\nmetadata: {{name: c1, namespace: {NS}}}\nspec: {{}}\n"
+    );
+    w.clusters = load(&[&cluster]).clusters;
+    w.hypervisors.extend(
+        load(&[&hypervisor("private-1", false, "10.1.0.9", (31000, 31100))]).hypervisors,
+    );
+    let plan = crate::plan(w.clone(), NOW, &options());
+    let Some(crate::ClusterPlan::Converge(c)) = plan.clusters.get(&c1) else {
+        panic!("c1 is not converged: {:?}", plan.clusters.get(&c1));
+    };
+    // The services' ports are theirs; the cluster's ingress got others of the same range.
+    let ingress_ports: Vec<u16> = plan
+        .world
+        .components
+        .values()
+        .filter(|c| c.spec.role == oi_api::ComponentRole::ControlPlaneIngress)
+        .flat_map(|c| c.status.allocated_host_ports.iter().map(|a| a.port))
+        .collect();
+    assert!(!ingress_ports.is_empty());
+    // (30001, the control plane load balancer's, is not run: the cluster is ours.)
+    let sip_ports: Vec<u16> = plan.world.hypervisors[&ObjectKey::cluster_scoped("public-1")]
+        .status
+        .allocated_ports
+        .iter()
+        .filter(|a| a.cluster == owner_cluster("s1"))
+        .map(|a| a.port)
+        .collect();
+    assert_eq!(sip_ports, [30000, 30002, 30003, 30004, 30090]);
+    for p in &sip_ports {
+        assert!(!ingress_ports.contains(p), "the ingress took port {p}: {ingress_ports:?}");
+    }
+    // The trust change: in the plan, in the API servers' flags, not in the plan's world.
+    let [change] = plan.sip.trust.as_slice() else {
+        panic!("trust changes: {:?}", plan.sip.trust);
+    };
+    assert_eq!(change.cluster, c1);
+    assert_eq!(change.sip_cluster, key("s1"));
+    assert_eq!(change.from, None);
+    let issuer = change.to.as_ref().unwrap().issuer_url.clone();
+    assert_eq!(issuer, "https://10.1.0.2:30090");
+    assert_eq!(plan.world.clusters[&c1].spec.api_server.oidc, None);
+    let flag = format!("--oidc-issuer-url={issuer}");
+    let api_server_args: Vec<&String> = c
+        .components
+        .iter()
+        .flat_map(|p| &p.rendered.pods)
+        .flat_map(|pod| &pod.containers)
+        .filter(|ct| ct.name == "kube-apiserver")
+        .flat_map(|ct| &ct.args)
+        .collect();
+    assert!(
+        api_server_args.iter().any(|a| **a == flag),
+        "no {flag} in {api_server_args:?}"
+    );
+    // The jump host's kubeconfig, in this plan: the cluster's new endpoint, a client
+    // certificate from its new client CA.
+    let services = &plan.sip.services[0];
+    assert_eq!(services.waiting, Vec::<String>::new());
+    assert_eq!(services.error, None);
+    let jump = services
         .services
         .iter()
         .find(|s| s.kind == ServiceKind::JumpHost)
         .unwrap();
-    assert!(jump.files.iter().any(|f| f.path.ends_with("/kubeconfig")));
-    assert_eq!(again[0].hypervisors, plans[0].hypervisors);
-    let not_waiting = replan_waiting(&mut w, &reports, again.clone(), &options(), NOW);
-    assert_eq!(not_waiting, again);
+    let kubeconfig = String::from_utf8(file(jump, "kubeconfig").content.clone()).unwrap();
+    let endpoint = &plan.world.clusters[&c1].status.api_server_endpoint;
+    assert!(!endpoint.is_empty());
+    assert!(kubeconfig.contains(endpoint.as_str()), "{kubeconfig}");
+    let ca = plan.world.clusters[&c1]
+        .spec
+        .certificate_authorities
+        .api_server_client
+        .clone()
+        .unwrap();
+    let credential = &plan.world.sip_clusters[&key("s1")].status.jump_hosts[0];
+    assert_eq!(
+        oi_pki::needs_renewal(
+            &credential.client_certificate.certificate,
+            &ca.certificate,
+            &[] as &[&str],
+            NOW,
+            RENEW_BEFORE
+        )
+        .unwrap(),
+        None
+    );
+    // Recorded: the change is written into the cluster's spec.
+    let recorded = crate::record_run(
+        plan.world.clone(),
+        &plan.sip,
+        &BTreeMap::new(),
+        &[],
+        NOW,
+    );
+    assert_eq!(
+        recorded.world.clusters[&c1].spec.api_server.oidc,
+        change.to
+    );
+    // The next plan over the recorded world changes no trust.
+    let again = crate::plan(recorded.world, NOW, &options());
+    assert_eq!(again.sip.trust, Vec::new());
 }
 
 #[test]

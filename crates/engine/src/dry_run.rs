@@ -51,7 +51,12 @@ pub async fn dry_run<C: Connector>(plan: &Plan, connector: &C, prune: bool) -> D
     let mut names = plan.hypervisors.clone();
     names.extend(crate::orphans::scanned_hypervisors(&plan.world));
     let services = crate::sip::hypervisors(&plan.sip.services);
-    let runtimes = connect_all(&plan.world, &names.union(&services).cloned().collect(), connector).await;
+    let runtimes = connect_all(
+        &plan.world,
+        &names.union(&services).cloned().collect(),
+        connector,
+    )
+    .await;
     let managed = BTreeMap::from([(labels::MANAGED.to_string(), "true".to_string())]);
     let names: Vec<&String> = runtimes.keys().filter(|h| names.contains(*h)).collect();
     let listed = join_all(names.iter().map(|h| async {

@@ -2038,9 +2038,14 @@ async fn sip_services_fail_with_the_reasons_clusters_fail_with() {
             .starts_with("pod t1-jump-host-0 on public-1: container sshd exited with code 255"),
         "{failure}"
     );
-    let outcomes =
-        oi_planner::record_run(plan.world.clone(), &plan.sip, &BTreeMap::new(), &results, NOW)
-            .services;
+    let outcomes = oi_planner::record_run(
+        plan.world.clone(),
+        &plan.sip,
+        &BTreeMap::new(),
+        &results,
+        NOW,
+    )
+    .services;
     assert!(
         outcomes[0]
             .failing

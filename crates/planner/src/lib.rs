@@ -67,7 +67,9 @@ pub use prepare::{
     forget_removed_hypervisors, ingress_name, prepare, prepare_with, remove_cluster,
     remove_component, required_ports,
 };
-pub use record::{ClusterOutcome, ClusterResult, PlacedFiles, Reason, Recorded, record, record_run};
+pub use record::{
+    ClusterOutcome, ClusterResult, PlacedFiles, Reason, Recorded, record, record_run,
+};
 
 use oi_api::validation::FieldError;
 use oi_api::{ComponentRole, ObjectKey};

@@ -298,9 +298,10 @@ async fn run<S: Store, C: Connector, N: Network>(
     let mut world = recorded.world;
     write_shares(store, &placed, &world, &owner).await?;
     for t in &plan.sip.trust {
-        if let (Some(before), Some(after)) =
-            (clusters_before.get(&t.cluster), world.clusters.get(&t.cluster))
-            && after.spec.api_server.oidc != before.spec.api_server.oidc
+        if let (Some(before), Some(after)) = (
+            clusters_before.get(&t.cluster),
+            world.clusters.get(&t.cluster),
+        ) && after.spec.api_server.oidc != before.spec.api_server.oidc
         {
             let written = store.update(after).await?;
             world.clusters.insert(t.cluster.clone(), written);

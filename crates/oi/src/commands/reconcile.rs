@@ -278,9 +278,9 @@ impl Runner {
         now: time::OffsetDateTime,
     ) -> (DryRun, Vec<String>) {
         let plan = oi_planner::plan(world, now, &self.plan_options);
-        let mut dry_run = self
-            .runtime
-            .block_on(oi_engine::dry_run(&plan, &self.connector, self.prune));
+        let mut dry_run =
+            self.runtime
+                .block_on(oi_engine::dry_run(&plan, &self.connector, self.prune));
         let mut lines = Vec::new();
         for r in &plan.sip.reports {
             lines.push(r.summary());

@@ -547,7 +547,9 @@ fn render_one(
     options: &PlanOptions,
     now: time::OffsetDateTime,
 ) -> SipServices {
-    let Placed { mut out, chosen, .. } = placed;
+    let Placed {
+        mut out, chosen, ..
+    } = placed;
     // The jump hosts' client certificates, issued by the cluster's CA as preparing left it
     // (made in this run for a new cluster; rotated).
     let jump_hosts: BTreeSet<String> = chosen

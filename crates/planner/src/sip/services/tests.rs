@@ -756,9 +756,8 @@ fn one_run_plans_a_new_cluster_and_the_sip_cluster_that_names_it() {
         "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1\nkind: Cluster\nmetadata: {{name: c1, namespace: {NS}}}\nspec: {{}}\n"
     );
     w.clusters = load(&[&cluster]).clusters;
-    w.hypervisors.extend(
-        load(&[&hypervisor("private-1", false, "10.1.0.9", (31000, 31100))]).hypervisors,
-    );
+    w.hypervisors
+        .extend(load(&[&hypervisor("private-1", false, "10.1.0.9", (31000, 31100))]).hypervisors);
     let plan = crate::plan(w.clone(), NOW, &options());
     let Some(crate::ClusterPlan::Converge(c)) = plan.clusters.get(&c1) else {
         panic!("c1 is not converged: {:?}", plan.clusters.get(&c1));
@@ -782,7 +781,10 @@ fn one_run_plans_a_new_cluster_and_the_sip_cluster_that_names_it() {
         .collect();
     assert_eq!(sip_ports, [30000, 30002, 30003, 30004, 30090]);
     for p in &sip_ports {
-        assert!(!ingress_ports.contains(p), "the ingress took port {p}: {ingress_ports:?}");
+        assert!(
+            !ingress_ports.contains(p),
+            "the ingress took port {p}: {ingress_ports:?}"
+        );
     }
     // The trust change: in the plan, in the API servers' flags, not in the plan's world.
     let [change] = plan.sip.trust.as_slice() else {
@@ -840,17 +842,8 @@ fn one_run_plans_a_new_cluster_and_the_sip_cluster_that_names_it() {
         None
     );
     // Recorded: the change is written into the cluster's spec.
-    let recorded = crate::record_run(
-        plan.world.clone(),
-        &plan.sip,
-        &BTreeMap::new(),
-        &[],
-        NOW,
-    );
-    assert_eq!(
-        recorded.world.clusters[&c1].spec.api_server.oidc,
-        change.to
-    );
+    let recorded = crate::record_run(plan.world.clone(), &plan.sip, &BTreeMap::new(), &[], NOW);
+    assert_eq!(recorded.world.clusters[&c1].spec.api_server.oidc, change.to);
     // The next plan over the recorded world changes no trust.
     let again = crate::plan(recorded.world, NOW, &options());
     assert_eq!(again.sip.trust, Vec::new());

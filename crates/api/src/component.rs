@@ -109,7 +109,7 @@ pub struct ComponentStatus {
     /// How this control plane replica's etcd member is started (our addition): set when
     /// the replica is first planned, then kept, so the rendered etcd flags never change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub etcd_member: Option<EtcdMemberBootstrap>,
+    pub etcd_member: Option<EtcdMemberStart>,
 }
 
 /// The `--initial-cluster` and `--initial-cluster-state` an etcd member is started with
@@ -120,7 +120,7 @@ pub struct ComponentStatus {
 /// the time it joins and itself).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct EtcdMemberBootstrap {
+pub struct EtcdMemberStart {
     /// Member name → peer URL.
     #[serde(default)]
     pub initial_cluster: BTreeMap<String, String>,

@@ -52,7 +52,7 @@ pub use common::{
 };
 pub use component::{
     Component, ComponentHostPortAllocation, ComponentRole, ComponentSpec, ComponentStatus,
-    EtcdInitialClusterState, EtcdMemberBootstrap,
+    EtcdInitialClusterState, EtcdMemberStart,
 };
 pub use hypervisor::{
     CriEndpoint, Hypervisor, HypervisorCapacity, HypervisorPortAllocation, HypervisorSpec,

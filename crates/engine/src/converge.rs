@@ -442,8 +442,8 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         if stopped {
             let exited = self.etcd_exited(key, c).await?;
             if let Some(cause) = self.etcd_data_unusable(key, c, exited).await? {
-                let bootstrap = self.etcd_rejoin(key, c, members, etcd, &cause).await?;
-                result.etcd_rejoined.push((c.name().to_string(), bootstrap));
+                let start = self.etcd_rejoin(key, c, members, etcd, &cause).await?;
+                result.etcd_rejoined.push((c.name().to_string(), start));
                 return Ok(());
             }
         }
@@ -458,8 +458,8 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                     .await?
                 {
                     Some(cause) => {
-                        let bootstrap = self.etcd_rejoin(key, c, members, etcd, &cause).await?;
-                        result.etcd_rejoined.push((c.name().to_string(), bootstrap));
+                        let start = self.etcd_rejoin(key, c, members, etcd, &cause).await?;
+                        result.etcd_rejoined.push((c.name().to_string(), start));
                         Ok(())
                     }
                     None => Err(StepError::EtcdExited {

@@ -238,7 +238,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         members: &[EtcdMember],
         etcd: &EtcdClient<'_, N>,
         cause: &str,
-    ) -> Step<oi_api::EtcdMemberBootstrap> {
+    ) -> Step<oi_api::EtcdMemberStart> {
         let name = c.name();
         let fail = |reason: String| StepError::EtcdRejoin {
             member: name.to_string(),
@@ -268,7 +268,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             .flat_map(|m| m.peer_urls.iter().map(String::as_str))
             .collect();
         let mut expected: Vec<&str> = rejoin
-            .bootstrap
+            .start
             .initial_cluster
             .iter()
             .filter(|(n, _)| *n != name)
@@ -303,7 +303,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         self.etcd_join_with(key, c, &rejoin.pod, members, etcd)
             .await?;
         self.etcd_healthy(key, c, members, etcd).await?;
-        Ok(rejoin.bootstrap.clone())
+        Ok(rejoin.start.clone())
     }
 
     /// Joins a replica to the running cluster: member add as a learner (unless it is in the

@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use oi_api::{
-    Component, EtcdInitialClusterState, EtcdMemberBootstrap, Hypervisor, ObjectKey, Resource as _,
+    Component, EtcdInitialClusterState, EtcdMemberStart, Hypervisor, ObjectKey, Resource as _,
 };
 use oi_cri::fake::FakeRuntime;
 use oi_planner::ports::names;
@@ -75,7 +75,7 @@ struct Endpoint {
     hypervisor: String,
     pod: String,
     member: String,
-    start: Option<EtcdMemberBootstrap>,
+    start: Option<EtcdMemberStart>,
 }
 
 #[derive(Default)]

@@ -173,14 +173,14 @@ pub struct ComponentPlan {
     /// as a learner with fresh data (`existing`, with every live replica in the initial
     /// cluster) and its etcd pod started so. `None` for a cluster of one replica (nobody to
     /// join) and for other components. The engine uses it only when it finds the data gone
-    /// (see `oi_engine`), and the run records the bootstrap in `status.etcdMember`.
+    /// (see `oi_engine`), and the run records how it started in `status.etcdMember`.
     pub etcd_rejoin: Option<EtcdRejoin>,
 }
 
 /// How a replica's etcd member joins its cluster again (see [`ComponentPlan::etcd_rejoin`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EtcdRejoin {
-    pub bootstrap: oi_api::EtcdMemberBootstrap,
+    pub start: oi_api::EtcdMemberStart,
     pub pod: PodSpec,
 }
 
@@ -552,7 +552,7 @@ fn convergence(
     }
     // Every replica can join again while another member runs.
     if membership.members.len() > 1 {
-        let bootstrap = oi_api::EtcdMemberBootstrap {
+        let start = oi_api::EtcdMemberStart {
             initial_cluster: membership
                 .members
                 .iter()
@@ -563,8 +563,8 @@ fn convergence(
         for c in &mut components {
             if let Some(pod) = c.etcd_pod() {
                 c.etcd_rejoin = Some(EtcdRejoin {
-                    pod: crate::render::etcd_pod_with(pod, &bootstrap),
-                    bootstrap: bootstrap.clone(),
+                    pod: crate::render::etcd_pod_with(pod, &start),
+                    start: start.clone(),
                 });
             }
         }

@@ -35,7 +35,7 @@ use oi_api::common::{
 use oi_api::validation::{validate_cluster, validate_component, validate_hypervisor};
 use oi_api::{
     Certificate, Cluster, Component, ComponentHostPortAllocation, ComponentRole, ComponentSpec,
-    EtcdInitialClusterState, EtcdMemberBootstrap, KeyPair, ObjectKey, ObjectMeta, Resource, World,
+    EtcdInitialClusterState, EtcdMemberStart, KeyPair, ObjectKey, ObjectMeta, Resource, World,
 };
 use oi_pki::{CaKind, CertificateAuthority, KeyAlgorithm, KeyPairPem, join_key_algorithm};
 use time::{Duration, OffsetDateTime};
@@ -362,7 +362,7 @@ impl ClusterPrep<'_> {
         }
         self.ingresses_apart(&cluster, &components)?;
         self.allocate(&mut components, vpn)?;
-        self.bootstrap_etcd(&mut components, &planned_before);
+        self.plan_etcd_starts(&mut components, &planned_before);
         self.set_status(&mut cluster, &components);
         drain.record(&mut cluster, &components, self.now);
         record_healed(&mut cluster, &lost, &components, self.now);
@@ -384,7 +384,7 @@ impl ClusterPrep<'_> {
     /// live ones, the ones joining before it) and itself. A replica planned before these
     /// records existed gets what it was started with: the lowest founds alone (`new`), each
     /// further one joins the ones below it.
-    fn bootstrap_etcd(&self, components: &mut [Component], planned_before: &BTreeSet<String>) {
+    fn plan_etcd_starts(&self, components: &mut [Component], planned_before: &BTreeSet<String>) {
         let replicas = live_replicas(&self.key.name, components);
         let peer_url = |c: &Component| {
             let ip = c
@@ -407,7 +407,7 @@ impl ClusterPrep<'_> {
                 .collect();
             for &i in &replicas {
                 if initial.contains_key(&components[i].metadata.name) {
-                    components[i].status.etcd_member = Some(EtcdMemberBootstrap {
+                    components[i].status.etcd_member = Some(EtcdMemberStart {
                         initial_cluster: initial.clone(),
                         initial_cluster_state: EtcdInitialClusterState::New,
                     });
@@ -428,7 +428,7 @@ impl ClusterPrep<'_> {
                 continue;
             };
             members.insert(name, url);
-            components[i].status.etcd_member = Some(EtcdMemberBootstrap {
+            components[i].status.etcd_member = Some(EtcdMemberStart {
                 initial_cluster: members.clone(),
                 initial_cluster_state: if members.len() == 1 {
                     EtcdInitialClusterState::New

@@ -183,7 +183,7 @@ pub struct ClusterResult {
     pub joined: Option<Vec<String>>,
     /// Replicas whose etcd member lost its data and joined again, with how it was started
     /// (their `status.etcdMember` from now on).
-    pub etcd_rejoined: Vec<(String, oi_api::EtcdMemberBootstrap)>,
+    pub etcd_rejoined: Vec<(String, oi_api::EtcdMemberStart)>,
 }
 
 impl ClusterResult {
@@ -283,12 +283,12 @@ fn record_cluster(world: &mut World, result: &ClusterResult, now: OffsetDateTime
             entry.insert(placed.component.clone(), placed.hashes.clone());
         }
     }
-    for (component, bootstrap) in &result.etcd_rejoined {
+    for (component, start) in &result.etcd_rejoined {
         if let Some(c) = world
             .components
             .get_mut(&ObjectKey::new(key.namespace.clone(), component.clone()))
         {
-            c.status.etcd_member = Some(bootstrap.clone());
+            c.status.etcd_member = Some(start.clone());
         }
     }
     for component in &result.removed {

@@ -162,8 +162,8 @@ struct ComponentRenderer<'a> {
 }
 
 /// `--initial-cluster`'s value: `name=peerURL`, comma separated.
-fn initial_cluster(bootstrap: &oi_api::EtcdMemberBootstrap) -> String {
-    bootstrap
+fn initial_cluster(start: &oi_api::EtcdMemberStart) -> String {
+    start
         .initial_cluster
         .iter()
         .map(|(name, url)| format!("{name}={url}"))
@@ -171,19 +171,19 @@ fn initial_cluster(bootstrap: &oi_api::EtcdMemberBootstrap) -> String {
         .join(",")
 }
 
-/// A replica's etcd pod as rendered, started with `bootstrap` instead: what a member that
+/// A replica's etcd pod as rendered, started with `start` instead: what a member that
 /// lost its data joins again with (see [`crate::ComponentPlan::etcd_rejoin`]). The same
-/// pod [`render_component`] renders once `status.etcdMember` is `bootstrap`.
-pub fn etcd_pod_with(pod: &PodSpec, bootstrap: &oi_api::EtcdMemberBootstrap) -> PodSpec {
+/// pod [`render_component`] renders once `status.etcdMember` is `start`.
+pub fn etcd_pod_with(pod: &PodSpec, start: &oi_api::EtcdMemberStart) -> PodSpec {
     let mut pod = pod.clone();
     for c in pod.containers.iter_mut().filter(|c| c.name == "etcd") {
         for arg in &mut c.args {
             if arg.starts_with("--initial-cluster=") {
-                *arg = format!("--initial-cluster={}", initial_cluster(bootstrap));
+                *arg = format!("--initial-cluster={}", initial_cluster(start));
             } else if arg.starts_with("--initial-cluster-state=") {
                 *arg = format!(
                     "--initial-cluster-state={}",
-                    bootstrap.initial_cluster_state.as_str()
+                    start.initial_cluster_state.as_str()
                 );
             }
         }

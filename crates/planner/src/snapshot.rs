@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use oi_api::versions::INFRA;
 use oi_api::{
-    Cluster, Component, ComponentRole, ComponentSpec, EtcdInitialClusterState, EtcdMemberBootstrap,
+    Cluster, Component, ComponentRole, ComponentSpec, EtcdInitialClusterState, EtcdMemberStart,
     ObjectKey, ObjectMeta, World,
 };
 use serde::{Deserialize, Serialize};
@@ -616,7 +616,7 @@ fn refound(world: &mut World, key: &ObjectKey) -> Vec<RestoreMember> {
     for (name, hypervisor, peer_url) in replicas {
         let ck = ObjectKey::new(key.namespace.clone(), name.clone());
         if let Some(c) = world.components.get_mut(&ck) {
-            c.status.etcd_member = Some(EtcdMemberBootstrap {
+            c.status.etcd_member = Some(EtcdMemberStart {
                 initial_cluster: initial.clone(),
                 initial_cluster_state: EtcdInitialClusterState::New,
             });

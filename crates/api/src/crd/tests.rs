@@ -503,7 +503,7 @@ mod full {
             input_endpoints: map("i".to_string()),
             output_endpoints: map("o".to_string()),
             conditions: conditions(),
-            etcd_member: Some(EtcdMemberBootstrap {
+            etcd_member: Some(EtcdMemberStart {
                 initial_cluster: map("https://e:2".to_string()),
                 initial_cluster_state: EtcdInitialClusterState::Existing,
             }),

@@ -382,7 +382,7 @@ impl ComponentRenderer<'_> {
     fn etcd_pod(&self, release: &KubernetesRelease) -> Result<PodSpec> {
         let c: &Component = self.component;
         let ip = url_host(self.ip);
-        let bootstrap =
+        let start =
             c.status.etcd_member.as_ref().ok_or_else(|| {
                 self.missing("status.etcdMember (set when the replica is planned)")
             })?;
@@ -402,10 +402,10 @@ impl ComponentRenderer<'_> {
                 "initial-advertise-peer-urls",
                 format!("https://{ip}:{peer_port}"),
             ),
-            ("initial-cluster", initial_cluster(bootstrap)),
+            ("initial-cluster", initial_cluster(start)),
             (
                 "initial-cluster-state",
-                bootstrap.initial_cluster_state.as_str().into(),
+                start.initial_cluster_state.as_str().into(),
             ),
             ("key-file", self.path("etcd-server.key")),
             ("listen-client-urls", format!("https://{ip}:{client_port}")),

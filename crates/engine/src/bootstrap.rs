@@ -16,7 +16,7 @@ use http::Method;
 use oi_api::common::{ConditionStatus, set_condition};
 use oi_api::{NodeJoinRequest, ObjectKey, VpnPeer};
 use oi_cri::HypervisorRuntime;
-use oi_planner::bootstrap::{ClusterObject, InCluster, Prune, holds};
+use oi_planner::bootstrap::{ClusterObject, IN_CLUSTER_LABEL, InCluster, Prune, holds};
 use oi_planner::join::NODE_REGISTERED;
 use oi_planner::vpn::VpnPlan;
 use oi_planner::{ClusterResult, Convergence, PlacedFiles};
@@ -88,12 +88,25 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         tls: &Tls,
         result: &mut ClusterResult,
     ) -> Result<(), Failure> {
-        // One object after the other, over one kept-open connection: a converged cluster
-        // costs one handshake and a read per object.
+        // One request after the other, over one kept-open connection: each collection
+        // holding several of the objects read with one LIST of those carrying our label,
+        // the others (and an object a LIST did not return: absent, or not labelled yet)
+        // with a GET. A converged cluster costs one handshake and a read per collection.
+        let listed = self.list_collections(in_cluster, tls).await?;
         for object in &in_cluster.objects {
-            let got = self
-                .api(in_cluster, tls, &Method::GET, &object.path(), None)
-                .await;
+            let got = match listed
+                .get(&object.collection)
+                .and_then(|l| l.get(&object.name))
+            {
+                Some(item) => Ok(HttpsResponse {
+                    status: 200,
+                    body: serde_json::to_vec(&item_of(item, &object.body)).unwrap_or_default(),
+                }),
+                None => {
+                    self.api(in_cluster, tls, &Method::GET, &object.path(), None)
+                        .await
+                }
+            };
             self.ensure(key, in_cluster, object, got, tls).await?;
         }
         for prune in &in_cluster.prune {
@@ -343,6 +356,47 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         }
     }
 
+    /// The objects carrying [`IN_CLUSTER_LABEL`] of each collection that holds more than one
+    /// of the cluster's objects, by collection and name. A collection the API server does
+    /// not serve yet (a CRD's) is left out: its objects are read one by one.
+    async fn list_collections(
+        &self,
+        in_cluster: &InCluster,
+        tls: &Tls,
+    ) -> Result<BTreeMap<String, BTreeMap<String, Value>>, Failure> {
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for o in &in_cluster.objects {
+            *counts.entry(o.collection.as_str()).or_default() += 1;
+        }
+        let mut listed = BTreeMap::new();
+        for (collection, _) in counts.into_iter().filter(|(_, n)| *n > 1) {
+            let path = format!(
+                "{collection}?labelSelector={}",
+                query_escape(&format!("{IN_CLUSTER_LABEL}=true"))
+            );
+            let what = format!("the objects of {collection}");
+            let list = match self.api(in_cluster, tls, &Method::GET, &path, None).await {
+                Ok(r) if r.status == 404 => continue,
+                Ok(r) if r.status == 200 => {
+                    serde_json::from_slice::<Value>(&r.body).map_err(|e| Failure {
+                        object: what.clone(),
+                        reason: format!("list: the answer is not JSON: {e}"),
+                        retry: false,
+                    })?
+                }
+                other => return Err(failure_named(&what, "list", other)),
+            };
+            let items: BTreeMap<String, Value> = list["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|i| Some((i["metadata"]["name"].as_str()?.to_string(), i.clone())))
+                .collect();
+            listed.insert(collection.to_string(), items);
+        }
+        Ok(listed)
+    }
+
     /// A list's JSON.
     async fn list(
         &self,
@@ -489,6 +543,22 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         Counters::add(&self.counters.cluster_writes, 1);
         self.emit(None, key, None, format!("{verb} {describe}"));
     }
+}
+
+/// An item of a LIST as a GET of it answers: a list's items may leave out their
+/// `apiVersion` and `kind` (the list's own name them), which are the desired object's.
+fn item_of(item: &Value, desired: &Value) -> Value {
+    let mut item = item.clone();
+    if let Some(map) = item.as_object_mut() {
+        for field in ["apiVersion", "kind"] {
+            if !map.contains_key(field)
+                && let Some(v) = desired.get(field)
+            {
+                map.insert(field.to_string(), v.clone());
+            }
+        }
+    }
+    item
 }
 
 /// `namespace/name` from a namespaced collection path, else `name`.

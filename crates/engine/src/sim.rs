@@ -120,6 +120,8 @@ pub struct SimNetwork<S> {
     /// Each cluster's API objects (by API server CA), by path.
     api: Mutex<BTreeMap<String, BTreeMap<String, serde_json::Value>>>,
     api_writes: Mutex<Vec<String>>,
+    /// The reads of the clusters' APIs (`GET <path with query>`).
+    api_reads: Mutex<Vec<String>>,
     /// Scripted answers, used before the store.
     api_script: Mutex<Vec<Scripted>>,
     /// The data swaps of restores seen so far.
@@ -154,6 +156,7 @@ impl<S: Source> SimNetwork<S> {
             log: Mutex::new(Vec::new()),
             api: Mutex::new(BTreeMap::new()),
             api_writes: Mutex::new(Vec::new()),
+            api_reads: Mutex::new(Vec::new()),
             api_script: Mutex::new(Vec::new()),
             swaps: Mutex::new(0),
             snapshots: Mutex::new(0),
@@ -180,6 +183,14 @@ impl<S: Source> SimNetwork<S> {
     /// since the log was cleared.
     pub fn api_writes(&self) -> Vec<String> {
         self.api_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The reads of the clusters' APIs (`GET <path with query>`) since the log was cleared.
+    pub fn api_reads(&self) -> Vec<String> {
+        self.api_reads
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
@@ -234,7 +245,12 @@ impl<S: Source> SimNetwork<S> {
             Ok(body) => body.unwrap_or_default(),
             Err(e) => panic!("a request body that is not JSON: {e}"),
         };
-        if *r.method != http::Method::GET {
+        if *r.method == http::Method::GET {
+            self.api_reads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(format!("GET {}", r.path));
+        } else {
             self.api_writes
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -267,7 +283,15 @@ impl<S: Source> SimNetwork<S> {
                             .is_some_and(|rest| !rest.contains('/'))
                             && o["metadata"]["labels"][k] == v
                     })
-                    .map(|(_, o)| o.clone())
+                    // As kube-apiserver lists them: the list names their kind.
+                    .map(|(_, o)| {
+                        let mut o = o.clone();
+                        if let Some(m) = o.as_object_mut() {
+                            m.remove("apiVersion");
+                            m.remove("kind");
+                        }
+                        o
+                    })
                     .collect();
                 answer(200, json!({"items": items}))
             }
@@ -336,6 +360,10 @@ impl<S: Source> SimNetwork<S> {
 
     pub fn clear_log(&self) {
         self.lock_log().clear();
+        self.api_reads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     /// The members of every simulated etcd cluster, by name ("" for one not started).

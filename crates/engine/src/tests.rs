@@ -1079,6 +1079,47 @@ async fn a_ready_cluster_gets_its_objects_inside_once_and_revoked_tokens_are_del
     assert!(second.all_ready());
     assert_eq!(second.counts.cluster_writes, 0);
     assert_eq!(h.network.api_writes().len(), before);
+    // Read with one LIST per collection holding several of the objects (their items
+    // without apiVersion and kind, as kube-apiserver lists them), a GET for the others:
+    // no object both listed and read alone.
+    let reads = h.network.api_reads();
+    let in_cluster = "labelSelector=oneinfra.ereslibre.es/in-cluster%3Dtrue";
+    let lists: Vec<&String> = reads.iter().filter(|r| r.ends_with(in_cluster)).collect();
+    for collection in [
+        "/api/v1/namespaces/kube-system/secrets",
+        "/api/v1/namespaces/kube-system/configmaps",
+        "/api/v1/namespaces/kube-system/serviceaccounts",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    ] {
+        assert!(
+            lists.contains(&&format!("GET {collection}?{in_cluster}")),
+            "{collection} not listed: {reads:?}"
+        );
+    }
+    for read in &reads {
+        let path = read.trim_start_matches("GET ");
+        if let Some((collection, _)) = path.rsplit_once('/')
+            && !path.contains('?')
+        {
+            assert!(
+                !lists.contains(&&format!("GET {collection}?{in_cluster}")),
+                "{path} read alone though its collection was listed: {reads:?}"
+            );
+        }
+    }
+    let objects = [
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/nodejoinrequests.node.oneinfra.ereslibre.es",
+        "/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy",
+        "/api/v1/namespaces/kube-system/services/kube-dns",
+    ];
+    for path in objects {
+        assert!(
+            reads.contains(&format!("GET {path}")),
+            "{path} not read: {reads:?}"
+        );
+    }
+    assert!(reads.len() < 20, "{} reads: {reads:?}", reads.len());
 
     // Someone changed the join key ConfigMap and deleted the kube-dns Service: put back.
     let join = "/api/v1/namespaces/oneinfra-system/configmaps/oneinfra-join";

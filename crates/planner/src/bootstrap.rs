@@ -54,6 +54,9 @@ pub const JOIN_TOKEN_LABEL: &str = "node.oneinfra.ereslibre.es/join-token";
 pub const JOIN_TOKEN_DESCRIPTION: &str = "oneinfra node join token";
 /// The cluster's DNS domain.
 pub const CLUSTER_DOMAIN: &str = "cluster.local";
+/// The label every object oneinfra keeps in a cluster carries (`"true"`): a run reads each
+/// collection's with one LIST ([`ClusterObject::collection`]).
+pub const IN_CLUSTER_LABEL: &str = "oneinfra.ereslibre.es/in-cluster";
 
 /// One object the cluster must hold.
 #[derive(Clone, PartialEq)]
@@ -285,7 +288,18 @@ fn client_identity(
     })
 }
 
-fn object(collection: String, kind: &str, namespace: Option<&str>, body: Value) -> ClusterObject {
+fn object(
+    collection: String,
+    kind: &str,
+    namespace: Option<&str>,
+    mut body: Value,
+) -> ClusterObject {
+    if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+        let labels = meta.entry("labels").or_insert_with(|| json!({}));
+        if let Some(labels) = labels.as_object_mut() {
+            labels.insert(IN_CLUSTER_LABEL.to_string(), "true".into());
+        }
+    }
     let name = body["metadata"]["name"]
         .as_str()
         .unwrap_or_default()

@@ -11,9 +11,8 @@
 //!  kube-apiserver stand-in (apiserver.rs, the API in api.rs)         the cluster's etcd
 //!  ├─ HTTPS on --bind-address:--secure-port, client certificates ──► objects under
 //!  │    requested and verified against --client-ca-file                --etcd-prefix
-//!  ├─ the REST API: namespaces, configmaps, secrets, serviceaccounts,    (gRPC, mutual TLS;
-//!  │    services, endpoints, nodes, events, leases, RBAC, CRDs and       its health: the
-//!  │                                                                     JSON gateway), so
+//!  ├─ the REST API: namespaces, configmaps, secrets, serviceaccounts,    (v3 JSON gateway,
+//!  │    services, endpoints, nodes, events, leases, RBAC, CRDs and       mutual TLS), so
 //!  │    their objects, deployments, daemonsets, CSRs, reviews;           every replica
 //!  │    watches, patches, server-side apply, discovery, OpenAPI v3       serves the same
 //!  ├─ authentication: certificates, bootstrap tokens, service-account tokens,

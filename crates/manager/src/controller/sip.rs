@@ -269,7 +269,8 @@ async fn run<S: Store, C: Connector, N: Network>(
             e.message
         );
     };
-    let executed = if plan.sip.services.is_empty() {
+    let has_services = !plan.sip.services.is_empty();
+    let executed = if !has_services {
         None
     } else {
         let _run = ctx.engine_runs.read().await;
@@ -287,7 +288,6 @@ async fn run<S: Store, C: Connector, N: Network>(
     let _lock = ctx.write_lock.lock().await;
     let results = executed.map(|e| e.services).unwrap_or_default();
     let clusters_before = plan.world.clusters.clone();
-    let has_services = !plan.sip.services.is_empty();
     let recorded = oi_planner::record_run(
         plan.world,
         &plan.sip,

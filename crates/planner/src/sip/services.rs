@@ -232,10 +232,10 @@ pub fn state_dir(key: &ObjectKey, service: &str) -> String {
 }
 
 /// One SIPCluster's services placed (the first half of planning them, before the clusters'
-/// run is planned): where each goes, its ports claimed, its PKI and credentials kept, and the
+/// run is planned): where each goes, its ports claimed, its OIDC providers' PKI kept, and the
 /// change of the `clusterRef` cluster's trust its OIDC provider asks for. Rendered by
-/// [`render_services`] once the clusters are prepared (a jump host's kubeconfig needs the
-/// cluster's PKI and endpoint).
+/// [`render_services`] once the clusters are prepared (a jump host's client certificate and
+/// kubeconfig need the cluster's CA and endpoint).
 #[derive(Debug, Clone)]
 pub struct Placed {
     out: SipServices,

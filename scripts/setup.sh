@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(
-  containerd runc etcd-server etcd-client haproxy protobuf-compiler iproute2
+  containerd runc etcd-server etcd-client haproxy protobuf-compiler libprotobuf-dev iproute2
   wireguard-go wireguard-tools busybox-static openssl gcc libc6-dev iptables python3-venv
   keepalived openssh-server openssh-client
 )

@@ -61,6 +61,8 @@ pub enum ApiServerError {
     /// The etcd endpoints.
     #[error("--etcd-servers")]
     Etcd(#[source] HttpsError),
+    #[error("--etcd-servers: {0}")]
+    Storage(crate::api::storage::StorageError),
     /// The listening socket.
     #[error("cannot listen on {address}")]
     Bind {
@@ -191,10 +193,12 @@ pub async fn run(config: ApiServerConfig, version: String) -> Result<(), ApiServ
         None => Vec::new(),
     };
 
-    let etcd_roots = tls::roots_from_pem(&tls::read(&config.etcd_ca)?, &shown(&config.etcd_ca))?;
-    let etcd_certs =
-        tls::certs_from_pem(&tls::read(&config.etcd_cert)?, &shown(&config.etcd_cert))?;
-    let etcd_key_der = tls::key_from_pem(&tls::read(&config.etcd_key)?, &shown(&config.etcd_key))?;
+    let etcd_ca_pem = tls::read(&config.etcd_ca)?;
+    let etcd_cert_pem = tls::read(&config.etcd_cert)?;
+    let etcd_key_pem = tls::read(&config.etcd_key)?;
+    let etcd_roots = tls::roots_from_pem(&etcd_ca_pem, &shown(&config.etcd_ca))?;
+    let etcd_certs = tls::certs_from_pem(&etcd_cert_pem, &shown(&config.etcd_cert))?;
+    let etcd_key_der = tls::key_from_pem(&etcd_key_pem, &shown(&config.etcd_key))?;
     let etcd_tls = tls::client_config(
         etcd_roots,
         Some((etcd_certs, etcd_key_der)),
@@ -202,8 +206,15 @@ pub async fn run(config: ApiServerConfig, version: String) -> Result<(), ApiServ
     )?;
     let etcd = Etcd::new(&config.etcd_servers, Arc::clone(&etcd_tls), ETCD_TIMEOUT)
         .map_err(ApiServerError::Etcd)?;
-    let storage = EtcdStorage::new(&config.etcd_servers, etcd_tls, STORAGE_TIMEOUT)
-        .map_err(ApiServerError::Etcd)?;
+    let storage = EtcdStorage::connect(
+        &config.etcd_servers,
+        &etcd_ca_pem,
+        &etcd_cert_pem,
+        &etcd_key_pem,
+        STORAGE_TIMEOUT,
+    )
+    .await
+    .map_err(ApiServerError::Storage)?;
 
     let kubelet = kubelet_client(&config)?;
 

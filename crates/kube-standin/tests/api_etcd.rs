@@ -33,18 +33,15 @@ fn prerequisites(test: &str) -> bool {
     ) && kubectl::available(test)
 }
 
-fn etcd_storage(etcd: &Etcd) -> EtcdStorage {
-    let roots = tls::roots_from_pem(&std::fs::read(&etcd.ca).unwrap(), "etcd CA").unwrap();
-    let certs =
-        tls::certs_from_pem(&std::fs::read(&etcd.client_cert).unwrap(), "etcd client").unwrap();
-    let key =
-        tls::key_from_pem(&std::fs::read(&etcd.client_key).unwrap(), "etcd client key").unwrap();
-    let config = tls::client_config(roots, Some((certs, key)), "etcd client").unwrap();
-    EtcdStorage::new(
+async fn etcd_storage(etcd: &Etcd) -> EtcdStorage {
+    EtcdStorage::connect(
         std::slice::from_ref(&etcd.url),
-        config,
+        &std::fs::read(&etcd.ca).unwrap(),
+        &std::fs::read(&etcd.client_cert).unwrap(),
+        &std::fs::read(&etcd.client_key).unwrap(),
         Duration::from_secs(10),
     )
+    .await
     .unwrap()
 }
 
@@ -56,8 +53,8 @@ fn etcd_storage_meets_the_storage_contract() {
     let dir = tempfile::tempdir().unwrap();
     let etcd = start_etcd(dir.path());
     let rt = runtime();
-    let storage = etcd_storage(&etcd);
     rt.block_on(async {
+        let storage = etcd_storage(&etcd).await;
         // etcd takes a moment to serve.
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while storage.revision().await.is_err() {
@@ -345,8 +342,8 @@ fn a_compacted_resource_version_is_gone_and_kube_rs_works() {
         admin.ok(&["create", "configmap", &format!("c{i}"), "-n", "old"]);
     }
     let rt = runtime();
-    let storage = etcd_storage(&servers.etcd);
     rt.block_on(async {
+        let storage = etcd_storage(&servers.etcd).await;
         let now = storage.revision().await.unwrap();
         storage.compact(now).await.unwrap();
     });

@@ -29,7 +29,7 @@ use crate::api::proxy::{Egress, KubeletClient, egress_from_file};
 use crate::api::{Api, ApiConfig, Health, TokenIssuer, jwt};
 use crate::config::ApiServerConfig;
 use crate::etcd::Etcd;
-use crate::https::{HttpsError, chain};
+use crate::https::chain;
 use crate::keys::{self, KeyError};
 use crate::serve;
 use crate::tls::{self, TlsError};
@@ -59,8 +59,8 @@ pub enum ApiServerError {
         source: KeyError,
     },
     /// The etcd endpoints.
-    #[error("--etcd-servers")]
-    Etcd(#[source] HttpsError),
+    #[error("--etcd-servers: {0}")]
+    Etcd(String),
     #[error("--etcd-servers: {0}")]
     Storage(crate::api::storage::StorageError),
     /// The listening socket.
@@ -199,13 +199,22 @@ pub async fn run(config: ApiServerConfig, version: String) -> Result<(), ApiServ
     let etcd_roots = tls::roots_from_pem(&etcd_ca_pem, &shown(&config.etcd_ca))?;
     let etcd_certs = tls::certs_from_pem(&etcd_cert_pem, &shown(&config.etcd_cert))?;
     let etcd_key_der = tls::key_from_pem(&etcd_key_pem, &shown(&config.etcd_key))?;
-    let etcd_tls = tls::client_config(
+    // The material checked as kube-apiserver does at start (a clear error naming the flags);
+    // etcd's client takes the PEM itself.
+    tls::client_config(
         etcd_roots,
         Some((etcd_certs, etcd_key_der)),
         "--etcd-certfile and --etcd-keyfile",
     )?;
-    let etcd = Etcd::new(&config.etcd_servers, Arc::clone(&etcd_tls), ETCD_TIMEOUT)
-        .map_err(ApiServerError::Etcd)?;
+    let etcd = Etcd::connect(
+        &config.etcd_servers,
+        &etcd_ca_pem,
+        &etcd_cert_pem,
+        &etcd_key_pem,
+        ETCD_TIMEOUT,
+    )
+    .await
+    .map_err(ApiServerError::Etcd)?;
     let storage = EtcdStorage::connect(
         &config.etcd_servers,
         &etcd_ca_pem,

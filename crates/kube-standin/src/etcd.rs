@@ -1,54 +1,33 @@
-//! etcd through its v3 JSON gateway (`POST /v3/kv/put`, `POST /v3/kv/range`, keys and values
-//! base64), which etcd 3.4 and later serve on the client port, over mutual TLS.
-//!
-//! Note for whoever mints etcd's certificates: with `--client-cert-auth`, etcd 3.4's gateway
-//! dials etcd's own gRPC server presenting the *server* certificate as a client certificate,
-//! so that certificate needs the clientAuth extended key usage as well as serverAuth (kubeadm's
-//! etcd server certificates have both).
+//! etcd over its gRPC API (the `etcd-client` crate), over mutual TLS: one client per
+//! endpoint, so that each member is asked on its own (the API server's readiness writes and
+//! reads back a key on every member).
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as B64;
-use http::Method;
-use rustls::ClientConfig;
-
-use crate::https::{self, Endpoint, HttpsError};
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 
 /// An error talking to one etcd endpoint.
 #[derive(Debug, thiserror::Error)]
 pub enum EtcdError {
-    /// The request did not complete.
-    #[error("etcd {endpoint}")]
-    Transport {
-        /// The endpoint.
-        endpoint: String,
-        /// Why.
-        #[source]
-        source: HttpsError,
-    },
-    /// etcd answered with an error status.
-    #[error("etcd {endpoint} answered {operation} with HTTP {status}: {body}")]
-    Status {
+    /// The call failed: no connection, a refusal.
+    #[error("etcd {endpoint} answered {operation}: {reason}")]
+    Call {
         /// The endpoint.
         endpoint: String,
         /// put or range.
         operation: &'static str,
-        /// The status.
-        status: u16,
-        /// etcd's message (it holds no key material: keys and values are ours).
-        body: String,
-    },
-    /// etcd answered with something that is not the expected JSON.
-    #[error("etcd {endpoint} answered {operation} with an unexpected body: {reason}")]
-    Body {
-        /// The endpoint.
-        endpoint: String,
-        /// put or range.
-        operation: &'static str,
-        /// Why.
+        /// Why (etcd's message holds no key material: keys and values are ours).
         reason: String,
+    },
+    /// No answer in time.
+    #[error("etcd {endpoint}: no answer to {operation} within {timeout:?}")]
+    Timeout {
+        /// The endpoint.
+        endpoint: String,
+        /// put or range.
+        operation: &'static str,
+        /// How long it was given.
+        timeout: Duration,
     },
     /// The value read back is not the value written.
     #[error("etcd {endpoint}: key {key} read back {found:?}, wrote {wrote:?}")]
@@ -64,118 +43,76 @@ pub enum EtcdError {
     },
 }
 
-/// A client of one or more etcd endpoints.
-#[derive(Debug, Clone)]
+/// A client of one or more etcd endpoints, each asked on its own.
+#[derive(Clone)]
 pub struct Etcd {
-    endpoints: Vec<Endpoint>,
-    tls: Arc<ClientConfig>,
+    endpoints: Vec<(String, Client)>,
     timeout: Duration,
 }
 
-#[derive(serde::Deserialize)]
-struct RangeResponse {
-    #[serde(default)]
-    kvs: Vec<KeyValue>,
-}
-
-#[derive(serde::Deserialize)]
-struct KeyValue {
-    #[serde(default)]
-    value: String,
+impl std::fmt::Debug for Etcd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Etcd")
+            .field("endpoints", &self.endpoints().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Etcd {
-    /// A client of `servers` (`https://` URLs) using `tls` (etcd CA, client certificate).
+    /// A client of `servers` (`https://` URLs), trusting `ca_pem`, presenting `cert_pem` and
+    /// `key_pem`; each call bounded by `timeout`. Connects when first used.
     ///
     /// # Errors
-    /// A server that is not an `https://` URL.
-    pub fn new(
+    /// A server that is not an `https://` URL, or material the TLS stack refuses.
+    pub async fn connect(
         servers: &[String],
-        tls: Arc<ClientConfig>,
+        ca_pem: &[u8],
+        cert_pem: &[u8],
+        key_pem: &[u8],
         timeout: Duration,
-    ) -> Result<Etcd, HttpsError> {
-        let endpoints = servers
-            .iter()
-            .map(|s| Endpoint::parse(s))
-            .collect::<Result<_, _>>()?;
-        Ok(Etcd {
-            endpoints,
-            tls,
-            timeout,
-        })
+    ) -> Result<Etcd, String> {
+        let mut endpoints = Vec::with_capacity(servers.len());
+        for server in servers {
+            if !server.starts_with("https://") {
+                return Err(format!("etcd server {server} is not an https:// URL"));
+            }
+            let tls = TlsOptions::new()
+                .ca_certificate(Certificate::from_pem(ca_pem))
+                .identity(Identity::from_pem(cert_pem, key_pem));
+            let options = ConnectOptions::new()
+                .with_tls(tls)
+                .with_connect_timeout(timeout);
+            let client = Client::connect([server], Some(options))
+                .await
+                .map_err(|e| format!("etcd server {server}: {e}"))?;
+            endpoints.push((server.clone(), client));
+        }
+        Ok(Etcd { endpoints, timeout })
     }
 
     /// The endpoints, as given.
     pub fn endpoints(&self) -> impl Iterator<Item = &str> {
-        self.endpoints.iter().map(|e| e.url.as_str())
+        self.endpoints.iter().map(|(url, _)| url.as_str())
     }
 
-    async fn call(
+    async fn bounded<T>(
         &self,
-        endpoint: &Endpoint,
+        endpoint: &str,
         operation: &'static str,
-        body: serde_json::Value,
-    ) -> Result<bytes::Bytes, EtcdError> {
-        let response = https::request(
-            &self.tls,
-            endpoint,
-            Method::POST,
-            &format!("/v3/kv/{operation}"),
-            Some(body.to_string().into_bytes()),
-            self.timeout,
-        )
-        .await
-        .map_err(|source| EtcdError::Transport {
-            endpoint: endpoint.url.clone(),
-            source,
-        })?;
-        if !response.status.is_success() {
-            return Err(EtcdError::Status {
-                endpoint: endpoint.url.clone(),
+        call: impl Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, EtcdError> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(t)) => Ok(t),
+            Ok(Err(e)) => Err(EtcdError::Call {
+                endpoint: endpoint.to_string(),
                 operation,
-                status: response.status.as_u16(),
-                body: String::from_utf8_lossy(&response.body)
-                    .chars()
-                    .take(300)
-                    .collect(),
-            });
-        }
-        Ok(response.body)
-    }
-
-    /// Writes `value` at `key` on `endpoint`.
-    ///
-    /// # Errors
-    /// Any [`EtcdError`].
-    pub async fn put(&self, endpoint: &Endpoint, key: &str, value: &str) -> Result<(), EtcdError> {
-        let body = serde_json::json!({"key": B64.encode(key), "value": B64.encode(value)});
-        self.call(endpoint, "put", body).await.map(|_| ())
-    }
-
-    /// Reads `key` on `endpoint`; `None` when absent.
-    ///
-    /// # Errors
-    /// Any [`EtcdError`].
-    pub async fn get(&self, endpoint: &Endpoint, key: &str) -> Result<Option<String>, EtcdError> {
-        let bad = |reason: String| EtcdError::Body {
-            endpoint: endpoint.url.clone(),
-            operation: "range",
-            reason,
-        };
-        let body = self
-            .call(
-                endpoint,
-                "range",
-                serde_json::json!({"key": B64.encode(key)}),
-            )
-            .await?;
-        let range: RangeResponse = serde_json::from_slice(&body).map_err(|e| bad(e.to_string()))?;
-        match range.kvs.first() {
-            None => Ok(None),
-            Some(kv) => {
-                let bytes = B64.decode(&kv.value).map_err(|e| bad(e.to_string()))?;
-                Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
-            }
+                reason: e.to_string(),
+            }),
+            Err(_) => Err(EtcdError::Timeout {
+                endpoint: endpoint.to_string(),
+                operation,
+                timeout: self.timeout,
+            }),
         }
     }
 
@@ -187,15 +124,20 @@ impl Etcd {
         value: &str,
     ) -> Vec<(String, Result<(), EtcdError>)> {
         let mut results = Vec::with_capacity(self.endpoints.len());
-        for endpoint in &self.endpoints {
+        for (url, client) in &self.endpoints {
             let result = async {
-                self.put(endpoint, key, value).await?;
-                let found = self.get(endpoint, key).await?;
+                let mut kv = client.kv_client();
+                self.bounded(url, "put", kv.put(key, value, None)).await?;
+                let answer = self.bounded(url, "range", kv.get(key, None)).await?;
+                let found = answer
+                    .kvs()
+                    .first()
+                    .map(|kv| String::from_utf8_lossy(kv.value()).into_owned());
                 if found.as_deref() == Some(value) {
                     Ok(())
                 } else {
                     Err(EtcdError::Mismatch {
-                        endpoint: endpoint.url.clone(),
+                        endpoint: url.clone(),
                         key: key.to_string(),
                         wrote: value.to_string(),
                         found,
@@ -203,7 +145,7 @@ impl Etcd {
                 }
             }
             .await;
-            results.push((endpoint.url.clone(), result));
+            results.push((url.clone(), result));
         }
         results
     }

@@ -77,6 +77,57 @@ fn etcd_storage_meets_the_storage_contract() {
     });
 }
 
+/// A loopback URL where nothing listens: a port taken from the kernel and let go.
+fn refusing_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("https://127.0.0.1:{port}")
+}
+
+#[test]
+fn an_endpoint_that_refuses_connections_is_passed_over() {
+    if !prerequisites("api_etcd: endpoint failover") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = start_etcd(dir.path());
+    let rt = runtime();
+    rt.block_on(async {
+        let dead = refusing_url();
+        let connect = |servers: Vec<String>| {
+            let etcd = &etcd;
+            async move {
+                EtcdStorage::connect(
+                    &servers,
+                    &std::fs::read(&etcd.ca).unwrap(),
+                    &std::fs::read(&etcd.client_cert).unwrap(),
+                    &std::fs::read(&etcd.client_key).unwrap(),
+                    Duration::from_secs(10),
+                )
+                .await
+                .unwrap()
+            }
+        };
+        // The dead endpoint comes first: every call must move on to the live one, a watch too.
+        let storage = connect(vec![dead.clone(), etcd.url.clone()]).await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while let Err(e) = storage.revision().await {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "etcd did not answer: {e}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        contract::run(&storage, "/failover/").await;
+
+        // With only the dead endpoint, a call fails as unavailable, naming it.
+        let alone = connect(vec![dead.clone()]).await;
+        let error = alone.get("/failover/x").await.unwrap_err().to_string();
+        assert!(error.contains(&dead), "{error}");
+    });
+}
+
 struct TwoServers {
     etcd: Etcd,
     a: Proc,

@@ -1,5 +1,5 @@
-//! [`Storage`] in a real etcd, over its gRPC API (the `etcd-client` crate: one balanced
-//! channel over every endpoint, mutual TLS). Every API server replica of a cluster stores its
+//! [`Storage`] in a real etcd, over its gRPC API (the `etcd-client` crate, mutual TLS: one
+//! client per endpoint). Every API server replica of a cluster stores its
 //! objects here, so they all serve the same ones and a replaced replica loses nothing.
 //!
 //! ```text
@@ -10,9 +10,15 @@
 //!  watch   watch prefix from after+1, prev_kv                  compact_revision → Compacted
 //! ```
 //!
-//! A unary call is bounded by the store's timeout; a watch lives until its stream ends, the
-//! connection's keep-alive finding a dead server.
+//! Endpoints are tried in order, starting with the one that answered last: a call that gets
+//! no connection, `Unavailable` or no answer within the store's timeout moves on to the next;
+//! any other answer, a refusal included, is final. (etcd-client's own balanced channel is
+//! not used: tonic's lazy reconnect reports an endpoint that refuses connections as ready,
+//! so its balancer kept sending calls to an etcd member a drain had removed —
+//! grpc/grpc-rust#2839.) A watch lives until its stream ends, the connection's keep-alive
+//! finding a dead server.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
@@ -27,15 +33,24 @@ use super::storage::{
 
 /// etcd as [`Storage`].
 pub struct EtcdStorage {
-    servers: Vec<String>,
-    client: Client,
+    /// Each endpoint's URL and its own client.
+    endpoints: Vec<(String, Client)>,
+    /// The endpoint that answered last; tried first.
+    preferred: AtomicUsize,
     timeout: Duration,
 }
 
 impl std::fmt::Debug for EtcdStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdStorage")
-            .field("endpoints", &self.servers)
+            .field(
+                "endpoints",
+                &self
+                    .endpoints
+                    .iter()
+                    .map(|(url, _)| url)
+                    .collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -68,6 +83,19 @@ fn wire(r: u64) -> i64 {
 }
 
 /// What an etcd error means here: a compacted revision, or etcd not answering as asked.
+/// Whether a call that failed with `e` may be made again on another endpoint: it got no
+/// connection, or the member could not serve it (stopping, removed, without a leader).
+fn moves_on(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        etcd_client::Error::GRpcStatus(status) => matches!(
+            status.code(),
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+        ),
+        _ => false,
+    }
+}
+
 fn storage_error(what: &str, e: &etcd_client::Error) -> StorageError {
     let text = e.to_string();
     if text.contains("required revision has been compacted") {
@@ -124,44 +152,75 @@ impl EtcdStorage {
                 "etcd server {bad} is not an https:// URL"
             )));
         }
-        let tls = TlsOptions::new()
-            .ca_certificate(Certificate::from_pem(ca_pem))
-            .identity(Identity::from_pem(cert_pem, key_pem));
-        let options = ConnectOptions::new()
-            .with_tls(tls)
-            .with_connect_timeout(timeout)
-            .with_keep_alive(Duration::from_secs(10), timeout)
-            .with_keep_alive_while_idle(true);
-        let client = Client::connect(servers, Some(options))
-            .await
-            .map_err(|e| unavailable(format!("cannot set up etcd's client: {e}")))?;
+        if servers.is_empty() {
+            return Err(unavailable("no etcd server to store objects in"));
+        }
+        let mut endpoints = Vec::with_capacity(servers.len());
+        for server in servers {
+            let tls = TlsOptions::new()
+                .ca_certificate(Certificate::from_pem(ca_pem))
+                .identity(Identity::from_pem(cert_pem, key_pem));
+            let options = ConnectOptions::new()
+                .with_tls(tls)
+                .with_connect_timeout(timeout)
+                .with_keep_alive(Duration::from_secs(10), timeout)
+                .with_keep_alive_while_idle(true);
+            let client = Client::connect([server], Some(options))
+                .await
+                .map_err(|e| {
+                    unavailable(format!("cannot set up etcd's client of {server}: {e}"))
+                })?;
+            endpoints.push((server.clone(), client));
+        }
         Ok(EtcdStorage {
-            servers: servers.to_vec(),
-            client,
+            endpoints,
+            preferred: AtomicUsize::new(0),
             timeout,
         })
     }
 
-    /// `call` bounded by the store's timeout.
-    async fn bounded<T>(
-        &self,
-        what: &str,
-        call: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
-    ) -> Result<T> {
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(t)) => Ok(t),
-            Ok(Err(e)) => Err(storage_error(what, &e)),
-            Err(_) => Err(unavailable(format!(
-                "etcd {what}: no answer from {} within {:?}",
-                self.servers.join(", "),
-                self.timeout
-            ))),
+    /// `call` on the first endpoint that answers it, starting with the one that answered
+    /// last, each attempt bounded by the store's timeout.
+    async fn call<T, F, Fut>(&self, what: &str, call: F) -> Result<T>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        let count = self.endpoints.len();
+        let first = self.preferred.load(Ordering::Relaxed) % count;
+        let mut failures = Vec::new();
+        for index in (0..count).map(|i| (first + i) % count) {
+            let (url, client) = &self.endpoints[index];
+            match tokio::time::timeout(self.timeout, call(client.clone())).await {
+                Ok(Ok(t)) => {
+                    self.preferred.store(index, Ordering::Relaxed);
+                    return Ok(t);
+                }
+                Ok(Err(e)) if moves_on(&e) => failures.push(format!("{url}: {e}")),
+                Ok(Err(e)) => return Err(storage_error(what, &e)),
+                Err(_) => failures.push(format!("{url}: no answer within {:?}", self.timeout)),
+            }
         }
+        Err(unavailable(format!(
+            "etcd {what}: no endpoint answered: {}",
+            failures.join("; ")
+        )))
     }
 
     async fn range(&self, key: Vec<u8>, options: GetOptions) -> Result<GetResponse> {
-        let mut kv = self.client.kv_client();
-        self.bounded("range", kv.get(key, Some(options))).await
+        self.call("range", |client| {
+            let (key, options) = (key.clone(), options.clone());
+            async move { client.kv_client().get(key, Some(options)).await }
+        })
+        .await
+    }
+
+    async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse> {
+        self.call("txn", |client| {
+            let txn = txn.clone();
+            async move { client.kv_client().txn(txn).await }
+        })
+        .await
     }
 
     async fn range_one(&self, key: &str) -> Result<Option<Kv>> {
@@ -190,8 +249,7 @@ impl EtcdStorage {
         let txn = Txn::new()
             .when([Compare::mod_revision(key, CompareOp::Equal, wire(expected))])
             .and_then([operation]);
-        let mut kv = self.client.kv_client();
-        let answer = self.bounded("txn", kv.txn(txn)).await?;
+        let answer = self.txn(txn).await?;
         if answer.succeeded() {
             Ok(header_revision(answer.header()))
         } else {
@@ -204,14 +262,15 @@ impl EtcdStorage {
     /// # Errors
     /// etcd unreachable or refusing.
     pub async fn compact(&self, revision: u64) -> Result<()> {
-        let mut kv = self.client.kv_client();
-        self.bounded(
-            "compaction",
-            kv.compact(
-                wire(revision),
-                Some(CompactionOptions::new().with_physical()),
-            ),
-        )
+        self.call("compaction", |client| async move {
+            client
+                .kv_client()
+                .compact(
+                    wire(revision),
+                    Some(CompactionOptions::new().with_physical()),
+                )
+                .await
+        })
         .await
         .map(|_| ())
     }
@@ -222,12 +281,16 @@ impl EtcdStorage {
             .with_start_revision(wire(after + 1))
             .with_prev_key()
             .with_progress_notify();
-        let mut client = self.client.watch_client();
         let stream = self
-            .bounded(
-                "watch",
-                client.watch(prefix.as_bytes().to_vec(), Some(options)),
-            )
+            .call("watch", |client| {
+                let options = options.clone();
+                async move {
+                    client
+                        .watch_client()
+                        .watch(prefix.as_bytes().to_vec(), Some(options))
+                        .await
+                }
+            })
             .await?;
         let state = WatchState {
             stream,
@@ -377,8 +440,7 @@ impl Storage for EtcdStorage {
             let txn = Txn::new()
                 .when([Compare::create_revision(key, CompareOp::Equal, 0)])
                 .and_then([TxnOp::put(key, value.to_string(), None)]);
-            let mut kv = self.client.kv_client();
-            let answer = self.bounded("txn", kv.txn(txn)).await?;
+            let answer = self.txn(txn).await?;
             if answer.succeeded() {
                 Ok(header_revision(answer.header()))
             } else {

@@ -1,11 +1,14 @@
-//! etcd cluster membership through the v3 JSON gateway that etcd (3.4 and later) serves on
-//! its client port: `POST /v3/cluster/member/{list,add,promote,remove}`. 64-bit member IDs
-//! travel as JSON strings (grpc-gateway's encoding of uint64); both forms are accepted.
+//! etcd for the engine: cluster membership, each member's status and health, leadership
+//! transfer and snapshots, through an [`Etcd`] — etcd's gRPC API for
+//! [`RealNetwork`](crate::https::RealNetwork) (the `etcd-client` crate, mutual TLS, one
+//! client per endpoint and identity, kept), a simulation in tests.
+//!
+//! Refusals are told apart as etcd's own Go client does (clientv3's `rpctypes`): by the gRPC
+//! code, and by etcd's error descriptions, compared whole.
 
-use http::Method;
-use serde::Deserialize;
+use std::future::Future;
 
-use crate::https::{HttpsRequest, Network, Tls};
+use crate::https::Tls;
 
 /// One member as etcd reports it. A member added but not started yet has no name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,16 +27,51 @@ impl Member {
     }
 }
 
-/// Why a membership call failed.
+/// etcd's error descriptions the engine acts on (`api/v3rpc/rpctypes` of etcd).
+pub mod refusals {
+    /// A learner asked to be promoted before it caught up with the leader.
+    pub const LEARNER_NOT_READY: &str =
+        "etcdserver: can only promote a learner member which is in sync with leader";
+    /// A learner added while another one has not been promoted yet.
+    pub const TOO_MANY_LEARNERS: &str = "etcdserver: too many learner members in cluster";
+    /// A membership change refused while the cluster is not healthy (a member just joined).
+    pub const UNHEALTHY_CLUSTER: &str = "etcdserver: unhealthy cluster";
+    /// A membership change that would leave too few started members.
+    pub const NOT_ENOUGH_STARTED: &str =
+        "etcdserver: re-configuration failed due to not enough started members";
+}
+
+/// A gRPC status code etcd answered with (the names of gRPC's codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    Unavailable,
+    DeadlineExceeded,
+    FailedPrecondition,
+    NotFound,
+    InvalidArgument,
+    PermissionDenied,
+    Other(i32),
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Code::Other(n) => write!(f, "code {n}"),
+            other => write!(f, "{other:?}"),
+        }
+    }
+}
+
+/// Why an etcd call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EtcdError {
     #[error("etcd {endpoint} unreachable: {reason}")]
     Unreachable { endpoint: String, reason: String },
-    #[error("etcd {endpoint} answered {operation} with HTTP {status}: {message}")]
-    Status {
+    #[error("etcd {endpoint} refused {operation} ({code}): {message}")]
+    Refused {
         endpoint: String,
         operation: &'static str,
-        status: u16,
+        code: Code,
         message: String,
     },
     #[error("etcd {endpoint} answered {operation} with an unexpected body: {reason}")]
@@ -45,19 +83,21 @@ pub enum EtcdError {
 }
 
 impl EtcdError {
-    /// Whether etcd refused a membership change for a passing reason: the cluster looks
-    /// unhealthy (a member just joined or was promoted), a learner is not in sync yet, or
-    /// the endpoint did not answer.
+    /// Whether etcd refused a membership change for a passing reason: the member could not
+    /// serve it (no leader, stopping), the cluster looks unhealthy (a member just joined or
+    /// was promoted), a learner is not in sync yet, or the endpoint did not answer.
     pub fn retryable(&self) -> bool {
         match self {
             EtcdError::Unreachable { .. } => true,
-            EtcdError::Status {
-                status, message, ..
-            } => {
-                *status == 503
-                    || message.contains("unhealthy")
-                    || message.contains("in sync")
-                    || message.contains("too many learner")
+            EtcdError::Refused { code, message, .. } => {
+                matches!(code, Code::Unavailable | Code::DeadlineExceeded)
+                    || [
+                        refusals::LEARNER_NOT_READY,
+                        refusals::TOO_MANY_LEARNERS,
+                        refusals::UNHEALTHY_CLUSTER,
+                        refusals::NOT_ENOUGH_STARTED,
+                    ]
+                    .contains(&message.as_str())
             }
             EtcdError::Body { .. } => false,
         }
@@ -65,140 +105,106 @@ impl EtcdError {
 
     /// Whether etcd refused to promote a learner that has not caught up yet (retryable).
     pub fn not_in_sync(&self) -> bool {
-        matches!(self, EtcdError::Status { message, .. } if message.contains("in sync"))
+        matches!(self, EtcdError::Refused { message, .. } if message == refusals::LEARNER_NOT_READY)
     }
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Id {
-    Text(String),
-    Number(u64),
+/// Where a snapshot's bytes go as they arrive; an error ends the transfer.
+pub type SnapshotSink<'a> = dyn FnMut(&[u8]) -> Result<(), String> + Send + 'a;
+
+/// etcd's API, as the engine uses it: each call asks the member at `endpoint`, trusting
+/// `tls.ca_pem` and presenting `tls.identity`.
+pub trait Etcd: Send + Sync {
+    /// The members, as `endpoint` sees them.
+    fn members(
+        &self,
+        endpoint: &str,
+        tls: &Tls,
+    ) -> impl Future<Output = Result<Vec<Member>, EtcdError>> + Send;
+
+    /// Adds a learner with `peer_url`.
+    fn add_learner(
+        &self,
+        endpoint: &str,
+        tls: &Tls,
+        peer_url: &str,
+    ) -> impl Future<Output = Result<(), EtcdError>> + Send;
+
+    /// Promotes learner `id` to a voting member.
+    fn promote(
+        &self,
+        endpoint: &str,
+        tls: &Tls,
+        id: u64,
+    ) -> impl Future<Output = Result<(), EtcdError>> + Send;
+
+    /// Removes member `id`.
+    fn remove(
+        &self,
+        endpoint: &str,
+        tls: &Tls,
+        id: u64,
+    ) -> impl Future<Output = Result<(), EtcdError>> + Send;
+
+    /// Whether the member is healthy by etcd's own measure (as `etcdctl endpoint health`: a
+    /// linearizable read through it succeeds, so it has a leader and a quorum answers).
+    /// `Ok(false)` when it answered that it cannot serve one, an error when it did not
+    /// answer.
+    fn healthy(
+        &self,
+        endpoint: &str,
+        tls: &Tls,
+    ) -> impl Future<Output = Result<bool, EtcdError>> + Send;
+
+    /// What the member says of itself.
+    fn status(
+        &self,
+        endpoint: &str,
+        tls: &Tls,
+    ) -> impl Future<Output = Result<MemberStatus, EtcdError>> + Send;
+
+    /// Hands leadership to member `target`; `endpoint` must be the leader's.
+    fn transfer_leadership(
+        &self,
+        endpoint: &str,
+        tls: &Tls,
+        target: u64,
+    ) -> impl Future<Output = Result<(), EtcdError>> + Send;
+
+    /// Streams a snapshot of the member's database into `sink` as it arrives: the database
+    /// and its SHA-256, as `etcdctl snapshot save` receives them (the caller checks the
+    /// checksum). Returns the bytes streamed.
+    fn snapshot(
+        &self,
+        endpoint: &str,
+        tls: &Tls,
+        sink: &mut SnapshotSink<'_>,
+    ) -> impl Future<Output = Result<u64, EtcdError>> + Send;
 }
 
-impl Id {
-    fn value(&self) -> Option<u64> {
-        match self {
-            Id::Text(s) => s.parse().ok(),
-            Id::Number(n) => Some(*n),
-        }
-    }
-}
-
-#[derive(Deserialize)]
-struct WireMember {
-    #[serde(rename = "ID")]
-    id: Id,
-    #[serde(default)]
-    name: String,
-    #[serde(default, rename = "peerURLs")]
-    peer_urls: Vec<String>,
-    #[serde(default, rename = "clientURLs")]
-    client_urls: Vec<String>,
-    #[serde(default, rename = "isLearner")]
-    is_learner: bool,
-}
-
-#[derive(Deserialize)]
-struct MembersResponse {
-    #[serde(default)]
-    members: Vec<WireMember>,
-}
-
-#[derive(Deserialize)]
-struct ErrorBody {
-    #[serde(default)]
-    error: String,
-    #[serde(default)]
-    message: String,
-}
-
-/// Membership calls against one cluster's etcd, with the engine's etcd client identity.
+/// Calls against one cluster's etcd, with the engine's etcd client identity.
 pub struct EtcdClient<'a, N> {
     pub network: &'a N,
     pub tls: &'a Tls,
 }
 
-impl<N: Network> EtcdClient<'_, N> {
-    /// One request to the member at `endpoint`, with the engine's client certificate.
-    async fn request(
-        &self,
-        endpoint: &str,
-        method: &Method,
-        path: &str,
-        body: Option<&str>,
-    ) -> Result<crate::https::HttpsResponse, EtcdError> {
-        self.network
-            .request(HttpsRequest {
-                base: endpoint,
-                method,
-                path,
-                body,
-                tls: self.tls,
-                bearer: None,
-            })
-            .await
-            .map_err(|e| EtcdError::Unreachable {
-                endpoint: endpoint.to_string(),
-                reason: e.reason,
-            })
-    }
-
-    async fn call(
-        &self,
-        endpoint: &str,
-        operation: &'static str,
-        body: String,
-    ) -> Result<Vec<u8>, EtcdError> {
-        let path = format!("/v3/cluster/member/{operation}");
-        self.post(endpoint, &path, operation, body).await
-    }
-
-    async fn post(
-        &self,
-        endpoint: &str,
-        path: &str,
-        operation: &'static str,
-        body: String,
-    ) -> Result<Vec<u8>, EtcdError> {
-        let response = self
-            .request(endpoint, &Method::POST, path, Some(&body))
-            .await?;
-        if !(200..300).contains(&response.status) {
-            let message = match serde_json::from_slice::<ErrorBody>(&response.body) {
-                Ok(b) if !b.error.is_empty() => b.error,
-                Ok(b) if !b.message.is_empty() => b.message,
-                _ => String::from_utf8_lossy(&response.body)
-                    .chars()
-                    .take(300)
-                    .collect(),
-            };
-            return Err(EtcdError::Status {
-                endpoint: endpoint.to_string(),
-                operation,
-                status: response.status,
-                message,
-            });
-        }
-        Ok(response.body)
-    }
-
+impl<N: Etcd> EtcdClient<'_, N> {
     /// The members, as `endpoint` sees them (sorted by name, then ID).
     ///
     /// # Errors
     /// Any [`EtcdError`].
     pub async fn list(&self, endpoint: &str) -> Result<Vec<Member>, EtcdError> {
-        let body = self.call(endpoint, "list", "{}".to_string()).await?;
-        parse_members(endpoint, "list", &body)
+        let mut members = self.network.members(endpoint, self.tls).await?;
+        members.sort_by(|a, b| (&a.name, a.id).cmp(&(&b.name, b.id)));
+        Ok(members)
     }
 
-    /// Adds a learner with `peer_url`; returns the members after the change.
+    /// Adds a learner with `peer_url`.
     ///
     /// # Errors
     /// Any [`EtcdError`].
     pub async fn add_learner(&self, endpoint: &str, peer_url: &str) -> Result<(), EtcdError> {
-        let body = serde_json::json!({"peerURLs": [peer_url], "isLearner": true}).to_string();
-        self.call(endpoint, "add", body).await.map(|_| ())
+        self.network.add_learner(endpoint, self.tls, peer_url).await
     }
 
     /// Promotes learner `id` to a voting member.
@@ -206,111 +212,53 @@ impl<N: Network> EtcdClient<'_, N> {
     /// # Errors
     /// Any [`EtcdError`]; [`EtcdError::not_in_sync`] tells when retrying makes sense.
     pub async fn promote(&self, endpoint: &str, id: u64) -> Result<(), EtcdError> {
-        let body = serde_json::json!({"ID": id.to_string()}).to_string();
-        self.call(endpoint, "promote", body).await.map(|_| ())
+        self.network.promote(endpoint, self.tls, id).await
     }
 
-    /// Whether the member at `endpoint` is healthy by etcd's own measure (`GET /health`:
-    /// it has a leader and a quorum answers a linearizable read through it). `Ok(false)`
-    /// when it answered that it is not, an error when it did not answer.
+    /// Whether the member at `endpoint` is healthy by etcd's own measure ([`Etcd::healthy`]).
     ///
     /// # Errors
-    /// [`EtcdError::Unreachable`], or [`EtcdError::Body`] for an answer that is not etcd's.
+    /// [`EtcdError::Unreachable`] when it did not answer.
     pub async fn healthy(&self, endpoint: &str) -> Result<bool, EtcdError> {
-        let response = self
-            .request(endpoint, &Method::GET, "/health", None)
-            .await?;
-        #[derive(Deserialize)]
-        struct Health {
-            health: String,
-        }
-        match serde_json::from_slice::<Health>(&response.body) {
-            Ok(h) => Ok(response.status == 200 && h.health == "true"),
-            Err(e) => Err(EtcdError::Body {
-                endpoint: endpoint.to_string(),
-                operation: "health",
-                reason: format!("HTTP {}: {e}", response.status),
-            }),
-        }
+        self.network.healthy(endpoint, self.tls).await
     }
 
-    /// The status of the member at `endpoint` (`POST /v3/maintenance/status`).
+    /// The status of the member at `endpoint`.
     ///
     /// # Errors
     /// Any [`EtcdError`].
     pub async fn status(&self, endpoint: &str) -> Result<MemberStatus, EtcdError> {
-        let body = self
-            .post(endpoint, "/v3/maintenance/status", "status", "{}".into())
-            .await?;
-        #[derive(Deserialize)]
-        struct Header {
-            #[serde(default)]
-            revision: Option<Id>,
-            #[serde(default)]
-            member_id: Option<Id>,
-            #[serde(default)]
-            cluster_id: Option<Id>,
-        }
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Wire {
-            header: Header,
-            #[serde(default)]
-            version: String,
-            #[serde(default)]
-            db_size: Option<Id>,
-            #[serde(default)]
-            leader: Option<Id>,
-        }
-        let wire: Wire = serde_json::from_slice(&body).map_err(|e| EtcdError::Body {
-            endpoint: endpoint.to_string(),
-            operation: "status",
-            reason: e.to_string(),
-        })?;
-        let id = |v: &Option<Id>| v.as_ref().and_then(Id::value).unwrap_or(0);
-        Ok(MemberStatus {
-            revision: id(&wire.header.revision),
-            member_id: id(&wire.header.member_id),
-            cluster_id: id(&wire.header.cluster_id),
-            leader: id(&wire.leader),
-            db_size: id(&wire.db_size),
-            version: wire.version,
-        })
+        self.network.status(endpoint, self.tls).await
     }
 
-    /// A snapshot of the member at `endpoint` (`POST /v3/maintenance/snapshot`): the
-    /// database and its SHA-256, as `etcdctl snapshot save` writes them (the caller checks
-    /// the checksum).
+    /// A snapshot of the member at `endpoint`, streamed into `sink`; returns its size.
     ///
     /// # Errors
-    /// Any [`EtcdError`]; an error in the stream is [`EtcdError::Status`].
-    pub async fn snapshot(&self, endpoint: &str) -> Result<Vec<u8>, EtcdError> {
-        let body = self
-            .post(
-                endpoint,
-                "/v3/maintenance/snapshot",
-                "snapshot",
-                "{}".into(),
-            )
-            .await?;
-        parse_snapshot_stream(endpoint, &body)
+    /// Any [`EtcdError`]; an empty snapshot is [`EtcdError::Body`].
+    pub async fn snapshot(
+        &self,
+        endpoint: &str,
+        sink: &mut SnapshotSink<'_>,
+    ) -> Result<u64, EtcdError> {
+        let size = self.network.snapshot(endpoint, self.tls, sink).await?;
+        if size == 0 {
+            return Err(EtcdError::Body {
+                endpoint: endpoint.to_string(),
+                operation: "snapshot",
+                reason: "an empty snapshot".into(),
+            });
+        }
+        Ok(size)
     }
 
-    /// Hands leadership to member `target` (`POST /v3/maintenance/transfer-leadership`);
-    /// `endpoint` must be the leader's.
+    /// Hands leadership to member `target`; `endpoint` must be the leader's.
     ///
     /// # Errors
     /// Any [`EtcdError`].
     pub async fn transfer_leadership(&self, endpoint: &str, target: u64) -> Result<(), EtcdError> {
-        let body = serde_json::json!({"targetID": target.to_string()}).to_string();
-        self.post(
-            endpoint,
-            "/v3/maintenance/transfer-leadership",
-            "transfer-leadership",
-            body,
-        )
-        .await
-        .map(|_| ())
+        self.network
+            .transfer_leadership(endpoint, self.tls, target)
+            .await
     }
 
     /// Removes member `id`.
@@ -318,8 +266,7 @@ impl<N: Network> EtcdClient<'_, N> {
     /// # Errors
     /// Any [`EtcdError`].
     pub async fn remove(&self, endpoint: &str, id: u64) -> Result<(), EtcdError> {
-        let body = serde_json::json!({"ID": id.to_string()}).to_string();
-        self.call(endpoint, "remove", body).await.map(|_| ())
+        self.network.remove(endpoint, self.tls, id).await
     }
 }
 
@@ -336,120 +283,39 @@ pub struct MemberStatus {
     pub version: String,
 }
 
-/// The snapshot stream of etcd's gateway: one JSON message per line, each
-/// `{"result":{"remaining_bytes":..,"blob":"<base64>"}}` or `{"error":{..}}`.
-fn parse_snapshot_stream(endpoint: &str, body: &[u8]) -> Result<Vec<u8>, EtcdError> {
-    use base64::Engine as _;
-    #[derive(Deserialize)]
-    struct Chunk {
-        #[serde(default)]
-        blob: String,
-    }
-    #[derive(Deserialize)]
-    struct Message {
-        #[serde(default)]
-        result: Option<Chunk>,
-        #[serde(default)]
-        error: Option<serde_json::Value>,
-    }
-    let bad = |reason: String| EtcdError::Body {
-        endpoint: endpoint.to_string(),
-        operation: "snapshot",
-        reason,
-    };
-    let mut out = Vec::new();
-    for line in body.split(|&b| b == b'\n') {
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let m: Message = serde_json::from_slice(line).map_err(|e| bad(e.to_string()))?;
-        if let Some(error) = m.error {
-            let message = error
-                .get("message")
-                .and_then(|v| v.as_str())
-                .map_or_else(|| error.to_string(), str::to_string);
-            return Err(EtcdError::Status {
-                endpoint: endpoint.to_string(),
-                operation: "snapshot",
-                status: 200,
-                message,
-            });
-        }
-        let chunk = m
-            .result
-            .ok_or_else(|| bad("a message without result".into()))?;
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(chunk.blob.as_bytes())
-            .map_err(|e| bad(format!("a chunk is not base64: {e}")))?;
-        out.extend_from_slice(&bytes);
-    }
-    if out.is_empty() {
-        return Err(bad("an empty snapshot".into()));
-    }
-    Ok(out)
-}
-
-fn parse_members(
-    endpoint: &str,
-    operation: &'static str,
-    body: &[u8],
-) -> Result<Vec<Member>, EtcdError> {
-    let bad = |reason: String| EtcdError::Body {
-        endpoint: endpoint.to_string(),
-        operation,
-        reason,
-    };
-    let parsed: MembersResponse = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
-    let mut members = Vec::with_capacity(parsed.members.len());
-    for m in parsed.members {
-        let id =
-            m.id.value()
-                .ok_or_else(|| bad("a member ID is not a number".to_string()))?;
-        members.push(Member {
-            id,
-            name: m.name,
-            peer_urls: m.peer_urls,
-            client_urls: m.client_urls,
-            is_learner: m.is_learner,
-        });
-    }
-    members.sort_by(|a, b| (&a.name, a.id).cmp(&(&b.name, b.id)));
-    Ok(members)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_snapshot_stream_is_its_chunks_joined() {
-        let body = b"{\"result\":{\"remaining_bytes\":\"3\",\"blob\":\"AAEC\"}}\n{\"result\":{\"blob\":\"AwQ=\"}}\n";
-        assert_eq!(
-            parse_snapshot_stream("https://x", body).unwrap(),
-            [0u8, 1, 2, 3, 4]
-        );
-        let failed = b"{\"result\":{\"blob\":\"AAEC\"}}\n{\"error\":{\"grpc_code\":14,\"message\":\"etcdserver: stopped\"}}\n";
-        assert_eq!(
-            parse_snapshot_stream("https://x", failed)
-                .unwrap_err()
-                .to_string(),
-            "etcd https://x answered snapshot with HTTP 200: etcdserver: stopped"
-        );
-        assert!(parse_snapshot_stream("https://x", b"").is_err());
-        assert!(parse_snapshot_stream("https://x", b"{\"result\":{\"blob\":\"!!\"}}").is_err());
+    fn refused(code: Code, message: &str) -> EtcdError {
+        EtcdError::Refused {
+            endpoint: "https://x".into(),
+            operation: "promote",
+            code,
+            message: message.into(),
+        }
     }
 
     #[test]
-    fn members_parse_as_etcd_34_writes_them() {
-        let body = br#"{"header":{"cluster_id":"1","member_id":"2","raft_term":"3"},
-          "members":[{"ID":"12345678901234567890","name":"c-control-plane-0",
-          "peerURLs":["https://10.0.0.2:30001"],"clientURLs":["https://10.0.0.2:30000"]},
-          {"ID":"42","peerURLs":["https://10.0.0.3:30001"],"isLearner":true}]}"#;
-        let members = parse_members("https://x", "list", body).unwrap();
-        assert_eq!(members.len(), 2);
-        assert_eq!(members[0].id, 42);
-        assert!(!members[0].started() && members[0].is_learner);
-        assert_eq!(members[1].id, 12_345_678_901_234_567_890);
-        assert!(members[1].started() && !members[1].is_learner);
+    fn refusals_are_told_apart_by_code_and_etcds_whole_descriptions() {
+        let early = refused(Code::FailedPrecondition, refusals::LEARNER_NOT_READY);
+        assert!(early.retryable() && early.not_in_sync());
+        assert!(refused(Code::FailedPrecondition, refusals::TOO_MANY_LEARNERS).retryable());
+        assert!(refused(Code::Unavailable, "etcdserver: no leader").retryable());
+        let gone = refused(Code::NotFound, "etcdserver: member not found");
+        assert!(!gone.retryable() && !gone.not_in_sync());
+        // A description that merely contains etcd's words is not etcd's refusal.
+        let other = refused(
+            Code::FailedPrecondition,
+            "not a learner: can only promote a learner member which is in sync with leader",
+        );
+        assert!(!other.retryable() && !other.not_in_sync());
+        assert_eq!(
+            early.to_string(),
+            format!(
+                "etcd https://x refused promote (FailedPrecondition): {}",
+                refusals::LEARNER_NOT_READY
+            )
+        );
     }
 }

@@ -1,5 +1,5 @@
-//! The engine's HTTPS client: etcd's v3 JSON gateway, API server health and the cluster's own
-//! API (its in-cluster objects), over rustls with the cluster's own CAs (never the system
+//! The engine's HTTPS client: API server health and the cluster's own API (its in-cluster
+//! objects); etcd is spoken to over gRPC (`etcd_grpc`), over rustls with the cluster's own CAs (never the system
 //! roots); connections kept open for later reads of the same server and identity, and each
 //! TLS configuration built once.
 
@@ -61,15 +61,10 @@ pub struct HttpsRequest<'a> {
     pub bearer: Option<&'a str>,
 }
 
-/// etcd's JSON gateway's reads, which are POSTs: the membership and a member's status.
-const ETCD_READS: &[&str] = &["/v3/cluster/member/list", "/v3/maintenance/status"];
-
 impl HttpsRequest<'_> {
-    /// Whether asking again is safe when an answer was lost: a read (GET, or one of etcd's
-    /// reads, which are POSTs).
+    /// Whether asking again is safe when an answer was lost: a read (GET).
     pub fn replayable(&self) -> bool {
         *self.method == Method::GET
-            || (*self.method == Method::POST && ETCD_READS.contains(&self.path))
     }
 }
 
@@ -88,9 +83,10 @@ pub struct HttpsError {
     pub reason: String,
 }
 
-/// How the engine reaches etcd and the API servers. [`RealNetwork`] talks HTTPS; unit tests
-/// pass a simulation.
-pub trait Network: Send + Sync {
+/// How the engine reaches etcd ([`Etcd`](crate::etcd::Etcd)) and the API servers (HTTPS
+/// requests). [`RealNetwork`] talks gRPC to etcd and HTTPS to the API servers; tests pass a
+/// simulation.
+pub trait Network: crate::etcd::Etcd + Send + Sync {
     /// Sends one request; a non-2xx status is a response, not an error.
     ///
     /// # Errors
@@ -109,15 +105,17 @@ pub trait Network: Send + Sync {
 }
 
 /// HTTPS over TCP with rustls (ring), each request bounded by `timeout`. Connections are
-/// kept open and reused (HTTP/1.1 keep-alive) by later reads ([`HttpsRequest::replayable`]:
-/// GETs and etcd's membership and status polls, which are POSTs) of the same server with the
-/// same trust and identity: a converged cluster's reads cost one handshake. The TLS
-/// configuration of each trust and identity is built once.
+/// kept open and reused (HTTP/1.1 keep-alive) by later reads ([`HttpsRequest::replayable`])
+/// of the same server with the same trust and identity: a converged cluster's reads cost one
+/// handshake. The TLS configuration of each trust and identity is built once. etcd is
+/// reached over gRPC ([`Etcd`](crate::etcd::Etcd)), one kept client per endpoint and
+/// identity.
 #[derive(Clone)]
 pub struct RealNetwork {
     pub timeout: Duration,
     pool: Pool,
     configs: Configs,
+    pub(crate) etcd: crate::etcd_grpc::Clients,
 }
 
 /// Idle connections by server, CA and client certificate (never the key).
@@ -158,6 +156,7 @@ impl RealNetwork {
             timeout,
             pool: Arc::default(),
             configs: Arc::default(),
+            etcd: Arc::default(),
         }
     }
 

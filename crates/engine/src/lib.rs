@@ -54,6 +54,7 @@ mod converge;
 mod dry_run;
 mod error;
 pub mod etcd;
+mod etcd_grpc;
 pub mod https;
 mod membership;
 mod observe;

@@ -63,8 +63,12 @@ pub async fn take_snapshot<N: Network>(network: &N, etcd: &EtcdPlan) -> Result<T
                 .status(&m.client_url)
                 .await
                 .map_err(|e| e.to_string())?;
-            let bytes = client
-                .snapshot(&m.client_url)
+            let mut bytes = Vec::new();
+            client
+                .snapshot(&m.client_url, &mut |chunk: &[u8]| {
+                    bytes.extend_from_slice(chunk);
+                    Ok(())
+                })
                 .await
                 .map_err(|e| e.to_string())?;
             check_etcd_snapshot(&bytes)?;

@@ -13,13 +13,13 @@
 //! - a restore (the `etcd data swap` job having run on the fake hypervisors since the last
 //!   request) replaces the data: the cluster is formed again by the founders;
 //!
-//! - `maintenance/status` answers revision 100 + the snapshots taken, `maintenance/snapshot`
-//!   streams [`sim_snapshot`] in two chunks;
+//! - status answers revision 100 + the snapshots taken, a snapshot streams [`sim_snapshot`]
+//!   in two chunks;
 //!
 //! - a member whose running pod was started with `--force-new-cluster` makes the cluster one
 //!   of itself alone (logged `force-new-cluster <name>`);
 //!
-//! - `GET /health` answers `false` the first time it is asked of a member's pod (a member
+//! - health answers `false` the first time it is asked of a member's pod (a member
 //!   that just (re)started is catching up), then `true` while the member is a started voting
 //!   member and a quorum of the voting members run.
 //!
@@ -41,8 +41,8 @@ use oi_api::{
 use oi_cri::fake::FakeRuntime;
 use oi_planner::ports::names;
 
-use crate::etcd::Member;
-use crate::https::{HttpsError, HttpsRequest, HttpsResponse, Network};
+use crate::etcd::{Code, Etcd, EtcdError, Member, MemberStatus, SnapshotSink};
+use crate::https::{HttpsError, HttpsRequest, HttpsResponse, Network, Tls};
 
 /// Where the simulation reads the components and hypervisors as they stand. Both are
 /// visitors over borrowed objects: the simulation looks an endpoint up on every request, and
@@ -457,10 +457,10 @@ impl<S: Source> SimNetwork<S> {
             .map(|id| format!("{}/{id}", e.hypervisor))
     }
 
-    /// `GET /health` of the etcd member at `r.base` (its pod runs).
-    fn health(&self, r: &HttpsRequest<'_>) -> HttpsResponse {
-        let name = self.member_name(r.base);
-        let pod = self.running_pod(r.base).unwrap_or_default();
+    /// The health of the etcd member at `base` (its pod runs).
+    fn health(&self, base: &str, tls: &Tls) -> bool {
+        let name = self.member_name(base);
+        let pod = self.running_pod(base).unwrap_or_default();
         let first = self
             .health_asked
             .lock()
@@ -468,17 +468,14 @@ impl<S: Source> SimNetwork<S> {
             .insert(pod);
         let healthy = !first && {
             let all = self.lock_etcd();
-            all.get(&r.tls.ca_pem).is_some_and(|state| {
+            all.get(&tls.ca_pem).is_some_and(|state| {
                 let voting: Vec<&Member> = state.members.iter().filter(|m| !m.is_learner).collect();
                 let running = voting.iter().filter(|m| self.runs(&m.peer_urls[0])).count();
                 voting.iter().any(|m| m.started() && m.name == name) && running > voting.len() / 2
             })
         };
         self.lock_log().push(format!("health {name} {healthy}"));
-        HttpsResponse {
-            status: if healthy { 200 } else { 503 },
-            body: format!(r#"{{"health":"{healthy}","reason":""}}"#).into_bytes(),
-        }
+        healthy
     }
 
     /// The client URL the member at peer URL `peer` publishes when it starts.
@@ -506,7 +503,28 @@ impl<S: Source> SimNetwork<S> {
         }
     }
 
-    fn etcd(&self, r: &HttpsRequest<'_>) -> Result<HttpsResponse, HttpsError> {
+    /// An etcd call of `base`: refused unless the member's pod runs, with the engine's
+    /// client identity.
+    async fn etcd_call(&self, base: &str, tls: &Tls, call: Call) -> Result<Answer, EtcdError> {
+        // A real call waits: other tasks run meanwhile.
+        tokio::task::yield_now().await;
+        if !self.runs(base) {
+            return Err(EtcdError::Unreachable {
+                endpoint: base.to_string(),
+                reason: "connection refused".into(),
+            });
+        }
+        assert!(
+            tls.identity.is_some(),
+            "etcd calls present a client certificate"
+        );
+        if matches!(call, Call::Health) {
+            return Ok(Answer::Healthy(self.health(base, tls)));
+        }
+        self.etcd(base, tls, call)
+    }
+
+    fn etcd(&self, base: &str, tls: &Tls, call: Call) -> Result<Answer, EtcdError> {
         let swaps: u64 = self
             .runtimes
             .values()
@@ -517,15 +535,15 @@ impl<S: Source> SimNetwork<S> {
             if swaps > *seen {
                 *seen = swaps;
                 // A restore replaced the data of the cluster's members.
-                self.lock_etcd().remove(&r.tls.ca_pem);
+                self.lock_etcd().remove(&tls.ca_pem);
             }
         }
         let mut all = self.lock_etcd();
-        let state = all.entry(r.tls.ca_pem.clone()).or_default();
+        let state = all.entry(tls.ca_pem.clone()).or_default();
         if state.members.is_empty() {
-            let me = self.endpoint(r.base).map(|e| (e.member, e.start));
+            let me = self.endpoint(base).map(|e| (e.member, e.start));
             let Some((me, Some(start))) = me else {
-                panic!("{} answers etcd without a status.etcdMember", r.base);
+                panic!("{base} answers etcd without a status.etcdMember");
             };
             assert_eq!(
                 start.initial_cluster_state,
@@ -538,7 +556,12 @@ impl<S: Source> SimNetwork<S> {
                 .filter(|peer| self.runs(peer))
                 .count();
             if running <= start.initial_cluster.len() / 2 {
-                return Err(Self::refused(r.base, " (no quorum yet)"));
+                return Err(EtcdError::Refused {
+                    endpoint: base.to_string(),
+                    operation: call.operation(),
+                    code: Code::Unavailable,
+                    message: "etcdserver: no leader".into(),
+                });
             }
             for peer in start.initial_cluster.values() {
                 state.add(peer, false);
@@ -548,7 +571,7 @@ impl<S: Source> SimNetwork<S> {
                 .push(format!("bootstrap {}", names.join(",")));
         }
         // A member started with `--force-new-cluster`: a cluster of one on its data.
-        if let Some(e) = self.endpoint(r.base)
+        if let Some(e) = self.endpoint(base)
             && let Some(spec) = self
                 .runtimes
                 .get(&e.hypervisor)
@@ -578,77 +601,52 @@ impl<S: Source> SimNetwork<S> {
                 m.client_urls = self.client_url(&m.peer_urls[0]).into_iter().collect();
             }
         }
-        let body: serde_json::Value =
-            serde_json::from_str(r.body.unwrap_or("{}")).unwrap_or_default();
-        let id = || {
-            body["ID"]
-                .as_str()
-                .and_then(|i| i.parse::<u64>().ok())
-                .unwrap_or_else(|| panic!("{} without an ID: {body}", r.path))
-        };
-        match r.path {
-            "/v3/maintenance/status" => {
+        match call {
+            Call::Health => unreachable!("answered before"),
+            Call::Status => {
                 let revision = self.snapshots_taken() + 100;
-                return Ok(HttpsResponse {
-                    status: 200,
-                    body: serde_json::json!({
-                        "header": {"revision": revision.to_string(), "member_id": "1"},
-                        "version": "3.4.23", "dbSize": "8192", "leader": "1"})
-                    .to_string()
-                    .into_bytes(),
-                });
+                return Ok(Answer::Status(MemberStatus {
+                    revision,
+                    member_id: 1,
+                    cluster_id: 1,
+                    leader: 1,
+                    db_size: 8192,
+                    version: "3.4.23".into(),
+                }));
             }
-            "/v3/maintenance/transfer-leadership" => {
-                return Ok(HttpsResponse {
-                    status: 200,
-                    body: b"{}".to_vec(),
-                });
-            }
-            "/v3/maintenance/snapshot" => {
-                use base64::Engine as _;
+            Call::TransferLeadership => return Ok(Answer::Done),
+            Call::Snapshot => {
                 let n = {
                     let mut taken = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
                     *taken += 1;
                     *taken
                 };
-                let db = sim_snapshot(n);
-                let (a, b) = db.split_at(db.len() / 2);
-                let chunk = |c: &[u8]| {
-                    serde_json::json!({"result": {"blob":
-                        base64::engine::general_purpose::STANDARD.encode(c)}})
-                    .to_string()
-                };
-                return Ok(HttpsResponse {
-                    status: 200,
-                    body: format!("{}\n{}\n", chunk(a), chunk(b)).into_bytes(),
-                });
+                return Ok(Answer::Snapshot(sim_snapshot(n)));
             }
-            "/v3/cluster/member/list" => {}
-            "/v3/cluster/member/add" => {
-                let peer = body["peerURLs"][0].as_str().unwrap_or_default().to_string();
-                assert_eq!(body["isLearner"], true, "members join as learners");
+            Call::List => {}
+            Call::Add(peer) => {
                 state.add(&peer, true);
                 let running = self.runs(&peer);
                 self.lock_log()
                     .push(format!("add {} running={running}", self.member_name(&peer)));
             }
-            "/v3/cluster/member/promote" => {
-                let id = id();
+            Call::Promote(id) => {
                 let Some(m) = state.members.iter_mut().find(|m| m.id == id) else {
                     panic!("promote of unknown member {id}");
                 };
                 if !m.started() {
-                    return Ok(HttpsResponse {
-                        status: 500,
-                        body: br#"{"error":"etcdserver: can only promote a learner member which is in sync with leader","code":9}"#.to_vec(),
+                    return Err(EtcdError::Refused {
+                        endpoint: base.to_string(),
+                        operation: "member promote",
+                        code: Code::FailedPrecondition,
+                        message: crate::etcd::refusals::LEARNER_NOT_READY.into(),
                     });
                 }
                 m.is_learner = false;
                 let line = format!("promote {}", m.name);
                 self.lock_log().push(line);
             }
-            "/v3/cluster/member/remove" => {
-                let id = id();
+            Call::Remove(id) => {
                 let Some(m) = state.members.iter().find(|m| m.id == id).cloned() else {
                     panic!("remove of unknown member {id}");
                 };
@@ -657,23 +655,130 @@ impl<S: Source> SimNetwork<S> {
                 self.lock_log()
                     .push(format!("remove {} running={running}", m.name));
             }
-            other => panic!("unexpected etcd path {other}"),
         }
-        let members: Vec<serde_json::Value> = state
-            .members
-            .iter()
-            .map(|m| {
-                serde_json::json!({"ID": m.id.to_string(), "name": m.name,
-                    "peerURLs": m.peer_urls, "clientURLs": m.client_urls,
-                    "isLearner": m.is_learner})
-            })
-            .collect();
-        Ok(HttpsResponse {
-            status: 200,
-            body: serde_json::json!({ "members": members })
-                .to_string()
-                .into_bytes(),
-        })
+        Ok(Answer::Members(state.members.clone()))
+    }
+}
+
+/// An etcd call, as the simulation takes it.
+enum Call {
+    List,
+    Add(String),
+    Promote(u64),
+    Remove(u64),
+    Health,
+    Status,
+    TransferLeadership,
+    Snapshot,
+}
+
+impl Call {
+    fn operation(&self) -> &'static str {
+        match self {
+            Call::List => "member list",
+            Call::Add(_) => "member add",
+            Call::Promote(_) => "member promote",
+            Call::Remove(_) => "member remove",
+            Call::Health => "health read",
+            Call::Status => "status",
+            Call::TransferLeadership => "move leader",
+            Call::Snapshot => "snapshot",
+        }
+    }
+}
+
+/// The simulation's answer to a [`Call`].
+enum Answer {
+    Members(Vec<Member>),
+    Done,
+    Healthy(bool),
+    Status(MemberStatus),
+    Snapshot(Vec<u8>),
+}
+
+fn unexpected(endpoint: &str, operation: &'static str) -> EtcdError {
+    EtcdError::Body {
+        endpoint: endpoint.to_string(),
+        operation,
+        reason: "the simulation answered another call".into(),
+    }
+}
+
+impl<S: Source> Etcd for SimNetwork<S> {
+    async fn members(&self, endpoint: &str, tls: &Tls) -> Result<Vec<Member>, EtcdError> {
+        match self.etcd_call(endpoint, tls, Call::List).await? {
+            Answer::Members(m) => Ok(m),
+            _ => Err(unexpected(endpoint, "member list")),
+        }
+    }
+
+    async fn add_learner(
+        &self,
+        endpoint: &str,
+        tls: &Tls,
+        peer_url: &str,
+    ) -> Result<(), EtcdError> {
+        self.etcd_call(endpoint, tls, Call::Add(peer_url.to_string()))
+            .await
+            .map(|_| ())
+    }
+
+    async fn promote(&self, endpoint: &str, tls: &Tls, id: u64) -> Result<(), EtcdError> {
+        self.etcd_call(endpoint, tls, Call::Promote(id))
+            .await
+            .map(|_| ())
+    }
+
+    async fn remove(&self, endpoint: &str, tls: &Tls, id: u64) -> Result<(), EtcdError> {
+        self.etcd_call(endpoint, tls, Call::Remove(id))
+            .await
+            .map(|_| ())
+    }
+
+    async fn healthy(&self, endpoint: &str, tls: &Tls) -> Result<bool, EtcdError> {
+        match self.etcd_call(endpoint, tls, Call::Health).await? {
+            Answer::Healthy(h) => Ok(h),
+            _ => Err(unexpected(endpoint, "health read")),
+        }
+    }
+
+    async fn status(&self, endpoint: &str, tls: &Tls) -> Result<MemberStatus, EtcdError> {
+        match self.etcd_call(endpoint, tls, Call::Status).await? {
+            Answer::Status(s) => Ok(s),
+            _ => Err(unexpected(endpoint, "status")),
+        }
+    }
+
+    async fn transfer_leadership(
+        &self,
+        endpoint: &str,
+        tls: &Tls,
+        _target: u64,
+    ) -> Result<(), EtcdError> {
+        self.etcd_call(endpoint, tls, Call::TransferLeadership)
+            .await
+            .map(|_| ())
+    }
+
+    /// Streams [`sim_snapshot`] in two chunks.
+    async fn snapshot(
+        &self,
+        endpoint: &str,
+        tls: &Tls,
+        sink: &mut SnapshotSink<'_>,
+    ) -> Result<u64, EtcdError> {
+        let Answer::Snapshot(db) = self.etcd_call(endpoint, tls, Call::Snapshot).await? else {
+            return Err(unexpected(endpoint, "snapshot"));
+        };
+        let (a, b) = db.split_at(db.len() / 2);
+        for chunk in [a, b] {
+            sink(chunk).map_err(|reason| EtcdError::Body {
+                endpoint: endpoint.to_string(),
+                operation: "snapshot",
+                reason,
+            })?;
+        }
+        Ok(db.len() as u64)
     }
 }
 
@@ -683,20 +788,6 @@ impl<S: Source> Network for SimNetwork<S> {
         tokio::task::yield_now().await;
         if !self.runs(r.base) {
             return Err(Self::refused(r.base, ""));
-        }
-        if r.path == "/health" {
-            assert!(
-                r.tls.identity.is_some(),
-                "etcd calls present a client certificate"
-            );
-            return Ok(self.health(&r));
-        }
-        if r.path.starts_with("/v3/") {
-            assert!(
-                r.tls.identity.is_some(),
-                "etcd calls present a client certificate"
-            );
-            return self.etcd(&r);
         }
         if r.path != "/readyz" {
             assert!(

@@ -4,7 +4,38 @@
 
 use std::time::Duration;
 
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use etcd_client::Client;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+
+/// A client of the one etcd endpoint `server`, over mutual TLS; it connects when first used.
+/// A plain channel, not etcd-client's balanced one: a call on an endpoint that cannot be
+/// reached fails at once (the balancer waits for an endpoint to become ready; and it kept
+/// sending calls to a removed member while another answered: grpc/grpc-rust#2839).
+///
+/// # Errors
+/// A server that is not a URL, or material the TLS stack refuses.
+pub(crate) async fn client_of(
+    server: &str,
+    ca_pem: &[u8],
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    timeout: Duration,
+) -> Result<Client, String> {
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca_pem))
+        .identity(Identity::from_pem(cert_pem, key_pem));
+    let channel = Endpoint::from_shared(server.to_string())
+        .and_then(|e| e.tls_config(tls))
+        .map_err(|e| format!("etcd server {server}: {e}"))?
+        .connect_timeout(timeout)
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(timeout)
+        .keep_alive_while_idle(true)
+        .connect_lazy();
+    Client::from_channel(etcd_client::Channel::Tonic(channel), None)
+        .await
+        .map_err(|e| format!("etcd server {server}: {e}"))
+}
 
 /// An error talking to one etcd endpoint.
 #[derive(Debug, thiserror::Error)]
@@ -76,15 +107,7 @@ impl Etcd {
             if !server.starts_with("https://") {
                 return Err(format!("etcd server {server} is not an https:// URL"));
             }
-            let tls = TlsOptions::new()
-                .ca_certificate(Certificate::from_pem(ca_pem))
-                .identity(Identity::from_pem(cert_pem, key_pem));
-            let options = ConnectOptions::new()
-                .with_tls(tls)
-                .with_connect_timeout(timeout);
-            let client = Client::connect([server], Some(options))
-                .await
-                .map_err(|e| format!("etcd server {server}: {e}"))?;
+            let client = client_of(server, ca_pem, cert_pem, key_pem, timeout).await?;
             endpoints.push((server.clone(), client));
         }
         Ok(Etcd { endpoints, timeout })

@@ -110,7 +110,9 @@ impl LeafSpec {
         )
     }
 
-    /// An etcd member's serving certificate (client URLs). Also clientAuth, as kubeadm's.
+    /// An etcd member's serving certificate (client URLs): serverAuth only (kubeadm's also
+    /// has clientAuth, which etcd 3.4's JSON gateway needed to dial its own member; nothing
+    /// here speaks the gateway).
     ///
     /// # Errors
     /// As [`etcd_sans`].
@@ -120,7 +122,7 @@ impl LeafSpec {
             common_name: member_name.to_owned(),
             organizations: Vec::new(),
             sans: etcd_sans(member_name, addresses)?,
-            usage: Usage::ServerAndClient,
+            usage: Usage::Server,
             key_algorithm: None,
         })
     }
@@ -132,6 +134,7 @@ impl LeafSpec {
     pub fn etcd_peer(member_name: &str, addresses: &[impl AsRef<str>]) -> Result<Self> {
         Ok(LeafSpec {
             issuer: CaKind::EtcdPeer,
+            usage: Usage::ServerAndClient,
             ..Self::etcd_server(member_name, addresses)?
         })
     }

@@ -122,7 +122,7 @@ fn roles_carry_kubeadm_subjects_sans_and_usages() {
             LeafSpec::etcd_server("m0", &["10.0.0.2"]).unwrap(),
             "m0",
             &[],
-            Usage::ServerAndClient,
+            Usage::Server,
         ),
         (
             LeafSpec::etcd_peer("m0", &["10.0.0.2"]).unwrap(),

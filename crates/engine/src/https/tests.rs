@@ -138,18 +138,6 @@ async fn reads_reuse_one_connection_writes_take_a_new_one_and_closed_ones_are_re
         );
     }
     assert_eq!(server.accepted(), 1, "five reads, one connection");
-    // etcd's reads are POSTs: they reuse it too.
-    for path in ["/v3/cluster/member/list", "/v3/maintenance/status"] {
-        assert_eq!(
-            request(&network, &server, &Method::POST, path).await.status,
-            200
-        );
-    }
-    assert_eq!(
-        server.accepted(),
-        1,
-        "etcd's polls over the same connection"
-    );
     assert_eq!(
         network.configs_kept(),
         1,
@@ -157,7 +145,7 @@ async fn reads_reuse_one_connection_writes_take_a_new_one_and_closed_ones_are_re
     );
     // A write never goes over an idle connection (one closing meanwhile could have taken
     // it after the write went out).
-    for path in ["/v3/cluster/member/add", "/x"] {
+    for path in ["/apis/x", "/x"] {
         assert_eq!(
             request(&network, &server, &Method::POST, path).await.status,
             200
@@ -172,19 +160,14 @@ async fn reads_reuse_one_connection_writes_take_a_new_one_and_closed_ones_are_re
     );
     assert!(server.accepted() >= 4, "{}", server.accepted());
     let before = server.accepted();
-    let member_list = "/v3/cluster/member/list";
     assert_eq!(
-        request(&network, &server, &Method::POST, member_list)
-            .await
-            .status,
+        request(&network, &server, &Method::GET, "/x").await.status,
         200
     );
     assert_eq!(server.accepted(), before, "kept open again");
     server.drop_connections();
     assert_eq!(
-        request(&network, &server, &Method::POST, member_list)
-            .await
-            .status,
+        request(&network, &server, &Method::GET, "/x").await.status,
         200
     );
     assert!(server.accepted() > before, "{}", server.accepted());

@@ -15,15 +15,16 @@
 //! any other answer, a refusal included, is final. (etcd-client's own balanced channel is
 //! not used: tonic's lazy reconnect reports an endpoint that refuses connections as ready,
 //! so its balancer kept sending calls to an etcd member a drain had removed —
-//! grpc/grpc-rust#2839.) A watch lives until its stream ends, the connection's keep-alive
+//! grpc/grpc-rust#2839 — and with one endpoint that cannot be reached it waits instead of
+//! failing.) A watch lives until its stream ends, the connection's keep-alive
 //! finding a dead server.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
-    Certificate, Client, CompactionOptions, Compare, CompareOp, ConnectOptions, EventType,
-    GetOptions, GetResponse, Identity, KeyValue, TlsOptions, Txn, TxnOp, WatchOptions,
+    Client, CompactionOptions, Compare, CompareOp, EventType, GetOptions, GetResponse, KeyValue,
+    Txn, TxnOp, WatchOptions,
 };
 use serde_json::Value;
 
@@ -157,19 +158,9 @@ impl EtcdStorage {
         }
         let mut endpoints = Vec::with_capacity(servers.len());
         for server in servers {
-            let tls = TlsOptions::new()
-                .ca_certificate(Certificate::from_pem(ca_pem))
-                .identity(Identity::from_pem(cert_pem, key_pem));
-            let options = ConnectOptions::new()
-                .with_tls(tls)
-                .with_connect_timeout(timeout)
-                .with_keep_alive(Duration::from_secs(10), timeout)
-                .with_keep_alive_while_idle(true);
-            let client = Client::connect([server], Some(options))
+            let client = crate::etcd::client_of(server, ca_pem, cert_pem, key_pem, timeout)
                 .await
-                .map_err(|e| {
-                    unavailable(format!("cannot set up etcd's client of {server}: {e}"))
-                })?;
+                .map_err(unavailable)?;
             endpoints.push((server.clone(), client));
         }
         Ok(EtcdStorage {

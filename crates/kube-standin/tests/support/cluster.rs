@@ -179,9 +179,10 @@ pub fn etcd_client_files(dir: &Path) -> Etcd {
 
 pub fn start_etcd(dir: &Path) -> Etcd {
     let ca = Ca::new("etcd-ca");
-    // etcd 3.4's JSON gateway dials etcd's own gRPC with the server certificate as a client
-    // certificate when client-cert-auth is on: the server certificate needs both usages.
-    let (server_cert, server_key) = ca.leaf("etcd", &[], &["127.0.0.1", "localhost"], Usage::Both);
+    // Serving only: the stand-in speaks etcd's gRPC API, not its JSON gateway (which dialed
+    // etcd with the server certificate as a client certificate).
+    let (server_cert, server_key) =
+        ca.leaf("etcd", &[], &["127.0.0.1", "localhost"], Usage::Server);
     let (client_cert, client_key) = ca.leaf(
         "kube-apiserver-etcd-client",
         &["system:masters"],

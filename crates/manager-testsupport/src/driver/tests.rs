@@ -740,10 +740,6 @@ mod real {
     impl Network for OneMemberEtcd {
         async fn request(&self, r: HttpsRequest<'_>) -> Result<HttpsResponse, HttpsError> {
             tokio::task::yield_now().await;
-            let refused = || HttpsError {
-                url: r.base.to_string(),
-                reason: "connection refused".into(),
-            };
             if r.path == "/readyz" {
                 return Ok(HttpsResponse {
                     status: 200,
@@ -753,24 +749,99 @@ mod real {
             if r.path.starts_with("/api") {
                 return Ok(self.api(&r));
             }
-            let (name, peer) = self.member(r.base).ok_or_else(refused)?;
-            if r.path == "/health" {
-                return Ok(HttpsResponse {
-                    status: 200,
-                    body: br#"{"health":"true"}"#.to_vec(),
-                });
-            }
-            assert_eq!(r.path, "/v3/cluster/member/list", "one member only");
-            let body = serde_json::json!({"members": [{"ID": "1", "name": name,
-                "peerURLs": [peer], "clientURLs": [r.base], "isLearner": false}]});
-            Ok(HttpsResponse {
-                status: 200,
-                body: body.to_string().into_bytes(),
-            })
+            panic!("unexpected request {} {}", r.base, r.path)
         }
 
         fn dialable(&self) -> bool {
             false
+        }
+    }
+
+    impl oi_engine::etcd::Etcd for OneMemberEtcd {
+        async fn members(
+            &self,
+            endpoint: &str,
+            _tls: &oi_engine::https::Tls,
+        ) -> Result<Vec<oi_engine::Member>, oi_engine::EtcdError> {
+            tokio::task::yield_now().await;
+            let (name, peer) = self.member(endpoint).ok_or_else(|| refused(endpoint))?;
+            Ok(vec![oi_engine::Member {
+                id: 1,
+                name,
+                peer_urls: vec![peer],
+                client_urls: vec![endpoint.to_string()],
+                is_learner: false,
+            }])
+        }
+
+        async fn add_learner(
+            &self,
+            _: &str,
+            _: &oi_engine::https::Tls,
+            _: &str,
+        ) -> Result<(), oi_engine::EtcdError> {
+            panic!("one member only")
+        }
+
+        async fn promote(
+            &self,
+            _: &str,
+            _: &oi_engine::https::Tls,
+            _: u64,
+        ) -> Result<(), oi_engine::EtcdError> {
+            panic!("one member only")
+        }
+
+        async fn remove(
+            &self,
+            _: &str,
+            _: &oi_engine::https::Tls,
+            _: u64,
+        ) -> Result<(), oi_engine::EtcdError> {
+            panic!("one member only")
+        }
+
+        async fn healthy(
+            &self,
+            endpoint: &str,
+            _tls: &oi_engine::https::Tls,
+        ) -> Result<bool, oi_engine::EtcdError> {
+            tokio::task::yield_now().await;
+            self.member(endpoint).ok_or_else(|| refused(endpoint))?;
+            Ok(true)
+        }
+
+        async fn status(
+            &self,
+            _: &str,
+            _: &oi_engine::https::Tls,
+        ) -> Result<oi_engine::etcd::MemberStatus, oi_engine::EtcdError> {
+            panic!("no status asked in these tests")
+        }
+
+        async fn transfer_leadership(
+            &self,
+            _: &str,
+            _: &oi_engine::https::Tls,
+            _: u64,
+        ) -> Result<(), oi_engine::EtcdError> {
+            panic!("one member only")
+        }
+
+        async fn snapshot(
+            &self,
+            _: &str,
+            _: &oi_engine::https::Tls,
+            _: &mut oi_engine::etcd::SnapshotSink<'_>,
+        ) -> Result<u64, oi_engine::EtcdError> {
+            panic!("no snapshot taken in these tests")
+        }
+    }
+
+    fn refused(endpoint: &str) -> oi_engine::EtcdError {
+        oi_engine::EtcdError::Unreachable {
+            endpoint: endpoint.to_string(),
+            reason: "connection refused".into(),
         }
     }
 

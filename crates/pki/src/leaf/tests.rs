@@ -82,6 +82,13 @@ fn role_subjects() {
         LeafSpec::apiserver_kubelet_client().issuer,
         CaKind::KubeletClient
     );
+    let server = LeafSpec::etcd_server("etcd-0", &["10.0.0.2"]).unwrap();
+    assert_eq!(server.issuer, CaKind::EtcdServer);
+    assert_eq!(
+        server.usage,
+        Usage::Server,
+        "no clientAuth: no gateway dials etcd"
+    );
     let peer = LeafSpec::etcd_peer("etcd-0", &["10.0.0.2"]).unwrap();
     assert_eq!(peer.issuer, CaKind::EtcdPeer);
     assert_eq!(peer.usage, Usage::ServerAndClient);

@@ -157,17 +157,6 @@ impl ComponentRenderer<'_> {
             }
         }
         if whole {
-            // etcd's own gRPC gateway dials the member with its serving certificate, so client
-            // verification must trust the etcd server CA as well as the etcd client CA.
-            let etcd_trusted = format!(
-                "{}{}",
-                self.ca_cert(
-                    cas.etcd_client.as_ref(),
-                    "spec.certificateAuthorities.etcdClient"
-                )?,
-                self.ca_cert(spec.etcd_server.ca.as_ref(), "spec.etcdServer.ca")?
-            );
-            add("etcd-trusted-ca.crt", &etcd_trusted, 0o644);
             let signer = cas
                 .certificate_signer
                 .as_ref()
@@ -415,7 +404,7 @@ impl ComponentRenderer<'_> {
             ("peer-client-cert-auth", "true".into()),
             ("peer-key-file", self.path("etcd-peer.key")),
             ("peer-trusted-ca-file", self.path("etcd-peer-ca.crt")),
-            ("trusted-ca-file", self.path("etcd-trusted-ca.crt")),
+            ("trusted-ca-file", self.path("etcd-client-ca.crt")),
         ]));
         Ok(self.pod(
             format!("{}-etcd", c.metadata.name),

@@ -86,25 +86,11 @@ fn chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-fn identity_hash(tls: &Tls) -> [u8; 32] {
-    use sha2::Digest as _;
-    let mut hash = sha2::Sha256::new();
-    for part in [
-        tls.ca_pem.as_str(),
-        tls.identity.as_ref().map_or("", |(c, _)| c.as_str()),
-        tls.identity.as_ref().map_or("", |(_, k)| k.as_str()),
-    ] {
-        hash.update((part.len() as u64).to_be_bytes());
-        hash.update(part.as_bytes());
-    }
-    hash.finalize().into()
-}
-
 impl RealNetwork {
     /// The client of `endpoint` with `tls`, made the first time it is asked for (it
     /// connects when first used).
     async fn etcd_client(&self, endpoint: &str, tls: &Tls) -> Result<Client, EtcdError> {
-        let key = (endpoint.to_string(), identity_hash(tls));
+        let key = (endpoint.to_string(), tls.fingerprint());
         if let Some(client) = self.etcd_clients().get(&key) {
             return Ok(client.clone());
         }

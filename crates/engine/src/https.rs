@@ -29,6 +29,24 @@ pub struct Tls {
     pub identity: Option<(String, String)>,
 }
 
+impl Tls {
+    /// The SHA-256 of the CA, certificate and key, each length-prefixed: what caches of
+    /// connections and configurations are keyed by, so that the key is never kept as such.
+    pub(crate) fn fingerprint(&self) -> [u8; 32] {
+        use sha2::Digest as _;
+        let mut hash = sha2::Sha256::new();
+        for part in [
+            self.ca_pem.as_str(),
+            self.identity.as_ref().map_or("", |(c, _)| c.as_str()),
+            self.identity.as_ref().map_or("", |(_, k)| k.as_str()),
+        ] {
+            hash.update((part.len() as u64).to_be_bytes());
+            hash.update(part.as_bytes());
+        }
+        hash.finalize().into()
+    }
+}
+
 // Hand-written so that the private key never reaches a log through `{:?}`.
 impl fmt::Debug for Tls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -162,17 +180,7 @@ impl RealNetwork {
 
     /// The TLS configuration of `tls`, built the first time it is asked for.
     fn config(&self, tls: &Tls) -> Result<Arc<ClientConfig>, String> {
-        use sha2::Digest as _;
-        let mut hash = sha2::Sha256::new();
-        for part in [
-            tls.ca_pem.as_str(),
-            tls.identity.as_ref().map_or("", |(c, _)| c.as_str()),
-            tls.identity.as_ref().map_or("", |(_, k)| k.as_str()),
-        ] {
-            hash.update((part.len() as u64).to_be_bytes());
-            hash.update(part.as_bytes());
-        }
-        let key: [u8; 32] = hash.finalize().into();
+        let key = tls.fingerprint();
         let mut configs = self.configs.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = configs.get(&key) {
             return Ok(Arc::clone(c));

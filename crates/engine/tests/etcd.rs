@@ -99,11 +99,16 @@ fn start(dir: &Path, pki: &Pki) -> EtcdProcess {
     }
 }
 
-fn tls(server_ca: &CertificateAuthority, client_ca: &CertificateAuthority) -> Tls {
+/// Trusting `server_ca`, presenting a client certificate `issuer` (of kind `kind`) signs.
+fn client_tls(
+    server_ca: &CertificateAuthority,
+    issuer: &CertificateAuthority,
+    kind: CaKind,
+) -> Tls {
     let now = time::OffsetDateTime::now_utc();
-    let client = client_ca
+    let client = issuer
         .issue(
-            &LeafSpec::client(CaKind::EtcdClient, "oneinfra-engine", &[]),
+            &LeafSpec::client(kind, "oneinfra-engine", &[]),
             now,
             time::Duration::days(1),
         )
@@ -145,7 +150,7 @@ fn the_engines_etcd_client_meets_etcd() {
         .unwrap(),
     };
     let etcd = start(dir.path(), &pki);
-    let tls = tls(&pki.server_ca, &pki.client_ca);
+    let tls = client_tls(&pki.server_ca, &pki.client_ca, CaKind::EtcdClient);
     let network = RealNetwork::new(Duration::from_secs(5));
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -259,23 +264,8 @@ fn the_engines_etcd_client_meets_etcd() {
 
         // A client certificate etcd does not trust (signed by its server CA) is turned away:
         // the server CA no longer vouches for clients.
-        let stranger = tls_signed_by_server_ca(&pki.server_ca);
+        let stranger = client_tls(&pki.server_ca, &pki.server_ca, CaKind::EtcdServer);
         let turned_away = network.members(url, &stranger).await;
         assert!(turned_away.is_err(), "{turned_away:?}");
     });
-}
-
-fn tls_signed_by_server_ca(server_ca: &CertificateAuthority) -> Tls {
-    let now = time::OffsetDateTime::now_utc();
-    let client = server_ca
-        .issue(
-            &LeafSpec::client(CaKind::EtcdServer, "stranger", &[]),
-            now,
-            time::Duration::days(1),
-        )
-        .unwrap();
-    Tls {
-        ca_pem: server_ca.certificate_pem().to_string(),
-        identity: Some((client.certificate_pem, client.private_key_pem)),
-    }
 }

@@ -34,8 +34,13 @@ fn prerequisites(test: &str) -> bool {
 }
 
 async fn etcd_storage(etcd: &Etcd) -> EtcdStorage {
+    storage_on(etcd, std::slice::from_ref(&etcd.url)).await
+}
+
+/// A store on `servers`, with `etcd`'s trust and client identity.
+async fn storage_on(etcd: &Etcd, servers: &[String]) -> EtcdStorage {
     EtcdStorage::connect(
-        std::slice::from_ref(&etcd.url),
+        servers,
         &std::fs::read(&etcd.ca).unwrap(),
         &std::fs::read(&etcd.client_cert).unwrap(),
         &std::fs::read(&etcd.client_key).unwrap(),
@@ -95,22 +100,8 @@ fn an_endpoint_that_refuses_connections_is_passed_over() {
     let rt = runtime();
     rt.block_on(async {
         let dead = refusing_url();
-        let connect = |servers: Vec<String>| {
-            let etcd = &etcd;
-            async move {
-                EtcdStorage::connect(
-                    &servers,
-                    &std::fs::read(&etcd.ca).unwrap(),
-                    &std::fs::read(&etcd.client_cert).unwrap(),
-                    &std::fs::read(&etcd.client_key).unwrap(),
-                    Duration::from_secs(10),
-                )
-                .await
-                .unwrap()
-            }
-        };
         // The dead endpoint comes first: every call must move on to the live one, a watch too.
-        let storage = connect(vec![dead.clone(), etcd.url.clone()]).await;
+        let storage = storage_on(&etcd, &[dead.clone(), etcd.url.clone()]).await;
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while let Err(e) = storage.revision().await {
             assert!(
@@ -122,7 +113,7 @@ fn an_endpoint_that_refuses_connections_is_passed_over() {
         contract::run(&storage, "/failover/").await;
 
         // With only the dead endpoint, a call fails as unavailable, naming it.
-        let alone = connect(vec![dead.clone()]).await;
+        let alone = storage_on(&etcd, std::slice::from_ref(&dead)).await;
         let error = alone.get("/failover/x").await.unwrap_err().to_string();
         assert!(error.contains(&dead), "{error}");
     });

@@ -54,6 +54,8 @@ mod converge;
 mod dry_run;
 mod error;
 pub mod etcd;
+#[cfg(any(test, feature = "sim"))]
+pub mod etcd_contract;
 mod etcd_grpc;
 pub mod https;
 mod membership;

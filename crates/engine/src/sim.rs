@@ -7,8 +7,10 @@
 //! - a cluster forms from the `status.etcdMember` of the members that found it (`new`): all
 //!   of their initial cluster vote from the start, and no member answers before a quorum of
 //!   them runs;
-//! - `member add` takes learners only; a learner is promoted once its pod runs (before, etcd's
-//!   "not in sync" refusal); `member remove` removes.
+//! - `member add` takes learners only, one at a time (etcd's "too many learner members");
+//!   a learner is promoted once its pod runs (before, etcd's "not in sync" refusal);
+//!   `member remove` removes, and refuses a member that is not there ("member not found");
+//! - it passes the contract real etcd passes ([`crate::etcd_contract`]).
 //!
 //! - a restore (the `etcd data swap` job having run on the fake hypervisors since the last
 //!   request) replaces the data: the cluster is formed again by the founders;
@@ -605,11 +607,21 @@ impl<S: Source> SimNetwork<S> {
             Call::Health => unreachable!("answered before"),
             Call::Status => {
                 let revision = self.snapshots_taken() + 100;
+                let me = state
+                    .members
+                    .iter()
+                    .find(|m| m.client_urls.iter().any(|u| u == base))
+                    .map_or(0, |m| m.id);
+                let leader = state
+                    .members
+                    .iter()
+                    .find(|m| m.started() && !m.is_learner)
+                    .map_or(0, |m| m.id);
                 return Ok(Answer::Status(MemberStatus {
                     revision,
-                    member_id: 1,
+                    member_id: me,
                     cluster_id: 1,
-                    leader: 1,
+                    leader,
                     db_size: 8192,
                     version: "3.4.23".into(),
                 }));
@@ -625,6 +637,14 @@ impl<S: Source> SimNetwork<S> {
             }
             Call::List => {}
             Call::Add(peer) => {
+                if state.members.iter().any(|m| m.is_learner) {
+                    return Err(EtcdError::Refused {
+                        endpoint: base.to_string(),
+                        operation: "member add",
+                        code: Code::FailedPrecondition,
+                        message: crate::etcd::refusals::TOO_MANY_LEARNERS.into(),
+                    });
+                }
                 state.add(&peer, true);
                 let running = self.runs(&peer);
                 self.lock_log()
@@ -632,7 +652,12 @@ impl<S: Source> SimNetwork<S> {
             }
             Call::Promote(id) => {
                 let Some(m) = state.members.iter_mut().find(|m| m.id == id) else {
-                    panic!("promote of unknown member {id}");
+                    return Err(EtcdError::Refused {
+                        endpoint: base.to_string(),
+                        operation: "member promote",
+                        code: Code::NotFound,
+                        message: "etcdserver: member not found".into(),
+                    });
                 };
                 if !m.started() {
                     return Err(EtcdError::Refused {
@@ -648,7 +673,12 @@ impl<S: Source> SimNetwork<S> {
             }
             Call::Remove(id) => {
                 let Some(m) = state.members.iter().find(|m| m.id == id).cloned() else {
-                    panic!("remove of unknown member {id}");
+                    return Err(EtcdError::Refused {
+                        endpoint: base.to_string(),
+                        operation: "member remove",
+                        code: Code::NotFound,
+                        message: "etcdserver: member not found".into(),
+                    });
                 };
                 let running = self.runs(&m.peer_urls[0]);
                 state.members.retain(|m| m.id != id);

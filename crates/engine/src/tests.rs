@@ -285,6 +285,35 @@ async fn three_new_replicas_found_etcd_together_and_a_second_run_changes_nothing
 }
 
 #[tokio::test]
+async fn the_simulations_etcd_keeps_the_contract_real_etcd_keeps() {
+    let h = Harness::new();
+    let report = h.run(world(1, &[("c", 1)])).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    let plan = oi_planner::plan(report.world, NOW, &PlanOptions::default());
+    let ClusterPlan::Converge(c) = &plan.clusters[&ObjectKey::new("default", "c")] else {
+        panic!("c converges");
+    };
+    let identity = c.etcd.client.as_ref().unwrap();
+    let tls = Tls {
+        ca_pem: identity.server_ca.clone(),
+        identity: Some((identity.certificate.clone(), identity.private_key.clone())),
+    };
+    let url = c.etcd.members[0].client_url.clone();
+    crate::etcd_contract::run(crate::etcd_contract::Subject {
+        etcd: &h.network,
+        url: &url,
+        tls: &tls,
+        spare: [
+            "https://10.0.0.250:2380".to_string(),
+            "https://10.0.0.251:2380".to_string(),
+        ],
+        unreachable: "https://10.0.0.252:2379",
+        check_snapshot: oi_planner::snapshot::check_etcd_snapshot,
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn scaling_down_removes_the_member_before_its_pod_and_frees_its_ports() {
     let h = Harness::new();
     let report = h.run(world(1, &[("c", 3)])).await;

@@ -1,7 +1,8 @@
 //! The engine's etcd client ([`RealNetwork`] as [`Etcd`], over etcd's gRPC API) against a
 //! real etcd (Debian's, mutual TLS with the server and client CAs apart and a serving-only
-//! server certificate, as the planner issues them): membership, refusals as etcd words them,
-//! health, status, snapshots, and an endpoint that cannot be reached.
+//! server certificate, as the planner issues them): `oi_engine::etcd_contract`, which the
+//! simulation passes too (membership, refusals as etcd words them, health, status,
+//! snapshots, an endpoint that cannot be reached), and a client the etcd does not trust.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use oi_engine::etcd::{Code, Etcd, EtcdError, refusals};
+use oi_engine::etcd::Etcd;
 use oi_engine::https::{RealNetwork, Tls};
 use oi_pki::{CaKind, CertificateAuthority, KeyAlgorithm, LeafSpec};
 
@@ -168,99 +169,21 @@ fn the_engines_etcd_client_meets_etcd() {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-
-        // One started voting member, as it was started.
         let members = network.members(url, &tls).await.unwrap();
-        assert_eq!(members.len(), 1, "{members:?}");
-        let me = &members[0];
-        assert!(me.started() && !me.is_learner, "{me:?}");
-        assert_eq!(me.name, "m0");
-        assert_eq!(me.peer_urls, std::slice::from_ref(&etcd.peer_url));
-        assert_eq!(me.client_urls, std::slice::from_ref(&etcd.url));
+        assert_eq!(members[0].name, "m0");
+        assert_eq!(members[0].peer_urls, std::slice::from_ref(&etcd.peer_url));
 
-        // It says who it is and that it leads.
-        let status = network.status(url, &tls).await.unwrap();
-        assert_eq!(status.member_id, me.id);
-        assert_eq!(status.leader, me.id);
-        assert_ne!(status.cluster_id, 0);
-        assert!(status.revision >= 1, "{status:?}");
-        assert!(status.version.starts_with("3."), "{status:?}");
-
-        // A learner that never starts: added, not promotable (etcd's words, retryable), one
-        // learner at a time, then removed.
-        let spare = format!("http://127.0.0.1:{}", oi_testsupport::free_loopback_port());
-        network.add_learner(url, &tls, &spare).await.unwrap();
-        let members = network.members(url, &tls).await.unwrap();
-        let learner = members
-            .iter()
-            .find(|m| m.peer_urls == [spare.clone()])
-            .unwrap_or_else(|| panic!("the learner is not listed: {members:?}"))
-            .clone();
-        assert!(learner.is_learner && !learner.started(), "{learner:?}");
-        let early = network.promote(url, &tls, learner.id).await.unwrap_err();
-        assert!(early.not_in_sync() && early.retryable(), "{early}");
-        assert!(
-            matches!(&early, EtcdError::Refused { code: Code::FailedPrecondition, message, .. }
-                if message == refusals::LEARNER_NOT_READY),
-            "{early:?}"
-        );
-        let another = format!("http://127.0.0.1:{}", oi_testsupport::free_loopback_port());
-        let second = network.add_learner(url, &tls, &another).await.unwrap_err();
-        assert!(
-            matches!(&second, EtcdError::Refused { message, .. } if message == refusals::TOO_MANY_LEARNERS),
-            "{second:?}"
-        );
-        assert!(second.retryable() && !second.not_in_sync());
-        network.remove(url, &tls, learner.id).await.unwrap();
-        let members = network.members(url, &tls).await.unwrap();
-        assert_eq!(members.len(), 1, "{members:?}");
-        // Removing a member that is not there is a refusal that waiting does not cure.
-        let unknown = network.remove(url, &tls, learner.id).await.unwrap_err();
-        assert!(
-            matches!(
-                &unknown,
-                EtcdError::Refused {
-                    code: Code::NotFound,
-                    ..
-                }
-            ),
-            "{unknown:?}"
-        );
-        assert!(!unknown.retryable(), "{unknown}");
-
-        // A snapshot streams in chunks into the sink, etcd's checksum at its end.
-        let mut bytes = Vec::new();
-        let mut chunks = 0;
-        let size = network
-            .snapshot(url, &tls, &mut |chunk: &[u8]| {
-                chunks += 1;
-                bytes.extend_from_slice(chunk);
-                Ok(())
-            })
-            .await
-            .unwrap();
-        assert_eq!(size, bytes.len() as u64);
-        assert!(chunks >= 1);
-        oi_planner::snapshot::check_etcd_snapshot(&bytes).unwrap();
-        // A sink that cannot keep the bytes ends the transfer with its reason.
-        let refused = network
-            .snapshot(url, &tls, &mut |_: &[u8]| Err("disk full".to_string()))
-            .await
-            .unwrap_err();
-        assert!(refused.to_string().contains("disk full"), "{refused}");
-
-        // Leadership handed to itself is a no-op etcd accepts or a refusal, never a hang.
-        let _ = network.transfer_leadership(url, &tls, me.id).await;
-
-        // Nothing listening: unreachable, named; health too.
+        let spare = || format!("http://127.0.0.1:{}", oi_testsupport::free_loopback_port());
         let dead = refusing_url();
-        let gone = network.members(&dead, &tls).await.unwrap_err();
-        assert!(
-            matches!(&gone, EtcdError::Unreachable { endpoint, .. } if *endpoint == dead),
-            "{gone:?}"
-        );
-        assert!(gone.retryable());
-        assert!(network.healthy(&dead, &tls).await.is_err());
+        oi_engine::etcd_contract::run(oi_engine::etcd_contract::Subject {
+            etcd: &network,
+            url,
+            tls: &tls,
+            spare: [spare(), spare()],
+            unreachable: &dead,
+            check_snapshot: oi_planner::snapshot::check_etcd_snapshot,
+        })
+        .await;
 
         // A client certificate etcd does not trust (signed by its server CA) is turned away:
         // the server CA no longer vouches for clients.

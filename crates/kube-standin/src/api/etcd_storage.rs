@@ -83,7 +83,6 @@ fn wire(r: u64) -> i64 {
     i64::try_from(r).unwrap_or(i64::MAX)
 }
 
-/// What an etcd error means here: a compacted revision, or etcd not answering as asked.
 /// Whether a call that failed with `e` may be made again on another endpoint: it got no
 /// connection, or the member could not serve it (stopping, removed, without a leader).
 fn moves_on(e: &etcd_client::Error) -> bool {
@@ -97,6 +96,7 @@ fn moves_on(e: &etcd_client::Error) -> bool {
     }
 }
 
+/// What an etcd error means here: a compacted revision, or etcd not answering as asked.
 fn storage_error(what: &str, e: &etcd_client::Error) -> StorageError {
     let text = e.to_string();
     if text.contains("required revision has been compacted") {

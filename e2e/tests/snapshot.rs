@@ -116,7 +116,7 @@ fn a_cluster_comes_back_from_its_snapshot_on_other_hypervisors_and_in_place() {
             .find(|(k, _)| *k == name)
             .map(|(_, v)| v)
     }));
-    runtime.block_on(store.create_bucket("snaps")).unwrap();
+    s3.create_bucket("snaps");
 
     let set = LocalSet::create("snp", 6, 1, false).unwrap();
     let injected = oi_e2e::inject_cluster(&set.manifests, "c1", 3).unwrap();

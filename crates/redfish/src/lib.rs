@@ -12,7 +12,7 @@
 //!
 //! Errors name the host, the URL (never the credentials) and what the BMC answered.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -44,6 +44,12 @@ pub enum Error {
         status: u16,
         message: String,
     },
+    #[error("host {host}: CA bundle {path}: {reason}")]
+    Trust {
+        host: String,
+        path: String,
+        reason: String,
+    },
     #[error("host {host}: {url}: not a Redfish ComputerSystem: {reason}")]
     Malformed {
         host: String,
@@ -64,7 +70,8 @@ pub struct Bmc {
     host: String,
     address: BmcAddress,
     authorization: String,
-    ca_bundle: Option<PathBuf>,
+    /// Kept connections to the BMC, its TLS trust built once.
+    http: oi_http::Client,
 }
 
 /// What a BMC says of its system.
@@ -116,6 +123,28 @@ impl Bmc {
                     .to_string(),
             ));
         }
+        let trust_error = |path: &std::path::Path, reason: String| Error::Trust {
+            host: host.name.clone(),
+            path: path.display().to_string(),
+            reason,
+        };
+        let roots = match &ca_bundle {
+            Some(path) => oi_http::Roots::SystemAnd(
+                std::fs::read_to_string(path).map_err(|e| trust_error(path, e.to_string()))?,
+            ),
+            None => oi_http::Roots::System,
+        };
+        let http = oi_http::Client::new(oi_http::Options {
+            roots,
+            timeout: REQUEST_TIMEOUT,
+            ..oi_http::Options::default()
+        })
+        .map_err(|e| {
+            trust_error(
+                ca_bundle.as_deref().unwrap_or(Path::new("-")),
+                e.to_string(),
+            )
+        })?;
         let credentials = format!("{}:{}", host.bmc.username, host.bmc.password);
         Ok(Bmc {
             host: host.name.clone(),
@@ -124,7 +153,7 @@ impl Bmc {
                 base64::engine::general_purpose::STANDARD.encode(credentials)
             ),
             address,
-            ca_bundle,
+            http,
         })
     }
 
@@ -140,33 +169,32 @@ impl Bmc {
         body: Option<serde_json::Value>,
     ) -> Result<serde_json::Value, Error> {
         let url = self.url(path);
-        let mut headers = vec![
-            ("host".to_string(), self.address.authority.clone()),
-            ("authorization".to_string(), self.authorization.clone()),
-            ("accept".to_string(), "application/json".to_string()),
-        ];
+        let mut request = http::Request::builder()
+            .method(method)
+            .uri(&url)
+            .header(http::header::AUTHORIZATION, &self.authorization)
+            .header(http::header::ACCEPT, "application/json");
         let bytes = match &body {
             Some(b) => {
-                headers.push(("content-type".to_string(), "application/json".to_string()));
+                request = request.header(http::header::CONTENT_TYPE, "application/json");
                 b.to_string().into_bytes()
             }
             None => Vec::new(),
         };
-        let (status, answer) = oi_s3::transport::send(
-            &self.address.base_url(),
-            method,
-            path,
-            &headers,
-            bytes,
-            self.ca_bundle.as_deref(),
-            REQUEST_TIMEOUT,
-        )
-        .await
-        .map_err(|reason| Error::Unreachable {
+        let unreachable = |reason: String| Error::Unreachable {
             host: self.host.clone(),
             url: url.clone(),
             reason,
-        })?;
+        };
+        let request = request
+            .body(oi_http::full(bytes))
+            .map_err(|e| unreachable(e.to_string()))?;
+        let (parts, answer) = self
+            .http
+            .call(request)
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        let status = parts.status.as_u16();
         let json: serde_json::Value = if answer.iter().all(u8::is_ascii_whitespace) {
             serde_json::Value::Null
         } else {

@@ -55,29 +55,128 @@ fn locations_parse_and_join() {
     }
 }
 
+/// Variables from pairs.
+fn vars(pairs: Vec<(&'static str, String)>) -> impl Fn(&str) -> Option<String> {
+    move |name: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.clone())
+    }
+}
+
+fn key_of(c: &S3Config) -> (&Credentials, &str) {
+    match &c.credentials {
+        CredentialSource::Key { credentials, from } => (credentials, from.as_str()),
+        other => panic!("no key: {other:?}"),
+    }
+}
+
 #[test]
 fn settings_come_from_the_aws_variables() {
-    let vars = |pairs: &'static [(&'static str, &'static str)]| {
-        move |name: &str| {
-            pairs
-                .iter()
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| (*v).to_string())
-        }
-    };
-    let c = S3Config::from_vars(vars(&[
-        ("AWS_ENDPOINT_URL", "http://127.0.0.1:9000"),
-        ("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9001"),
-        ("AWS_DEFAULT_REGION", "eu-west-1"),
-        ("AWS_ACCESS_KEY_ID", "id"),
-        ("AWS_SECRET_ACCESS_KEY", "secret"),
+    let c = S3Config::from_vars(vars(vec![
+        ("AWS_ENDPOINT_URL", "http://127.0.0.1:9000".into()),
+        ("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9001".into()),
+        ("AWS_DEFAULT_REGION", "eu-west-1".into()),
+        ("AWS_ACCESS_KEY_ID", "id".into()),
+        ("AWS_SECRET_ACCESS_KEY", "secret".into()),
     ]));
     assert_eq!(c.endpoint.as_deref(), Some("http://127.0.0.1:9001"));
     assert_eq!(c.region, "eu-west-1");
-    assert_eq!(c.credentials.unwrap().access_key_id, "id");
-    let c = S3Config::from_vars(vars(&[("AWS_ACCESS_KEY_ID", "id")]));
-    assert_eq!(c.credentials, None, "a key without its secret is no key");
+    let (key, from) = key_of(&c);
+    assert_eq!(
+        (key.access_key_id.as_str(), from),
+        ("id", "the environment")
+    );
+    assert!(!format!("{c:?}").contains("secret\""), "{c:?}");
+    let c = S3Config::from_vars(vars(vec![
+        ("AWS_ACCESS_KEY_ID", "id".into()),
+        ("AWS_EC2_METADATA_DISABLED", "true".into()),
+    ]));
+    assert_eq!(
+        c.credentials,
+        CredentialSource::None,
+        "a key without its secret is no key"
+    );
     assert_eq!(c.region, "us-east-1");
+}
+
+#[test]
+fn the_credential_chain_goes_environment_shared_file_then_providers() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join(".aws")).unwrap();
+    std::fs::write(
+        home.path().join(".aws/credentials"),
+        "# ours\n[default]\naws_access_key_id = from-default\naws_secret_access_key = s1\n\n\
+         [backup]\naws_access_key_id=from-backup\naws_secret_access_key=s2\naws_session_token = t2\n",
+    )
+    .unwrap();
+    std::fs::write(
+        home.path().join(".aws/config"),
+        "[default]\nregion = eu-central-1\n[profile backup]\nregion = ap-south-1\n",
+    )
+    .unwrap();
+    let home_var = || ("HOME", home.path().display().to_string());
+
+    // The environment comes first.
+    let c = S3Config::from_vars(vars(vec![
+        home_var(),
+        ("AWS_ACCESS_KEY_ID", "env".into()),
+        ("AWS_SECRET_ACCESS_KEY", "s".into()),
+    ]));
+    assert_eq!(key_of(&c).0.access_key_id, "env");
+    assert_eq!(c.region, "eu-central-1", "the profile's region");
+
+    // Then the shared file's profile, default or named.
+    let c = S3Config::from_vars(vars(vec![home_var()]));
+    let (key, from) = key_of(&c);
+    assert_eq!(key.access_key_id, "from-default");
+    assert!(
+        from.ends_with(".aws/credentials (profile default)"),
+        "{from}"
+    );
+    let c = S3Config::from_vars(vars(vec![home_var(), ("AWS_PROFILE", "backup".into())]));
+    let (key, _) = key_of(&c);
+    assert_eq!(key.access_key_id, "from-backup");
+    assert_eq!(key.session_token.as_deref(), Some("t2"));
+    assert_eq!(c.region, "ap-south-1");
+    let c = S3Config::from_vars(vars(vec![
+        home_var(),
+        ("AWS_PROFILE", "backup".into()),
+        ("AWS_REGION", "us-west-2".into()),
+    ]));
+    assert_eq!(c.region, "us-west-2", "the variable over the file");
+
+    // Then a web identity (a service account's token), passed on to object_store.
+    let c = S3Config::from_vars(vars(vec![
+        (
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
+            "/var/run/secrets/token".into(),
+        ),
+        ("AWS_ROLE_ARN", "arn:aws:iam::1:role/snapshots".into()),
+        ("AWS_EC2_METADATA_DISABLED", "true".into()),
+    ]));
+    let CredentialSource::Provider { settings } = &c.credentials else {
+        panic!("{c:?}");
+    };
+    assert!(settings.contains(&(
+        "aws_web_identity_token_file".to_string(),
+        "/var/run/secrets/token".to_string()
+    )));
+    // Nothing at all: the instance's metadata service, unless disabled.
+    let c = S3Config::from_vars(vars(vec![]));
+    assert!(matches!(c.credentials, CredentialSource::Provider { .. }));
+    let c = S3Config::from_vars(vars(vec![("AWS_EC2_METADATA_DISABLED", "TRUE".into())]));
+    assert_eq!(c.credentials, CredentialSource::None);
+}
+
+#[test]
+fn keys_that_cannot_be_stored_as_written_are_refused() {
+    for bad in ["s3://b/a//b", "s3://b/a/../b"] {
+        let e = Location::parse(bad).unwrap_err();
+        assert!(e.contains("the key cannot be stored"), "{bad}: {e}");
+    }
+    assert!(Location::parse("s3://b/ok/name with spaces+plus").is_ok());
 }
 
 #[tokio::test]
@@ -117,7 +216,10 @@ async fn a_directory_store_writes_whole_private_files_and_lists_them_by_name() {
 
 #[tokio::test]
 async fn s3_without_credentials_says_which_settings_are_missing() {
-    let store = Store::default();
+    let store = Store::new(S3Config::from_vars(vars(vec![(
+        "AWS_EC2_METADATA_DISABLED",
+        "true".into(),
+    )])));
     let e = store
         .get(&Location::parse("s3://b/k").unwrap())
         .await

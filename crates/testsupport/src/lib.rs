@@ -281,6 +281,41 @@ impl S3Server {
         }
     }
 
+    /// Sends moto an unsigned `method path` (moto takes them) and returns its whole answer,
+    /// head and body.
+    ///
+    /// # Panics
+    /// When moto cannot be reached.
+    pub fn raw(&self, method: &str, path: &str) -> String {
+        use std::io::{Read as _, Write as _};
+        let authority = self.endpoint.trim_start_matches("http://");
+        let mut tcp = std::net::TcpStream::connect(authority)
+            .unwrap_or_else(|e| panic!("moto at {authority}: {e}"));
+        tcp.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap_or_else(|e| panic!("moto at {authority}: {e}"));
+        write!(
+            tcp,
+            "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap_or_else(|e| panic!("moto at {authority}: {e}"));
+        let mut answer = String::new();
+        let _ = tcp.read_to_string(&mut answer);
+        answer
+    }
+
+    /// Creates bucket `name` (the product never creates buckets: a snapshot's bucket is the
+    /// user's).
+    ///
+    /// # Panics
+    /// When moto does not answer 200.
+    pub fn create_bucket(&self, name: &str) {
+        let answer = self.raw("PUT", &format!("/{name}"));
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "moto did not create bucket {name}: {answer}"
+        );
+    }
+
     /// The environment a client needs to use it (`AWS_ENDPOINT_URL` and a test key).
     pub fn env(&self) -> Vec<(&'static str, String)> {
         vec![

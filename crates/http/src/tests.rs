@@ -1,0 +1,334 @@
+//! The client against real HTTP and HTTPS servers on loopback that count their connections.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use http_body_util::StreamBody;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use super::*;
+
+/// A server on 127.0.0.1 (TLS when given a configuration) keeping connections open. Paths:
+/// `/silent` never answers; `/stall` sends its head and one piece, then nothing; any other
+/// answers 200 with the method and the body's length.
+struct Server {
+    base: String,
+    accepted: Arc<AtomicUsize>,
+    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        for task in self.tasks.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
+}
+
+async fn answer(
+    request: http::Request<hyper::body::Incoming>,
+) -> Result<http::Response<Body>, std::convert::Infallible> {
+    match request.uri().path() {
+        "/silent" => std::future::pending().await,
+        "/stall" => {
+            let pieces = futures_stream(vec![Bytes::from_static(b"first piece")]);
+            Ok(http::Response::new(pieces))
+        }
+        _ => {
+            let method = request.method().to_string();
+            let length = request
+                .into_body()
+                .collect()
+                .await
+                .unwrap()
+                .to_bytes()
+                .len();
+            Ok(http::Response::new(full(format!("{method} {length}"))))
+        }
+    }
+}
+
+/// A body of `pieces`, then never ending.
+fn futures_stream(pieces: Vec<Bytes>) -> Body {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(4);
+    tokio::spawn(async move {
+        for p in pieces {
+            let _ = tx.send(Ok(Frame::data(p))).await;
+        }
+        // Kept open: the body neither ends nor fails.
+        std::future::pending::<()>().await;
+        drop(tx);
+    });
+    let stream = tokio_stream_of(rx);
+    http_body_util::BodyExt::boxed(StreamBody::new(stream))
+}
+
+fn tokio_stream_of(
+    mut rx: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, BoxError>>,
+) -> impl futures::Stream<Item = Result<Frame<Bytes>, BoxError>> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+impl Server {
+    async fn start(tls: Option<rustls::ServerConfig>) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let base = format!("{scheme}://{}", listener.local_addr().unwrap());
+        let acceptor = tls.map(|c| tokio_rustls::TlsAcceptor::from(Arc::new(c)));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let tasks: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let (count, held) = (Arc::clone(&accepted), Arc::clone(&tasks));
+        let main = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                count.fetch_add(1, Ordering::SeqCst);
+                let acceptor = acceptor.clone();
+                let task = tokio::spawn(async move {
+                    let builder = hyper::server::conn::http1::Builder::new();
+                    match acceptor {
+                        Some(a) => {
+                            if let Ok(stream) = a.accept(tcp).await {
+                                let _ = builder
+                                    .serve_connection(TokioIo::new(stream), service_fn(answer))
+                                    .await;
+                            }
+                        }
+                        None => {
+                            let _ = builder
+                                .serve_connection(TokioIo::new(tcp), service_fn(answer))
+                                .await;
+                        }
+                    }
+                });
+                held.lock().unwrap().push(task);
+            }
+        });
+        tasks.lock().unwrap().push(main);
+        Server {
+            base,
+            accepted,
+            tasks,
+        }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+fn request(method: &str, url: &str, body: &'static [u8]) -> http::Request<Body> {
+    http::Request::builder()
+        .method(method)
+        .uri(url)
+        .body(full(Bytes::from_static(body)))
+        .unwrap()
+}
+
+fn quick() -> Options {
+    Options {
+        timeout: Duration::from_millis(300),
+        connect_timeout: Duration::from_secs(2),
+        ..Options::default()
+    }
+}
+
+/// A CA, and a server configuration whose certificate (for 127.0.0.1) it signed; with
+/// `client_ca`, the server asks for a client certificate signed by it.
+struct Pki {
+    ca_pem: String,
+    ca: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl Pki {
+    fn new(name: &str) -> Pki {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let cert = params.self_signed(&key).unwrap();
+        Pki {
+            ca_pem: cert.pem(),
+            ca: rcgen::Issuer::new(params, key),
+        }
+    }
+
+    fn leaf(&self, name: &str) -> (rustls::pki_types::CertificateDer<'static>, String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap();
+        let cert = params.signed_by(&key, &self.ca).unwrap();
+        (cert.der().clone(), cert.pem(), key.serialize_pem())
+    }
+
+    fn server(&self, client_ca: Option<&Pki>) -> rustls::ServerConfig {
+        let (der, _, key) = self.leaf("127.0.0.1");
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .unwrap();
+        let builder = match client_ca {
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                roots
+                    .add(CertificateDer::from_pem_slice(ca.ca_pem.as_bytes()).unwrap())
+                    .unwrap();
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
+                )
+                .build()
+                .unwrap();
+                builder.with_client_cert_verifier(verifier)
+            }
+            None => builder.with_no_client_auth(),
+        };
+        builder
+            .with_single_cert(
+                vec![der],
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            )
+            .unwrap()
+    }
+}
+
+#[tokio::test]
+async fn every_method_reuses_the_kept_connection() {
+    let server = Server::start(None).await;
+    let client = Client::new(quick()).unwrap();
+    for (method, body) in [
+        ("GET", &b""[..]),
+        ("POST", b"created"),
+        ("PUT", b"replaced!"),
+        ("PATCH", b"p"),
+        ("DELETE", b""),
+        ("GET", b""),
+    ] {
+        let (parts, bytes) = client
+            .call(request(method, &format!("{}/x", server.base), body))
+            .await
+            .unwrap();
+        assert_eq!(parts.status, 200);
+        assert_eq!(bytes, format!("{method} {}", body.len()));
+    }
+    assert_eq!(server.accepted(), 1, "one connection for every request");
+    // A clone shares the pool.
+    client
+        .clone()
+        .call(request("POST", &format!("{}/y", server.base), b"z"))
+        .await
+        .unwrap();
+    assert_eq!(server.accepted(), 1);
+}
+
+#[tokio::test]
+async fn https_trusts_only_what_it_is_told_and_presents_its_identity() {
+    let server_pki = Pki::new("server CA");
+    let client_pki = Pki::new("client CA");
+    let server = Server::start(Some(server_pki.server(Some(&client_pki)))).await;
+    let url = format!("{}/x", server.base);
+    let (_, cert, key) = client_pki.leaf("a client");
+    let trusted = Options {
+        roots: Roots::Only(server_pki.ca_pem.clone()),
+        identity: Some(Identity {
+            certificate_pem: cert,
+            key_pem: key,
+        }),
+        ..quick()
+    };
+    let client = Client::new(trusted.clone()).unwrap();
+    for _ in 0..3 {
+        let (parts, _) = client.call(request("POST", &url, b"x")).await.unwrap();
+        assert_eq!(parts.status, 200);
+    }
+    assert_eq!(server.accepted(), 1, "one handshake for all of them");
+
+    // The system's roots do not vouch for our CA: refused before anything is sent.
+    let e = Client::new(Options {
+        roots: Roots::System,
+        ..trusted.clone()
+    })
+    .unwrap()
+    .call(request("POST", &url, b"x"))
+    .await
+    .unwrap_err();
+    assert!(e.not_sent(), "{e}");
+    assert!(e.to_string().contains("certificate"), "{e}");
+
+    // Without an identity the server ends the handshake: no answer.
+    let e = Client::new(Options {
+        identity: None,
+        ..trusted
+    })
+    .unwrap()
+    .call(request("GET", &url, b""))
+    .await
+    .unwrap_err();
+    assert!(!e.to_string().is_empty());
+}
+
+#[tokio::test]
+async fn settings_that_do_not_parse_are_named_and_the_key_never_shown() {
+    let e = Client::new(Options {
+        roots: Roots::Only("not a certificate".into()),
+        ..quick()
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("CA certificates"), "{e}");
+    let pki = Pki::new("ca");
+    let (_, cert, _) = pki.leaf("x");
+    let secret =
+        "-----BEGIN PRIVATE KEY-----\nU0VDUkVUS0VZTUFURVJJQUw=\n-----END PRIVATE KEY-----\n";
+    let options = Options {
+        roots: Roots::Only(pki.ca_pem.clone()),
+        identity: Some(Identity {
+            certificate_pem: cert,
+            key_pem: secret.into(),
+        }),
+        ..quick()
+    };
+    let shown = format!("{options:?}");
+    assert!(!shown.contains("U0VDUkVU"), "{shown}");
+    let e = Client::new(options).unwrap_err().to_string();
+    assert!(e.contains("client"), "{e}");
+    assert!(!e.contains("U0VDUkVU"), "{e}");
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_known_unsent_and_silence_is_bounded() {
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let client = Client::new(quick()).unwrap();
+    let e = client
+        .call(request("POST", &format!("http://127.0.0.1:{port}/x"), b"x"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Connect(_)), "{e}");
+    assert!(e.not_sent());
+
+    let server = Server::start(None).await;
+    let e = client
+        .call(request("GET", &format!("{}/silent", server.base), b""))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Timeout(_)), "{e}");
+    assert!(!e.not_sent(), "it left: the server may have acted on it");
+
+    // A body that stops coming fails; what came before is not taken for the whole.
+    let response = client
+        .send(request("GET", &format!("{}/stall", server.base), b""))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(first, "first piece");
+    let e = body.frame().await.unwrap().unwrap_err();
+    assert!(e.to_string().contains("nothing more came"), "{e}");
+}

@@ -109,8 +109,19 @@ impl EtcdError {
     }
 }
 
-/// Where a snapshot's bytes go as they arrive; an error ends the transfer.
-pub type SnapshotSink<'a> = dyn FnMut(&[u8]) -> Result<(), String> + Send + 'a;
+/// Where a snapshot's bytes go as they arrive: a bounded channel, so that a destination
+/// slower than etcd slows etcd's stream instead of piling its bytes up; a receiver that
+/// stopped taking them ends the transfer.
+pub type SnapshotSink = tokio::sync::mpsc::Sender<bytes::Bytes>;
+
+/// What a [`SnapshotSink`]'s closed receiver means to the transfer.
+pub(crate) fn sink_closed(endpoint: &str) -> EtcdError {
+    EtcdError::Body {
+        endpoint: endpoint.to_string(),
+        operation: "snapshot",
+        reason: "its bytes could not be kept: their destination stopped taking them".into(),
+    }
+}
 
 /// etcd's API, as the engine uses it: each call asks the member at `endpoint`, trusting
 /// `tls.ca_pem` and presenting `tls.identity`.
@@ -178,7 +189,7 @@ pub trait Etcd: Send + Sync {
         &self,
         endpoint: &str,
         tls: &Tls,
-        sink: &mut SnapshotSink<'_>,
+        sink: &SnapshotSink,
     ) -> impl Future<Output = Result<u64, EtcdError>> + Send;
 }
 
@@ -235,11 +246,7 @@ impl<N: Etcd> EtcdClient<'_, N> {
     ///
     /// # Errors
     /// Any [`EtcdError`]; an empty snapshot is [`EtcdError::Body`].
-    pub async fn snapshot(
-        &self,
-        endpoint: &str,
-        sink: &mut SnapshotSink<'_>,
-    ) -> Result<u64, EtcdError> {
+    pub async fn snapshot(&self, endpoint: &str, sink: &SnapshotSink) -> Result<u64, EtcdError> {
         let size = self.network.snapshot(endpoint, self.tls, sink).await?;
         if size == 0 {
             return Err(EtcdError::Body {

@@ -94,22 +94,33 @@ pub async fn run<E: Etcd>(s: Subject<'_, E>) {
     assert!(!unknown.retryable(), "{unknown}");
 
     // A snapshot streams into the sink, a sound database with etcd's checksum at its end.
-    let mut bytes = Vec::new();
-    let size = etcd
-        .snapshot(url, tls, &mut |chunk: &[u8]| {
-            bytes.extend_from_slice(chunk);
-            Ok(())
-        })
-        .await
-        .unwrap();
-    assert_eq!(size, bytes.len() as u64);
+    let (sink, mut received) = tokio::sync::mpsc::channel(4);
+    let (size, bytes) = tokio::join!(
+        async {
+            let size = etcd.snapshot(url, tls, &sink).await;
+            drop(sink);
+            size
+        },
+        async {
+            let mut bytes = Vec::new();
+            while let Some(piece) = received.recv().await {
+                bytes.extend_from_slice(&piece);
+            }
+            bytes
+        }
+    );
+    assert_eq!(size.unwrap(), bytes.len() as u64);
     (s.check_snapshot)(&bytes).unwrap();
-    // A sink that cannot keep the bytes ends the transfer with its reason.
-    let refused = etcd
-        .snapshot(url, tls, &mut |_: &[u8]| Err("disk full".to_string()))
-        .await
-        .unwrap_err();
-    assert!(refused.to_string().contains("disk full"), "{refused}");
+    // A sink that stopped taking the bytes ends the transfer, saying so.
+    let (sink, received) = tokio::sync::mpsc::channel(4);
+    drop(received);
+    let refused = etcd.snapshot(url, tls, &sink).await.unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("destination stopped taking them"),
+        "{refused}"
+    );
 
     // Leadership handed to the leader itself is accepted.
     etcd.transfer_leadership(url, tls, me.id).await.unwrap();

@@ -275,7 +275,7 @@ impl Etcd for RealNetwork {
         &self,
         endpoint: &str,
         tls: &Tls,
-        sink: &mut SnapshotSink<'_>,
+        sink: &SnapshotSink,
     ) -> Result<u64, EtcdError> {
         let mut stream = self
             .etcd_call(endpoint, tls, "snapshot", self.timeout, |c| async move {
@@ -298,12 +298,14 @@ impl Etcd for RealNetwork {
                     });
                 }
             };
-            sink(message.blob()).map_err(|reason| EtcdError::Body {
-                endpoint: endpoint.to_string(),
-                operation: "snapshot",
-                reason: format!("its bytes could not be kept: {reason}"),
-            })?;
-            size += message.blob().len() as u64;
+            let piece = bytes::Bytes::copy_from_slice(message.blob());
+            size += piece.len() as u64;
+            if piece.is_empty() {
+                continue;
+            }
+            sink.send(piece)
+                .await
+                .map_err(|_| crate::etcd::sink_closed(endpoint))?;
         }
     }
 }

@@ -84,7 +84,7 @@ pub use error::StepError;
 pub use etcd::{EtcdClient, EtcdError, Member};
 pub use https::{HttpsError, HttpsRequest, HttpsResponse, Network, RealNetwork, Tls};
 pub use progress::{Counts, Event};
-pub use restore::{Taken, take_snapshot};
+pub use restore::{SnapshotOf, SnapshotStream, Taken, take_snapshot};
 
 use connect::{Runtimes, connect_all, remove_leftover_throwaway_pods};
 use error::Step;

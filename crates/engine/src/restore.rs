@@ -4,12 +4,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use bytes::Bytes;
+use futures::StreamExt as _;
 use futures::future::join_all;
 use oi_api::ObjectKey;
 use oi_api::runtime::{ContainerSpec, HostFile, Mount};
 use oi_cri::HypervisorRuntime;
 use oi_planner::EtcdPlan;
-use oi_planner::snapshot::{Restore, RestoreMember, check_etcd_snapshot};
+use oi_planner::snapshot::{Restore, RestoreMember, SnapshotWriter, snapshot_header};
 
 use crate::error::{Step, StepError};
 use crate::etcd::EtcdClient;
@@ -17,36 +19,63 @@ use crate::https::{Network, Tls};
 use crate::progress::Counters;
 use crate::{Executor, selector};
 
-/// etcd's snapshot of a running cluster, checked.
-#[derive(Clone, PartialEq, Eq)]
+/// A snapshot file written ([`take_snapshot`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Taken {
-    /// The database and its SHA-256, as etcd streamed them.
-    pub etcd: Vec<u8>,
     /// etcd's revision just before it was taken.
     pub revision: u64,
     /// The version of the member that gave it.
     pub version: String,
     /// The member that gave it.
     pub member: String,
+    /// Bytes of etcd's snapshot in it.
+    pub etcd_bytes: u64,
+    /// Bytes of the whole file, as its destination took them.
+    pub written: u64,
 }
 
-impl std::fmt::Debug for Taken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Taken")
-            .field("bytes", &self.etcd.len())
-            .field("revision", &self.revision)
-            .field("version", &self.version)
-            .field("member", &self.member)
-            .finish()
-    }
+/// The cluster a snapshot file is of, and when it is taken: what its header says.
+#[derive(Debug, Clone, Copy)]
+pub struct SnapshotOf<'a> {
+    pub key: &'a ObjectKey,
+    pub cluster: &'a oi_api::Cluster,
+    pub taken_at: time::OffsetDateTime,
 }
 
-/// Takes a snapshot through the first member of `etcd` that gives a sound one (etcd's own
-/// maintenance API; its checksum verified).
+/// A snapshot file's bytes as they are made: a failed item means the file is not sound and
+/// must not be kept (its destination discards what it took).
+pub type SnapshotStream = futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>>;
+
+/// Pieces of the file in flight between etcd and the destination, at most.
+const IN_FLIGHT: usize = 8;
+
+/// Why a transfer failed: the snapshot's side, or its destination.
+enum Failed {
+    Source(String),
+    DestinationGone,
+}
+
+/// Takes a snapshot of the cluster into a snapshot file (`oi_planner::snapshot`'s format)
+/// that `put` stores as it is made, never held whole: the first member whose status answers
+/// streams etcd's snapshot; its bytes go to `put` as they arrive, checked on the way (etcd's
+/// own checksum, bbolt's mark); the footer follows once they passed. When they do not, or
+/// etcd's stream breaks, the stream `put` reads ends with an error, and `put` must then keep
+/// nothing (`oi_s3::Store::put_stream` does so). A transfer that broke is not taken again
+/// from another member: its destination took part of it; the caller runs it again.
 ///
 /// # Errors
-/// Each member's failure, when none gave one.
-pub async fn take_snapshot<N: Network>(network: &N, etcd: &EtcdPlan) -> Result<Taken, String> {
+/// The member's failure, the snapshot's, or the destination's (`put`'s own error).
+pub async fn take_snapshot<N, P, F>(
+    network: &N,
+    etcd: &EtcdPlan,
+    of: SnapshotOf<'_>,
+    put: P,
+) -> Result<Taken, String>
+where
+    N: Network,
+    P: FnOnce(SnapshotStream) -> F,
+    F: Future<Output = Result<u64, String>>,
+{
     let identity = etcd
         .client
         .as_ref()
@@ -57,40 +86,92 @@ pub async fn take_snapshot<N: Network>(network: &N, etcd: &EtcdPlan) -> Result<T
     };
     let client = EtcdClient { network, tls: &tls };
     let mut failures = Vec::new();
+    let mut source = None;
     for m in &etcd.members {
-        let attempt = async {
-            let status = client
-                .status(&m.client_url)
-                .await
-                .map_err(|e| e.to_string())?;
-            let mut bytes = Vec::new();
-            client
-                .snapshot(&m.client_url, &mut |chunk: &[u8]| {
-                    bytes.extend_from_slice(chunk);
-                    Ok(())
-                })
-                .await
-                .map_err(|e| e.to_string())?;
-            check_etcd_snapshot(&bytes)?;
-            Ok::<_, String>(Taken {
-                etcd: bytes,
-                revision: status.revision,
-                version: status.version,
-                member: m.name.clone(),
-            })
-        };
-        match attempt.await {
-            Ok(taken) => return Ok(taken),
+        match client.status(&m.client_url).await {
+            Ok(status) => {
+                source = Some((m, status));
+                break;
+            }
             Err(e) => failures.push(format!("{}: {e}", m.name)),
         }
     }
-    if failures.is_empty() {
-        return Err("the cluster has no etcd member to take a snapshot from".into());
+    let Some((member, status)) = source else {
+        if failures.is_empty() {
+            return Err("the cluster has no etcd member to take a snapshot from".into());
+        }
+        return Err(format!("no etcd member answered: {}", failures.join("; ")));
+    };
+    let header = snapshot_header(
+        of.key,
+        of.cluster,
+        status.revision,
+        &status.version,
+        &member.name,
+        of.taken_at,
+    )?;
+    let (mut writer, head) = SnapshotWriter::new(&header);
+    let (out, received) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(IN_FLIGHT);
+    let (sink, mut from_etcd) = tokio::sync::mpsc::channel::<Bytes>(IN_FLIGHT);
+    let streaming = async {
+        let etcd_side = async {
+            let result = client.snapshot(&member.client_url, &sink).await;
+            drop(sink);
+            result
+        };
+        let forwarding = async {
+            out.send(Ok(Bytes::from(head)))
+                .await
+                .map_err(|_| Failed::DestinationGone)?;
+            while let Some(piece) = from_etcd.recv().await {
+                writer.update(&piece);
+                out.send(Ok(piece))
+                    .await
+                    .map_err(|_| Failed::DestinationGone)?;
+            }
+            Ok(())
+        };
+        let (etcd_side, forwarding) = tokio::join!(etcd_side, forwarding);
+        let outcome = match (etcd_side, forwarding) {
+            (_, Err(gone)) => Err(gone),
+            (Err(e), Ok(())) => Err(Failed::Source(format!("{}: {e}", member.name))),
+            (Ok(_), Ok(())) => match writer.finish() {
+                Ok((footer, size, _)) => match out.send(Ok(Bytes::from(footer))).await {
+                    Ok(()) => Ok(size),
+                    Err(_) => Err(Failed::DestinationGone),
+                },
+                Err(e) => Err(Failed::Source(format!(
+                    "{}: the snapshot etcd gave is not sound: {e}",
+                    member.name
+                ))),
+            },
+        };
+        if let Err(Failed::Source(reason)) = &outcome {
+            // The destination keeps nothing of an unsound file.
+            let _ = out.send(Err(std::io::Error::other(reason.clone()))).await;
+        }
+        drop(out);
+        outcome
+    };
+    let stream = futures::stream::unfold(received, |mut received| async move {
+        received.recv().await.map(|item| (item, received))
+    })
+    .boxed();
+    let (streamed, stored) = tokio::join!(streaming, put(stream));
+    match (streamed, stored) {
+        (Ok(etcd_bytes), Ok(written)) => Ok(Taken {
+            revision: status.revision,
+            version: status.version,
+            member: member.name.clone(),
+            etcd_bytes,
+            written,
+        }),
+        (Err(Failed::Source(reason)), _) => Err(reason),
+        (_, Err(e)) => Err(e),
+        (Err(Failed::DestinationGone), Ok(_)) => {
+            Err("the snapshot's destination stopped taking it".into())
+        }
     }
-    Err(format!(
-        "no etcd member gave a sound snapshot: {}",
-        failures.join("; ")
-    ))
 }
 
 /// The snapshot travels to a hypervisor as files of at most this many bytes: one file

@@ -130,6 +130,8 @@ pub struct SimNetwork<S> {
     swaps: Mutex<u64>,
     /// Snapshots taken so far.
     snapshots: Mutex<u64>,
+    /// Whether snapshots come with a database that does not match etcd's checksum.
+    corrupt_snapshots: std::sync::atomic::AtomicBool,
     /// The component last found serving each URL, checked again at every use: a lookup
     /// visits every component only when the one cached no longer serves it.
     endpoints: Mutex<std::collections::HashMap<String, ObjectKey>>,
@@ -162,6 +164,7 @@ impl<S: Source> SimNetwork<S> {
             api_script: Mutex::new(Vec::new()),
             swaps: Mutex::new(0),
             snapshots: Mutex::new(0),
+            corrupt_snapshots: std::sync::atomic::AtomicBool::new(false),
             endpoints: Mutex::new(std::collections::HashMap::new()),
         }
     }
@@ -347,6 +350,13 @@ impl<S: Source> SimNetwork<S> {
     }
 
     /// How many snapshots were streamed so far.
+    /// Makes the snapshots streamed from now on unsound (a byte of the database changed
+    /// after etcd's checksum was taken), or sound again.
+    pub fn corrupt_snapshots(&self, corrupt: bool) {
+        self.corrupt_snapshots
+            .store(corrupt, std::sync::atomic::Ordering::SeqCst);
+    }
+
     pub fn snapshots_taken(&self) -> u64 {
         *self.snapshots.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -637,7 +647,14 @@ impl<S: Source> SimNetwork<S> {
                     *taken += 1;
                     *taken
                 };
-                return Ok(Answer::Snapshot(sim_snapshot(n)));
+                let mut db = sim_snapshot(n);
+                if self
+                    .corrupt_snapshots
+                    .load(std::sync::atomic::Ordering::SeqCst)
+                {
+                    db[100] ^= 0xff;
+                }
+                return Ok(Answer::Snapshot(db));
             }
             Call::List => {}
             Call::Add(peer) => {
@@ -794,18 +811,16 @@ impl<S: Source> Etcd for SimNetwork<S> {
         &self,
         endpoint: &str,
         tls: &Tls,
-        sink: &mut SnapshotSink<'_>,
+        sink: &SnapshotSink,
     ) -> Result<u64, EtcdError> {
         let Answer::Snapshot(db) = self.etcd_call(endpoint, tls, Call::Snapshot).await? else {
             return Err(unexpected(endpoint, "snapshot"));
         };
         let (a, b) = db.split_at(db.len() / 2);
         for chunk in [a, b] {
-            sink(chunk).map_err(|reason| EtcdError::Body {
-                endpoint: endpoint.to_string(),
-                operation: "snapshot",
-                reason,
-            })?;
+            sink.send(bytes::Bytes::copy_from_slice(chunk))
+                .await
+                .map_err(|_| crate::etcd::sink_closed(endpoint))?;
         }
         Ok(db.len() as u64)
     }

@@ -1824,6 +1824,96 @@ impl Harness {
     }
 }
 
+/// What a destination of [`take_snapshot`] took: every piece, and the error it ended with.
+async fn collect(mut stream: crate::SnapshotStream) -> (Vec<u8>, Option<String>) {
+    use futures::StreamExt as _;
+    let mut bytes = Vec::new();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(piece) => bytes.extend_from_slice(&piece),
+            Err(e) => return (bytes, Some(e.to_string())),
+        }
+    }
+    (bytes, None)
+}
+
+#[tokio::test]
+async fn a_snapshot_streams_to_its_destination_and_a_destination_that_fails_is_the_error() {
+    let h = Harness::new();
+    let report = h.run(world(1, &[("c", 3)])).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    let key = ObjectKey::new("default", "c");
+    let plan = oi_planner::plan(report.world.clone(), NOW, &PlanOptions::default());
+    let Some(oi_planner::ClusterPlan::Converge(c)) = plan.clusters.get(&key) else {
+        panic!("c is not planned to run");
+    };
+    let of = crate::SnapshotOf {
+        key: &key,
+        cluster: &report.world.clusters[&key],
+        taken_at: NOW,
+    };
+    let file = Mutex::new(Vec::new());
+    let taken = crate::take_snapshot(&h.network, &c.etcd, of, |stream| async {
+        let (bytes, failed) = collect(stream).await;
+        assert_eq!(failed, None);
+        let written = bytes.len() as u64;
+        *file.lock().unwrap() = bytes;
+        Ok(written)
+    })
+    .await
+    .unwrap();
+    let file = file.into_inner().unwrap();
+    assert_eq!(taken.written, file.len() as u64);
+    let snapshot = oi_planner::snapshot::Snapshot::decode(&file, "taken").unwrap();
+    assert_eq!(snapshot.header.size, taken.etcd_bytes);
+    assert_eq!(snapshot.header.revision, taken.revision);
+    assert_eq!(snapshot.header.member, taken.member);
+    assert_eq!(snapshot.cluster_key(), key);
+
+    // A destination that gives up after the first piece: its error is the snapshot's.
+    let e = crate::take_snapshot(&h.network, &c.etcd, of, |mut stream| async move {
+        use futures::StreamExt as _;
+        let _ = stream.next().await;
+        drop(stream);
+        Err::<u64, _>("the bucket is full".to_string())
+    })
+    .await
+    .unwrap_err();
+    assert_eq!(e, "the bucket is full");
+
+    // An unsound snapshot: its destination is told, after every byte of it, and keeps none.
+    h.network.corrupt_snapshots(true);
+    let told = Mutex::new(None);
+    let e = crate::take_snapshot(&h.network, &c.etcd, of, |stream| async {
+        let (_, failed) = collect(stream).await;
+        *told.lock().unwrap() = failed.clone();
+        Err::<u64, _>(format!("nothing kept: {}", failed.unwrap_or_default()))
+    })
+    .await
+    .unwrap_err();
+    h.network.corrupt_snapshots(false);
+    assert!(
+        e.contains("the snapshot etcd gave is not sound: etcd's own checksum"),
+        "{e}"
+    );
+    assert_eq!(told.into_inner().unwrap().as_deref(), Some(e.as_str()));
+
+    // No member answering: nothing reaches the destination.
+    let mut none = c.etcd.clone();
+    for m in &mut none.members {
+        m.client_url = "https://192.0.2.1:2379".into();
+    }
+    let e = crate::take_snapshot(&h.network, &none, of, |_| async {
+        panic!("no destination is asked for a snapshot no member gives")
+    })
+    .await
+    .unwrap_err();
+    assert!(
+        e.starts_with("no etcd member answered: c-control-plane-0"),
+        "{e}"
+    );
+}
+
 #[tokio::test]
 async fn a_restore_stages_every_replica_before_stopping_any_then_starts_them_together() {
     let h = Harness::new();

@@ -2,15 +2,21 @@
 //! checks that refuse a corrupt or foreign snapshot before anything is stopped, and the plan
 //! of a restore.
 //!
-//! A snapshot file is a header and etcd's own snapshot, as its maintenance API streams it
-//! (a bbolt database followed by the SHA-256 of it, which `etcdctl snapshot restore` checks):
+//! A snapshot file is a header, etcd's own snapshot as its maintenance API streams it (a
+//! bbolt database followed by the SHA-256 of it, which `etcdctl snapshot restore` checks),
+//! and a footer. It is written as etcd streams it ([`SnapshotWriter`]), never held whole:
+//! what depends on all of etcd's bytes (their size and checksum) comes after them.
 //!
 //! ```text
-//! oneinfra-etcd-snapshot/v1\n
-//! {"cluster":{"namespace":..,"name":..},"takenAt":..,"revision":..,"size":N,"sha256":..,
-//!  "etcdVersion":..,"kubernetesVersion":..,"member":..,"clusterManifest":"<YAML>"}\n
+//! oneinfra-etcd-snapshot/v2\n
+//! {"cluster":{"namespace":..,"name":..},"takenAt":..,"revision":..,"etcdVersion":..,
+//!  "kubernetesVersion":..,"member":..,"clusterManifest":"<YAML>"}\n
 //! <N bytes: etcd's snapshot>
+//! <footer, 48 bytes: SHA-256 of the N bytes (32), N (8, big endian), "oisnap2\n">
 //! ```
+//!
+//! Files of the first version (`oneinfra-etcd-snapshot/v1`, with `size` and `sha256` in the
+//! header and no footer) are still read.
 //!
 //! The manifest is the Cluster object as it was (its CAs and keys included: the snapshot is
 //! as secret as the cluster's Secrets, which etcd holds anyway), so that a deleted cluster
@@ -47,7 +53,16 @@ use crate::prepare::{control_plane_name, prepare_with, replica_order};
 use crate::{ComponentPlan, url_host};
 
 /// The first line of a snapshot file.
-pub const MAGIC: &[u8] = b"oneinfra-etcd-snapshot/v1\n";
+pub const MAGIC: &[u8] = b"oneinfra-etcd-snapshot/v2\n";
+
+/// The first line of the first version's files (size and checksum in the header).
+pub const MAGIC_V1: &[u8] = b"oneinfra-etcd-snapshot/v1\n";
+
+/// The last bytes of a file: its footer's own mark.
+const FOOTER_MARK: &[u8; 8] = b"oisnap2\n";
+
+/// The footer's size: SHA-256, size, mark.
+pub const FOOTER_BYTES: usize = 32 + 8 + FOOTER_MARK.len();
 
 /// bbolt's magic number, in the meta page of every etcd database (little endian at offset
 /// 16 of the file).
@@ -70,9 +85,11 @@ pub struct SnapshotHeader {
     pub taken_at: OffsetDateTime,
     /// etcd's revision when it was taken.
     pub revision: u64,
-    /// Bytes of etcd's snapshot.
+    /// Bytes of etcd's snapshot (in the header of version 1 files, in the footer since).
+    #[serde(default, skip_serializing)]
     pub size: u64,
-    /// Hex SHA-256 of etcd's snapshot.
+    /// Hex SHA-256 of etcd's snapshot (likewise).
+    #[serde(default, skip_serializing)]
     pub sha256: String,
     /// The version of the member it was taken from.
     pub etcd_version: String,
@@ -113,13 +130,17 @@ pub enum SnapshotError {
     #[error("{source_name}: the snapshot header is unreadable: {reason}")]
     Header { source_name: String, reason: String },
     #[error(
-        "{source_name} is truncated: its header says {expected} bytes of etcd snapshot, it holds {actual}"
+        "{source_name} is truncated: it says it holds {expected} bytes of etcd snapshot, it holds {actual}"
     )]
     Truncated {
         source_name: String,
         expected: u64,
         actual: u64,
     },
+    #[error(
+        "{source_name} is truncated: it does not end with a snapshot's footer (a copy or upload cut short?)"
+    )]
+    Unfinished { source_name: String },
     #[error("{source_name} is corrupt: {reason}")]
     Corrupt { source_name: String, reason: String },
     #[error("{source_name} is a snapshot of cluster {of}, not of {target}{hint}")]
@@ -168,6 +189,140 @@ pub fn check_etcd_snapshot(etcd: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// The header of a snapshot of `cluster` (as `world` holds it) taken from `member` at etcd
+/// revision `revision`; its size and checksum are the writer's to fill in.
+///
+/// # Errors
+/// When the cluster cannot be written as a manifest.
+pub fn snapshot_header(
+    key: &ObjectKey,
+    cluster: &Cluster,
+    revision: u64,
+    etcd_version: &str,
+    member: &str,
+    taken_at: OffsetDateTime,
+) -> Result<SnapshotHeader, String> {
+    let mut only = World::default();
+    let mut kept = cluster.clone();
+    kept.status.conditions.clear();
+    only.clusters.insert(key.clone(), kept);
+    let manifest = only.to_yaml().map_err(|e| e.to_string())?;
+    Ok(SnapshotHeader {
+        cluster: SnapshotOf {
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+        },
+        taken_at: taken_at.replace_nanosecond(0).unwrap_or(taken_at),
+        revision,
+        size: 0,
+        sha256: String::new(),
+        etcd_version: etcd_version.to_string(),
+        kubernetes_version: cluster.spec.kubernetes_version.clone(),
+        member: member.to_string(),
+        cluster_manifest: manifest,
+    })
+}
+
+/// Writes a snapshot file as etcd's snapshot streams through it, holding none of it:
+/// [`SnapshotWriter::new`] gives the file's first bytes, [`SnapshotWriter::update`] takes
+/// etcd's bytes in order (they go into the file as they are), and
+/// [`SnapshotWriter::finish`] checks them as [`check_etcd_snapshot`] does and gives the
+/// footer. A file whose etcd snapshot fails the check must not be kept: the caller ends the
+/// write with an error instead of the footer.
+pub struct SnapshotWriter {
+    /// Of every byte (the footer's checksum).
+    all: Sha256,
+    /// Of every byte but the last 32 (etcd's database, whose SHA-256 etcd appends).
+    database: Sha256,
+    /// The last 32 bytes seen, not yet known to be part of the database.
+    held: Vec<u8>,
+    /// The first 20 bytes (bbolt's magic number is at 16).
+    start: Vec<u8>,
+    size: u64,
+}
+
+impl fmt::Debug for SnapshotWriter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SnapshotWriter")
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SnapshotWriter {
+    /// A writer, and the file's first bytes: its mark and `header`'s line.
+    pub fn new(header: &SnapshotHeader) -> (SnapshotWriter, Vec<u8>) {
+        // A header of plain strings and numbers always serializes.
+        let line = serde_json::to_vec(header).unwrap_or_default();
+        let mut head = Vec::with_capacity(MAGIC.len() + line.len() + 1);
+        head.extend_from_slice(MAGIC);
+        head.extend_from_slice(&line);
+        head.push(b'\n');
+        let writer = SnapshotWriter {
+            all: Sha256::new(),
+            database: Sha256::new(),
+            held: Vec::with_capacity(64),
+            start: Vec::with_capacity(20),
+            size: 0,
+        };
+        (writer, head)
+    }
+
+    /// The next bytes of etcd's snapshot.
+    pub fn update(&mut self, chunk: &[u8]) {
+        self.all.update(chunk);
+        self.size += chunk.len() as u64;
+        let missing = 20usize.saturating_sub(self.start.len());
+        self.start
+            .extend_from_slice(&chunk[..missing.min(chunk.len())]);
+        // All but the last 32 bytes seen so far belong to the database.
+        self.held.extend_from_slice(chunk);
+        if self.held.len() > 32 {
+            let cut = self.held.len() - 32;
+            self.database.update(&self.held[..cut]);
+            self.held.drain(..cut);
+        }
+    }
+
+    /// Bytes of etcd's snapshot so far.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The footer, once etcd's snapshot passed the check; its size and hex SHA-256 besides.
+    ///
+    /// # Errors
+    /// Why etcd's snapshot is not sound (as [`check_etcd_snapshot`] says it).
+    pub fn finish(self) -> Result<(Vec<u8>, u64, String), String> {
+        if self.size < 4096 + 32 {
+            return Err(format!(
+                "{} bytes are too few for an etcd database",
+                self.size
+            ));
+        }
+        let magic = u32::from_le_bytes([
+            self.start[16],
+            self.start[17],
+            self.start[18],
+            self.start[19],
+        ]);
+        if magic != BOLT_MAGIC {
+            return Err("it is not an etcd (bbolt) database".to_string());
+        }
+        if self.database.finalize().as_slice() != self.held.as_slice() {
+            return Err(
+                "etcd's own checksum (the SHA-256 after the database) does not match".into(),
+            );
+        }
+        let sum = self.all.finalize();
+        let mut footer = Vec::with_capacity(FOOTER_BYTES);
+        footer.extend_from_slice(&sum);
+        footer.extend_from_slice(&self.size.to_be_bytes());
+        footer.extend_from_slice(FOOTER_MARK);
+        Ok((footer, self.size, hex::encode(sum)))
+    }
+}
+
 impl Snapshot {
     /// A snapshot of `cluster` (as `world` holds it) from etcd's snapshot `etcd`, which must
     /// pass [`check_etcd_snapshot`].
@@ -184,64 +339,55 @@ impl Snapshot {
         taken_at: OffsetDateTime,
     ) -> Result<Snapshot, String> {
         check_etcd_snapshot(&etcd)?;
-        let mut only = World::default();
-        let mut kept = cluster.clone();
-        kept.status.conditions.clear();
-        only.clusters.insert(key.clone(), kept);
-        let manifest = only.to_yaml().map_err(|e| e.to_string())?;
+        let mut header = snapshot_header(key, cluster, revision, etcd_version, member, taken_at)?;
+        header.size = etcd.len() as u64;
+        header.sha256 = sha256_hex(&etcd);
         Ok(Snapshot {
-            header: SnapshotHeader {
-                cluster: SnapshotOf {
-                    namespace: key.namespace.clone(),
-                    name: key.name.clone(),
-                },
-                taken_at: taken_at.replace_nanosecond(0).unwrap_or(taken_at),
-                revision,
-                size: etcd.len() as u64,
-                sha256: sha256_hex(&etcd),
-                etcd_version: etcd_version.to_string(),
-                kubernetes_version: cluster.spec.kubernetes_version.clone(),
-                member: member.to_string(),
-                cluster_manifest: manifest,
-            },
+            header,
             etcd: Arc::new(etcd),
         })
     }
 
-    /// The file's bytes.
+    /// The file's bytes, as [`SnapshotWriter`] writes them.
     pub fn encode(&self) -> Vec<u8> {
-        // A header of plain strings and numbers always serializes.
-        let header = serde_json::to_vec(&self.header).unwrap_or_default();
-        let mut out = Vec::with_capacity(MAGIC.len() + header.len() + 1 + self.etcd.len());
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&header);
-        out.push(b'\n');
+        let (mut writer, mut out) = SnapshotWriter::new(&self.header);
+        writer.update(&self.etcd);
         out.extend_from_slice(&self.etcd);
+        match writer.finish() {
+            Ok((footer, _, _)) => out.extend_from_slice(&footer),
+            // Only a sound snapshot is ever made (new, decode): this writes none.
+            Err(_) => out.clear(),
+        }
         out
     }
 
-    /// Reads and checks a snapshot file (`source_name` names it in errors): its header, its
-    /// size, its checksum, and etcd's own.
+    /// Reads and checks a snapshot file (`source_name` names it in errors), of either
+    /// version: its header, its size, its checksum, and etcd's own.
     ///
     /// # Errors
     /// [`SnapshotError`] naming the file and what is wrong.
     pub fn decode(bytes: &[u8], source_name: &str) -> Result<Snapshot, SnapshotError> {
-        let Some(rest) = bytes.strip_prefix(MAGIC) else {
-            let hint = if bytes.len() >= 20
-                && u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]) == BOLT_MAGIC
-            {
-                "; it looks like a bare etcd snapshot (etcdctl snapshot save): restore takes \
-                 the snapshots oi cluster snapshot writes, which name their cluster"
-                    .to_string()
-            } else if bytes.is_empty() {
-                "; it is empty".to_string()
-            } else {
-                String::new()
-            };
-            return Err(SnapshotError::NotASnapshot {
-                source_name: source_name.to_string(),
-                hint,
-            });
+        let (rest, v1) = match (bytes.strip_prefix(MAGIC), bytes.strip_prefix(MAGIC_V1)) {
+            (Some(rest), _) => (rest, false),
+            (None, Some(rest)) => (rest, true),
+            (None, None) => {
+                let hint = if bytes.len() >= 20
+                    && u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]])
+                        == BOLT_MAGIC
+                {
+                    "; it looks like a bare etcd snapshot (etcdctl snapshot save): restore takes \
+                     the snapshots oi cluster snapshot writes, which name their cluster"
+                        .to_string()
+                } else if bytes.is_empty() {
+                    "; it is empty".to_string()
+                } else {
+                    String::new()
+                };
+                return Err(SnapshotError::NotASnapshot {
+                    source_name: source_name.to_string(),
+                    hint,
+                });
+            }
         };
         let header_error = |reason: String| SnapshotError::Header {
             source_name: source_name.to_string(),
@@ -251,15 +397,34 @@ impl Snapshot {
             .iter()
             .position(|&b| b == b'\n')
             .ok_or_else(|| header_error("no end of header line (truncated?)".into()))?;
-        let header: SnapshotHeader =
+        let mut header: SnapshotHeader =
             serde_json::from_slice(&rest[..end]).map_err(|e| header_error(e.to_string()))?;
-        let etcd = &rest[end + 1..];
+        let mut etcd = &rest[end + 1..];
+        let truncated = |expected: u64, actual: u64| SnapshotError::Truncated {
+            source_name: source_name.to_string(),
+            expected,
+            actual,
+        };
+        if !v1 {
+            let Some(body) = etcd.strip_suffix(FOOTER_MARK.as_slice()) else {
+                return Err(SnapshotError::Unfinished {
+                    source_name: source_name.to_string(),
+                });
+            };
+            let Some(split) = body.len().checked_sub(40) else {
+                return Err(SnapshotError::Unfinished {
+                    source_name: source_name.to_string(),
+                });
+            };
+            let (data, footer) = body.split_at(split);
+            let mut size = [0u8; 8];
+            size.copy_from_slice(&footer[32..40]);
+            header.size = u64::from_be_bytes(size);
+            header.sha256 = hex::encode(&footer[..32]);
+            etcd = data;
+        }
         if etcd.len() as u64 != header.size {
-            return Err(SnapshotError::Truncated {
-                source_name: source_name.to_string(),
-                expected: header.size,
-                actual: etcd.len() as u64,
-            });
+            return Err(truncated(header.size, etcd.len() as u64));
         }
         let corrupt = |reason: String| SnapshotError::Corrupt {
             source_name: source_name.to_string(),
@@ -267,7 +432,7 @@ impl Snapshot {
         };
         if sha256_hex(etcd) != header.sha256 {
             return Err(corrupt(format!(
-                "its SHA-256 is {}, its header says {}",
+                "its SHA-256 is {}, the file says {}",
                 sha256_hex(etcd),
                 header.sha256
             )));

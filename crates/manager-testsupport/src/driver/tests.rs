@@ -832,7 +832,7 @@ mod real {
             &self,
             _: &str,
             _: &oi_engine::https::Tls,
-            _: &mut oi_engine::etcd::SnapshotSink<'_>,
+            _: &oi_engine::etcd::SnapshotSink,
         ) -> Result<u64, oi_engine::EtcdError> {
             panic!("no snapshot taken in these tests")
         }

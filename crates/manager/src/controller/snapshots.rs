@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use oi_api::{Cluster, Kind, ObjectKey, SnapshotRecord};
 use oi_engine::{Connector, Network};
-use oi_planner::snapshot::{Snapshot, beyond_retention, snapshot_name};
+use oi_planner::snapshot::{beyond_retention, snapshot_name};
 use oi_planner::{ClusterPlan, Plan};
 use oi_s3::Location;
 use time::OffsetDateTime;
@@ -127,24 +127,21 @@ async fn take<S: Store, C: Connector, N: Network>(
         return Err("the cluster is not planned to run".into());
     };
     let base = Location::parse(&schedule.location)?;
-    let taken = oi_engine::take_snapshot(&ctx.network, &c.etcd).await?;
-    let snapshot = Snapshot::new(
-        key,
-        cluster,
-        taken.etcd,
-        taken.revision,
-        &taken.version,
-        &taken.member,
-        now,
-    )?;
-    let bytes = snapshot.encode();
-    let size = bytes.len() as u64;
     let location = base.join(&snapshot_name(key, now));
     let store = &ctx.options.snapshot_store;
-    store
-        .put(&location, bytes)
-        .await
-        .map_err(|e| e.to_string())?;
+    let of = oi_engine::SnapshotOf {
+        key,
+        cluster,
+        taken_at: now,
+    };
+    let taken = oi_engine::take_snapshot(&ctx.network, &c.etcd, of, |stream| async {
+        store
+            .put_stream(&location, stream)
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await?;
+    let size = taken.written;
     let listed = store.list(&base).await.map_err(|e| e.to_string())?;
     let names: Vec<&str> = listed.iter().map(|o| o.location.name()).collect();
     let mut removed = Vec::new();

@@ -31,6 +31,28 @@ fn snapshot_of(w: &World, name: &str) -> Snapshot {
     .unwrap()
 }
 
+/// A file holding `etcd` as it is, sound or not (the writer would refuse an unsound one).
+fn file_with(header: &SnapshotHeader, etcd: &[u8]) -> Vec<u8> {
+    let (_, mut out) = SnapshotWriter::new(header);
+    out.extend_from_slice(etcd);
+    out.extend_from_slice(&Sha256::digest(etcd));
+    out.extend_from_slice(&(etcd.len() as u64).to_be_bytes());
+    out.extend_from_slice(b"oisnap2\n");
+    out
+}
+
+/// A file of the first version: size and checksum in the header, no footer.
+fn v1_file(s: &Snapshot) -> Vec<u8> {
+    let mut header = serde_json::to_value(&s.header).unwrap();
+    header["size"] = serde_json::json!(s.header.size);
+    header["sha256"] = serde_json::json!(s.header.sha256);
+    let mut out = MAGIC_V1.to_vec();
+    out.extend_from_slice(&serde_json::to_vec(&header).unwrap());
+    out.push(b'\n');
+    out.extend_from_slice(&s.etcd);
+    out
+}
+
 fn refused(bytes: &[u8]) -> SnapshotError {
     Snapshot::decode(bytes, "snap.oisnap").unwrap_err()
 }
@@ -54,6 +76,57 @@ fn a_snapshot_reads_back_as_written() {
 }
 
 #[test]
+fn a_snapshot_written_as_etcd_streams_it_is_the_one_encoded_and_an_unsound_one_is_not_finished() {
+    let w = world(basic(), vec![cluster("c", 3, false)]);
+    let s = snapshot_of(&w, "c");
+    let (mut writer, mut out) = SnapshotWriter::new(&s.header);
+    // Pieces of every size, the boundary of etcd's checksum inside one of them.
+    let mut at = 0;
+    for size in [1usize, 7, 19, 33, 4000, 4100, 31, 2].iter().cycle() {
+        if at == s.etcd.len() {
+            break;
+        }
+        let piece = &s.etcd[at..(at + size).min(s.etcd.len())];
+        writer.update(piece);
+        out.extend_from_slice(piece);
+        at += piece.len();
+    }
+    assert_eq!(writer.size(), 8192 + 32);
+    let (footer, size, sha256) = writer.finish().unwrap();
+    out.extend_from_slice(&footer);
+    assert_eq!(
+        (size, sha256.as_str()),
+        (8192 + 32, s.header.sha256.as_str())
+    );
+    assert_eq!(out, s.encode());
+
+    // etcd's checksum not matching, not bbolt, too short: no footer.
+    let mut bad = etcd_snapshot(7);
+    bad[100] ^= 1;
+    let (mut writer, _) = SnapshotWriter::new(&s.header);
+    writer.update(&bad);
+    assert!(writer.finish().unwrap_err().contains("etcd's own checksum"));
+    let (mut writer, _) = SnapshotWriter::new(&s.header);
+    writer.update(&[0; 5000]);
+    assert!(
+        writer
+            .finish()
+            .unwrap_err()
+            .contains("not an etcd (bbolt) database")
+    );
+    let (writer, _) = SnapshotWriter::new(&s.header);
+    assert!(writer.finish().unwrap_err().contains("too few"));
+}
+
+#[test]
+fn a_snapshot_of_the_first_version_still_reads() {
+    let w = world(basic(), vec![cluster("c", 3, false)]);
+    let s = snapshot_of(&w, "c");
+    let back = Snapshot::decode(&v1_file(&s), "old.oisnap").unwrap();
+    assert_eq!(back, s);
+}
+
+#[test]
 fn a_truncated_corrupt_or_bare_snapshot_is_refused_saying_why() {
     let w = world(basic(), vec![cluster("c", 1, false)]);
     let bytes = snapshot_of(&w, "c").encode();
@@ -61,7 +134,22 @@ fn a_truncated_corrupt_or_bare_snapshot_is_refused_saying_why() {
     let e = refused(&bytes[..bytes.len() - 100]);
     assert_eq!(
         e.to_string(),
-        "snap.oisnap is truncated: its header says 8224 bytes of etcd snapshot, it holds 8124"
+        "snap.oisnap is truncated: it does not end with a snapshot's footer (a copy or upload cut short?)"
+    );
+    // Cut where its footer's mark happens to be whole: the footer's size disagrees.
+    let mut cut = bytes[..bytes.len() - 148].to_vec();
+    cut.extend_from_slice(&bytes[bytes.len() - 48..]);
+    let e = refused(&cut);
+    assert_eq!(
+        e.to_string(),
+        "snap.oisnap is truncated: it says it holds 8224 bytes of etcd snapshot, it holds 8124"
+    );
+    // A file of the first version, cut short.
+    let v1 = v1_file(&snapshot_of(&w, "c"));
+    let e = refused(&v1[..v1.len() - 100]);
+    assert_eq!(
+        e.to_string(),
+        "snap.oisnap is truncated: it says it holds 8224 bytes of etcd snapshot, it holds 8124"
     );
     // A header cut short.
     let e = refused(&bytes[..MAGIC.len() + 10]);
@@ -85,8 +173,7 @@ fn a_truncated_corrupt_or_bare_snapshot_is_refused_saying_why() {
     let mut bad = etcd_snapshot(7);
     bad[100] = 1;
     s.header.sha256 = sha256_hex(&bad);
-    s.etcd = Arc::new(bad);
-    let e = refused(&s.encode());
+    let e = refused(&file_with(&s.header, &bad));
     assert_eq!(
         e.to_string(),
         "snap.oisnap is corrupt: etcd's own checksum (the SHA-256 after the database) does not match"
@@ -98,9 +185,8 @@ fn a_truncated_corrupt_or_bare_snapshot_is_refused_saying_why() {
     let sum = Sha256::digest(&other[..8192]);
     other[8192..].copy_from_slice(&sum);
     s.header.sha256 = sha256_hex(&other);
-    s.etcd = Arc::new(other);
     assert!(
-        refused(&s.encode())
+        refused(&file_with(&s.header, &other))
             .to_string()
             .contains("it is not an etcd (bbolt) database")
     );
@@ -109,13 +195,13 @@ fn a_truncated_corrupt_or_bare_snapshot_is_refused_saying_why() {
     let e = refused(&etcd_snapshot(1));
     assert!(
         e.to_string().starts_with(
-            "snap.oisnap is not a oneinfra snapshot (it does not start with \"oneinfra-etcd-snapshot/v1\"); it looks like a bare etcd snapshot"
+            "snap.oisnap is not a oneinfra snapshot (it does not start with \"oneinfra-etcd-snapshot/v2\"); it looks like a bare etcd snapshot"
         ),
         "{e}"
     );
     assert_eq!(
         refused(b"").to_string(),
-        "snap.oisnap is not a oneinfra snapshot (it does not start with \"oneinfra-etcd-snapshot/v1\"); it is empty"
+        "snap.oisnap is not a oneinfra snapshot (it does not start with \"oneinfra-etcd-snapshot/v2\"); it is empty"
     );
     assert!(matches!(
         refused(b"apiVersion: v1\n"),

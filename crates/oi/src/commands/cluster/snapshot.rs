@@ -4,15 +4,16 @@
 //!
 //! ```text
 //! manifests ─► plan (the members, the engine's etcd identity) ─► etcd maintenance/status,
-//!   maintenance/snapshot of the first member that answers (etcd's checksum checked)
-//!   ─► header + etcd's snapshot ─► LOCATION (a file: 0600, written whole or not at all)
+//!   maintenance/snapshot of the first member that answers, streamed: header, etcd's bytes
+//!   as they arrive (etcd's checksum checked on the way), footer ─► LOCATION (a file: 0600;
+//!   S3: one PUT or a multipart upload), written whole or not at all
 //! ```
 
 use std::io::{Read, Write};
 
 use anyhow::Context as _;
 use oi_api::ObjectKey;
-use oi_planner::snapshot::{Snapshot, snapshot_name};
+use oi_planner::snapshot::snapshot_name;
 use oi_planner::{ClusterPlan, PlanOptions};
 use oi_s3::{Location, S3Config, Store};
 use time::OffsetDateTime;
@@ -63,7 +64,8 @@ pub fn check_file(
         let read = std::fs::File::open(path)
             .and_then(|mut f| f.read(&mut head))
             .with_context(|| format!("--to {shown} cannot be read"))?;
-        let snapshot = read == head.len() && head == oi_planner::snapshot::MAGIC;
+        let snapshot = read == head.len()
+            && (head == oi_planner::snapshot::MAGIC || head == oi_planner::snapshot::MAGIC_V1);
         if read != 0 && !snapshot {
             anyhow::bail!(
                 "--to {shown} exists and is not a snapshot: it is left as it is (remove it, or \
@@ -113,20 +115,27 @@ pub fn run(
         .build()
         .context("cannot start the async runtime")?;
     let network = oi_engine::RealNetwork::new(args.timeout);
-    let taken = runtime
-        .block_on(oi_engine::take_snapshot(&network, &convergence.etcd))
-        .map_err(|e| anyhow::anyhow!("cluster {key}: {e}"))?;
-    let (revision, member, version) = (taken.revision, taken.member.clone(), taken.version.clone());
-    let snapshot = Snapshot::new(
-        &key, &cluster, taken.etcd, revision, &version, &member, ctx.now,
-    )
-    .map_err(|e| anyhow::anyhow!("cluster {key}: the snapshot etcd gave is not sound: {e}"))?;
-    let bytes = snapshot.encode();
-    let written = bytes.len();
     let store = Store::new(S3Config::from_env());
-    runtime
-        .block_on(store.put(&location, bytes))
-        .with_context(|| format!("cannot write the snapshot of cluster {key}"))?;
+    let of = oi_engine::SnapshotOf {
+        key: &key,
+        cluster: &cluster,
+        taken_at: ctx.now,
+    };
+    let taken = runtime
+        .block_on(oi_engine::take_snapshot(
+            &network,
+            &convergence.etcd,
+            of,
+            |stream| async {
+                store
+                    .put_stream(&location, stream)
+                    .await
+                    .map_err(|e| format!("cannot write the snapshot: {e}"))
+            },
+        ))
+        .map_err(|e| anyhow::anyhow!("cluster {key}: {e}"))?;
+    let (revision, member, version) = (taken.revision, &taken.member, &taken.version);
+    let written = usize::try_from(taken.written).unwrap_or(usize::MAX);
     Ok(Some(format!(
         "oi: snapshot of cluster {key} (etcd revision {revision}, from {member}, etcd {version}, {}) written to {location}",
         size(written)

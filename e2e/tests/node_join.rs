@@ -160,7 +160,10 @@ fn a_worker_joins_with_oi_node_join_and_its_kubelet_becomes_ready() {
     }
     .run("worker-1");
     assert!(!ok);
-    assert!(stderr.contains(": unreachable: connect:"), "{stderr}");
+    assert!(
+        stderr.contains(": unreachable: cannot connect: "),
+        "{stderr}"
+    );
     assert_eq!(files_under(&root), Vec::<String>::new());
 
     // The join waits for the answer, which the next reconcile gives.

@@ -35,7 +35,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use http::Method;
 use oi_api::NodeJoinRequest;
-use oi_engine::{HttpsRequest, HttpsResponse, Network as _, RealNetwork, Tls};
 use oi_pki::SymmetricKey;
 use oi_planner::bootstrap::{
     JOIN_CONFIG_MAP, JOIN_CONFIG_MAP_KEY, JOIN_CONFIG_MAP_VPN_KEY, NAMESPACE,
@@ -67,46 +66,84 @@ pub fn run(args: &NodeJoinArgs, output: &mut impl Write) -> anyhow::Result<Strin
     runtime.block_on(join(args))
 }
 
+/// An API server's answer: its status and whole body.
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) body: Vec<u8>,
+}
+
+/// Calls to an API server with a join token (over oi-http, trusting the CA given alone).
 pub(crate) struct Client<'a> {
-    pub(crate) network: RealNetwork,
+    pub(crate) http: oi_http::Client,
     pub(crate) endpoint: &'a str,
-    pub(crate) tls: Tls,
     pub(crate) token: &'a str,
 }
 
-impl Client<'_> {
+impl<'a> Client<'a> {
+    /// A client of `endpoint` trusting `ca_pem` alone, each answer awaited at most `timeout`.
+    pub(crate) fn new(
+        endpoint: &'a str,
+        ca_pem: String,
+        token: &'a str,
+        timeout: std::time::Duration,
+    ) -> anyhow::Result<Client<'a>> {
+        let http = oi_http::Client::new(oi_http::Options {
+            roots: oi_http::Roots::Only(ca_pem),
+            timeout,
+            ..oi_http::Options::default()
+        })?;
+        Ok(Client {
+            http,
+            endpoint,
+            token,
+        })
+    }
+
+    /// One request: JSON (a JSON merge patch with PATCH), the token as a bearer token.
     pub(crate) async fn call(
         &self,
         method: &Method,
         path: &str,
         body: Option<&str>,
-    ) -> anyhow::Result<HttpsResponse> {
-        self.network
-            .request(HttpsRequest {
-                base: self.endpoint,
-                method,
-                path,
-                body,
-                tls: &self.tls,
-                bearer: Some(self.token),
-            })
-            .await
-            .map_err(|e| {
-                let reason = e.reason;
-                if reason.contains("TLS handshake") {
-                    anyhow::anyhow!(
-                        "{}: the API server's certificate is not trusted by --apiserver-ca-cert-file ({reason})",
-                        self.endpoint
-                    )
-                } else {
-                    anyhow::anyhow!("{}: unreachable: {reason}", self.endpoint)
-                }
-            })
+    ) -> anyhow::Result<Answer> {
+        let mut request = http::Request::builder()
+            .method(method.clone())
+            .uri(format!("{}{path}", self.endpoint))
+            .header(http::header::ACCEPT, "application/json")
+            .header(http::header::USER_AGENT, "oi")
+            .header(
+                http::header::AUTHORIZATION,
+                format!("Bearer {}", self.token),
+            );
+        if body.is_some() {
+            let content_type = if *method == Method::PATCH {
+                "application/merge-patch+json"
+            } else {
+                "application/json"
+            };
+            request = request.header(http::header::CONTENT_TYPE, content_type);
+        }
+        let request = request
+            .body(oi_http::full(body.unwrap_or_default().to_string()))
+            .with_context(|| format!("{}{path}", self.endpoint))?;
+        match self.http.call(request).await {
+            Ok((parts, bytes)) => Ok(Answer {
+                status: parts.status.as_u16(),
+                body: bytes.to_vec(),
+            }),
+            Err(e @ oi_http::Error::Connect(_)) if e.to_string().contains("certificate") => {
+                Err(anyhow::anyhow!(
+                    "{}: the API server's certificate is not trusted by --apiserver-ca-cert-file ({e})",
+                    self.endpoint
+                ))
+            }
+            Err(e) => Err(anyhow::anyhow!("{}: unreachable: {e}", self.endpoint)),
+        }
     }
 }
 
 /// The API server's message of a refusal.
-pub(crate) fn refusal(what: &str, r: &HttpsResponse) -> anyhow::Error {
+pub(crate) fn refusal(what: &str, r: &Answer) -> anyhow::Error {
     let status: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
     let message = status["message"].as_str().map_or_else(
         || String::from_utf8_lossy(&r.body).trim().to_string(),
@@ -140,15 +177,12 @@ async fn join(args: &NodeJoinArgs) -> anyhow::Result<String> {
         .with_context(|| format!("--apiserver-ca-cert-file {ca_file}"))?;
     oi_pki::check_ca_certificate(&ca)
         .with_context(|| format!("--apiserver-ca-cert-file {ca_file}"))?;
-    let client = Client {
-        network: RealNetwork::default(),
+    let client = Client::new(
         endpoint,
-        tls: Tls {
-            ca_pem: ca,
-            identity: None,
-        },
-        token: &args.join_token,
-    };
+        ca,
+        &args.join_token,
+        std::time::Duration::from_secs(5),
+    )?;
 
     // 1. The join key, with the token: nothing is written before this succeeds.
     let cm = format!("/api/v1/namespaces/{NAMESPACE}/configmaps/{JOIN_CONFIG_MAP}");

@@ -132,15 +132,7 @@ async fn register(
     }
     let ca_pem = std::fs::read_to_string(ca)
         .with_context(|| format!("--management-ca-cert-file {}", ca.display()))?;
-    let client = super::super::node::Client {
-        network: oi_engine::RealNetwork::new(Duration::from_secs(20)),
-        endpoint,
-        tls: oi_engine::Tls {
-            ca_pem,
-            identity: None,
-        },
-        token,
-    };
+    let client = super::super::node::Client::new(endpoint, ca_pem, token, Duration::from_secs(20))?;
     let body = serde_json::to_string(hypervisor)?;
     let name = &hypervisor.metadata.name;
     let answer = client

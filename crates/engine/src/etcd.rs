@@ -115,7 +115,7 @@ impl EtcdError {
 pub type SnapshotSink = tokio::sync::mpsc::Sender<bytes::Bytes>;
 
 /// What a [`SnapshotSink`]'s closed receiver means to the transfer.
-pub(crate) fn sink_closed(endpoint: &str) -> EtcdError {
+pub fn sink_closed(endpoint: &str) -> EtcdError {
     EtcdError::Body {
         endpoint: endpoint.to_string(),
         operation: "snapshot",

@@ -51,11 +51,9 @@
 mod bootstrap;
 mod connect;
 mod converge;
-mod dry_run;
+pub mod dry_run;
 mod error;
 pub mod etcd;
-#[cfg(any(test, feature = "sim"))]
-pub mod etcd_contract;
 mod etcd_grpc;
 pub mod https;
 mod membership;
@@ -64,8 +62,6 @@ pub mod orphans;
 mod progress;
 pub mod recover;
 pub mod restore;
-#[cfg(any(test, feature = "sim"))]
-pub mod sim;
 pub mod sip;
 mod teardown;
 
@@ -286,6 +282,3 @@ fn selector(cluster: &ObjectKey, component: Option<&str>) -> BTreeMap<String, St
     }
     s
 }
-
-#[cfg(test)]
-mod tests;

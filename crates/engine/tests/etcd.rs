@@ -1,6 +1,6 @@
 //! The engine's etcd client ([`RealNetwork`] as [`Etcd`], over etcd's gRPC API) against a
 //! real etcd (Debian's, mutual TLS with the server and client CAs apart and a serving-only
-//! server certificate, as the planner issues them): `oi_engine::etcd_contract`, which the
+//! server certificate, as the planner issues them): `oi_engine_testsupport::etcd_contract`, which the
 //! simulation passes too (membership, refusals as etcd words them, health, status,
 //! snapshots, an endpoint that cannot be reached), and a client the etcd does not trust.
 
@@ -175,7 +175,7 @@ fn the_engines_etcd_client_meets_etcd() {
 
         let spare = || format!("http://127.0.0.1:{}", oi_testsupport::free_loopback_port());
         let dead = refusing_url();
-        oi_engine::etcd_contract::run(oi_engine::etcd_contract::Subject {
+        oi_engine_testsupport::etcd_contract::run(oi_engine_testsupport::etcd_contract::Subject {
             etcd: &network,
             url,
             tls: &tls,

@@ -19,7 +19,8 @@ use oi_api::{
     PortRange, Resource as _,
 };
 use oi_cri::fake::FakeRuntime;
-use oi_engine::{ConnectError, Connector, ExecuteOptions, sim};
+use oi_engine::{ConnectError, Connector, ExecuteOptions};
+use oi_engine_testsupport::sim;
 use oi_manager::controller::{
     Context, ManagerOptions, reconcile_cluster, reconcile_component, reconcile_hypervisor,
 };

@@ -573,11 +573,11 @@ impl Store for MemoryStore {
     }
 }
 
-/// The simulated network's view of a [`MemoryStore`] (`oi_engine::sim::SimNetwork`): etcd
+/// The simulated network's view of a [`MemoryStore`] (`oi_engine_testsupport::sim::SimNetwork`): etcd
 /// members and API servers are found among the Components and Hypervisors it holds.
 pub struct StoreSource(pub std::sync::Arc<MemoryStore>);
 
-impl oi_engine::sim::Source for StoreSource {
+impl oi_engine_testsupport::sim::Source for StoreSource {
     fn find_component<T>(&self, f: impl FnMut(&oi_api::Component) -> Option<T>) -> Option<T> {
         self.0.find_map(f)
     }

@@ -16,7 +16,8 @@ use oi_api::{
 };
 use oi_cri::HypervisorRuntime as _;
 use oi_cri::fake::FakeRuntime;
-use oi_engine::{ConnectError, Connector, ExecuteOptions, sim};
+use oi_engine::{ConnectError, Connector, ExecuteOptions};
+use oi_engine_testsupport::sim;
 use pretty_assertions::assert_eq;
 
 use oi_manager::controller::*;
@@ -1389,7 +1390,7 @@ async fn scheduled_snapshots_are_taken_when_due_and_keep_only_the_newest() {
     let snapshot = oi_planner::snapshot::Snapshot::decode(&bytes, &new).unwrap();
     assert_eq!(snapshot.cluster_key(), key("c"));
     assert_eq!(snapshot.header.revision, 100);
-    assert_eq!(*snapshot.etcd, oi_engine::sim::sim_snapshot(1));
+    assert_eq!(*snapshot.etcd, oi_engine_testsupport::sim::sim_snapshot(1));
     let stored = h.cluster("c").unwrap();
     let last = stored.status.last_snapshot.clone().unwrap();
     assert_eq!(last.location, dir.path().join(&new).display().to_string());

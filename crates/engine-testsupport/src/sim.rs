@@ -1,4 +1,4 @@
-//! Test support (feature `sim`, and this crate's own tests): a simulated [`Network`] in which
+//! A simulated [`Network`] in which
 //! the etcd members and API servers of the components answer once their pods run on their
 //! fake hypervisors ([`oi_cri::fake::FakeRuntime`]). One simulation for every caller's tests:
 //! the engine's, and the manager's over its in-process and its mock API server stores.
@@ -43,8 +43,8 @@ use oi_api::{
 use oi_cri::fake::FakeRuntime;
 use oi_planner::ports::names;
 
-use crate::etcd::{Code, Etcd, EtcdError, Member, MemberStatus, SnapshotSink};
-use crate::https::{HttpsError, HttpsRequest, HttpsResponse, Network, Tls};
+use oi_engine::etcd::{Code, Etcd, EtcdError, Member, MemberStatus, SnapshotSink};
+use oi_engine::https::{HttpsError, HttpsRequest, HttpsResponse, Network, Tls};
 
 /// Where the simulation reads the components and hypervisors as they stand. Both are
 /// visitors over borrowed objects: the simulation looks an endpoint up on every request, and
@@ -545,7 +545,7 @@ impl<S: Source> SimNetwork<S> {
         let swaps: u64 = self
             .runtimes
             .values()
-            .map(|rt| rt.job_runs(crate::restore::SWAP_JOB))
+            .map(|rt| rt.job_runs(oi_engine::restore::SWAP_JOB))
             .sum();
         {
             let mut seen = self.swaps.lock().unwrap_or_else(|e| e.into_inner());
@@ -663,7 +663,7 @@ impl<S: Source> SimNetwork<S> {
                         endpoint: base.to_string(),
                         operation: "member add",
                         code: Code::FailedPrecondition,
-                        message: crate::etcd::refusals::TOO_MANY_LEARNERS.into(),
+                        message: oi_engine::etcd::refusals::TOO_MANY_LEARNERS.into(),
                     });
                 }
                 state.add(&peer, true);
@@ -685,7 +685,7 @@ impl<S: Source> SimNetwork<S> {
                         endpoint: base.to_string(),
                         operation: "member promote",
                         code: Code::FailedPrecondition,
-                        message: crate::etcd::refusals::LEARNER_NOT_READY.into(),
+                        message: oi_engine::etcd::refusals::LEARNER_NOT_READY.into(),
                     });
                 }
                 m.is_learner = false;
@@ -820,7 +820,7 @@ impl<S: Source> Etcd for SimNetwork<S> {
         for chunk in [a, b] {
             sink.send(bytes::Bytes::copy_from_slice(chunk))
                 .await
-                .map_err(|_| crate::etcd::sink_closed(endpoint))?;
+                .map_err(|_| oi_engine::etcd::sink_closed(endpoint))?;
         }
         Ok(db.len() as u64)
     }

@@ -349,7 +349,7 @@ async fn a_cluster_that_lost_two_of_three_is_recovered_from_the_survivor_and_gro
     // What is seen first: nobody healthy, the survivor answering with its data.
     let plan = oi_planner::plan(w.clone(), NOW, &PlanOptions::default());
     *h.network.source().0.lock().unwrap() = plan.world.clone();
-    let seen = crate::recover::observe_members(&plan, &key, &h.connector, &h.network)
+    let seen = oi_engine::recover::observe_members(&plan, &key, &h.connector, &h.network)
         .await
         .unwrap();
     let names: Vec<&str> = seen.iter().map(|m| m.name.as_str()).collect();

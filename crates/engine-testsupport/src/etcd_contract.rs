@@ -1,14 +1,14 @@
-//! The contract an [`Etcd`] keeps, as the engine relies on it (test support: the engine's
-//! tests and feature `sim`). [`run`] is passed by the gRPC client against a real etcd
-//! (`tests/etcd.rs`) and by the simulation (`sim`), so the simulation answers as etcd does:
+//! The contract an [`Etcd`] keeps, as the engine relies on it. [`run`] is passed by the
+//! engine's gRPC client against a real etcd (`crates/engine/tests/etcd.rs`) and by the
+//! simulation ([`crate::sim`], `crates/engine/tests/engine/`), so the simulation answers as etcd does:
 //! the same members, the same refusals in etcd's words, health, status and snapshots.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 
-use crate::etcd::{Code, Etcd, EtcdError, refusals};
-use crate::https::Tls;
+use oi_engine::etcd::{Code, Etcd, EtcdError, refusals};
+use oi_engine::https::Tls;
 
 /// What the contract runs against: a running etcd cluster of one started voting member
 /// answering at `url` to `tls`; two peer URLs where no member runs (`spare`); a URL where

@@ -1,21 +1,27 @@
 //! The engine against recording fakes: oi_cri's FakeRuntime per hypervisor and a simulated
 //! network in which etcd members and API servers answer once their pods run.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use oi_api::common::condition_types;
 
+use oi_api::ObjectKey;
 use oi_api::{
     Cluster, ClusterSpec, Component, EtcdInitialClusterState, Hypervisor, HypervisorSpec,
     LocalCriEndpoint, ObjectMeta, PortRange, Resource as _, World, find_condition,
 };
+use oi_cri::HypervisorRuntime as _;
 use oi_cri::fake::{Call, FakeRuntime};
-use oi_planner::{ClusterOutcome, PlanOptions};
+use oi_planner::{ClusterOutcome, ClusterPlan, Plan, PlanOptions, Reason};
 use time::OffsetDateTime;
 use time::macros::datetime;
 
-use super::*;
+use oi_engine::*;
+use oi_engine_testsupport::sim;
 
 const NOW: OffsetDateTime = datetime!(2026-11-22 03:00:00 UTC);
 
@@ -299,7 +305,7 @@ async fn the_simulations_etcd_keeps_the_contract_real_etcd_keeps() {
         identity: Some((identity.certificate.clone(), identity.private_key.clone())),
     };
     let url = c.etcd.members[0].client_url.clone();
-    crate::etcd_contract::run(crate::etcd_contract::Subject {
+    oi_engine_testsupport::etcd_contract::run(oi_engine_testsupport::etcd_contract::Subject {
         etcd: &h.network,
         url: &url,
         tls: &tls,
@@ -815,7 +821,7 @@ fn every_step_error_has_its_condition_reason() {
         hypervisor: "h".into(),
         reason: "refused".into(),
     });
-    let etcd = || crate::etcd::EtcdError::Unreachable {
+    let etcd = || oi_engine::etcd::EtcdError::Unreachable {
         endpoint: "https://10.0.0.1:30001".into(),
         reason: "refused".into(),
     };
@@ -1004,7 +1010,7 @@ fn a_dry_run_leaves_alone_the_pods_of_clusters_that_cannot_be_planned() {
         }
     }
     listed.insert("private-3".into(), Err("connection refused".into()));
-    let dry = crate::dry_run::diff(&plan, &listed, false);
+    let dry = oi_engine::dry_run::diff(&plan, &listed, false);
     assert_eq!(dry.failures.len(), 1);
     assert!(dry.failures[&ObjectKey::new("default", "b")].contains("spec.apiServer.ca"));
     let all = |f: fn(&HypervisorPlan) -> &Vec<String>| -> Vec<String> {
@@ -1825,7 +1831,7 @@ impl Harness {
 }
 
 /// What a destination of [`take_snapshot`] took: every piece, and the error it ended with.
-async fn collect(mut stream: crate::SnapshotStream) -> (Vec<u8>, Option<String>) {
+async fn collect(mut stream: oi_engine::SnapshotStream) -> (Vec<u8>, Option<String>) {
     use futures::StreamExt as _;
     let mut bytes = Vec::new();
     while let Some(item) = stream.next().await {
@@ -1847,13 +1853,13 @@ async fn a_snapshot_streams_to_its_destination_and_a_destination_that_fails_is_t
     let Some(oi_planner::ClusterPlan::Converge(c)) = plan.clusters.get(&key) else {
         panic!("c is not planned to run");
     };
-    let of = crate::SnapshotOf {
+    let of = oi_engine::SnapshotOf {
         key: &key,
         cluster: &report.world.clusters[&key],
         taken_at: NOW,
     };
     let file = Mutex::new(Vec::new());
-    let taken = crate::take_snapshot(&h.network, &c.etcd, of, |stream| async {
+    let taken = oi_engine::take_snapshot(&h.network, &c.etcd, of, |stream| async {
         let (bytes, failed) = collect(stream).await;
         assert_eq!(failed, None);
         let written = bytes.len() as u64;
@@ -1871,7 +1877,7 @@ async fn a_snapshot_streams_to_its_destination_and_a_destination_that_fails_is_t
     assert_eq!(snapshot.cluster_key(), key);
 
     // A destination that gives up after the first piece: its error is the snapshot's.
-    let e = crate::take_snapshot(&h.network, &c.etcd, of, |mut stream| async move {
+    let e = oi_engine::take_snapshot(&h.network, &c.etcd, of, |mut stream| async move {
         use futures::StreamExt as _;
         let _ = stream.next().await;
         drop(stream);
@@ -1884,7 +1890,7 @@ async fn a_snapshot_streams_to_its_destination_and_a_destination_that_fails_is_t
     // An unsound snapshot: its destination is told, after every byte of it, and keeps none.
     h.network.corrupt_snapshots(true);
     let told = Mutex::new(None);
-    let e = crate::take_snapshot(&h.network, &c.etcd, of, |stream| async {
+    let e = oi_engine::take_snapshot(&h.network, &c.etcd, of, |stream| async {
         let (_, failed) = collect(stream).await;
         *told.lock().unwrap() = failed.clone();
         Err::<u64, _>(format!("nothing kept: {}", failed.unwrap_or_default()))
@@ -1903,7 +1909,7 @@ async fn a_snapshot_streams_to_its_destination_and_a_destination_that_fails_is_t
     for m in &mut none.members {
         m.client_url = "https://192.0.2.1:2379".into();
     }
-    let e = crate::take_snapshot(&h.network, &none, of, |_| async {
+    let e = oi_engine::take_snapshot(&h.network, &none, of, |_| async {
         panic!("no destination is asked for a snapshot no member gives")
     })
     .await
@@ -2092,7 +2098,7 @@ async fn run_sip(h: &Harness, w: World) -> World {
 }
 
 async fn sip_dry_run(h: &Harness, w: &World) -> DryRun {
-    crate::dry_run(&sip_plan(w), &h.connector, false).await
+    oi_engine::dry_run(&sip_plan(w), &h.connector, false).await
 }
 
 #[tokio::test]

@@ -254,8 +254,8 @@ impl Client {
         let timeout = self.options.timeout;
         let response = match tokio::time::timeout(timeout, self.inner.request(request)).await {
             Err(_) => return Err(Error::Timeout(timeout)),
-            Ok(Err(e)) if e.is_connect() => return Err(Error::Connect(chain(&e))),
-            Ok(Err(e)) => return Err(Error::Exchange(chain(&e))),
+            Ok(Err(e)) if e.is_connect() => return Err(Error::Connect(error_chain(&e))),
+            Ok(Err(e)) => return Err(Error::Exchange(error_chain(&e))),
             Ok(Ok(response)) => response,
         };
         Ok(response.map(|body| ResponseBody {
@@ -277,14 +277,14 @@ impl Client {
         let bytes = body
             .collect()
             .await
-            .map_err(|e| Error::Exchange(format!("reading the answer: {}", chain(&*e))))?
+            .map_err(|e| Error::Exchange(format!("reading the answer: {}", error_chain(&*e))))?
             .to_bytes();
         Ok((parts, bytes))
     }
 }
 
-/// An error and its causes, one line.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+/// An error and its causes, one line (each cause once).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -277,7 +277,7 @@ impl Store {
                 writer.shutdown().await.map_err(|e| Error::Store {
                     location: shown.clone(),
                     operation: "put",
-                    reason: chain(&e),
+                    reason: oi_http::error_chain(&e),
                 })?;
                 Ok(written)
             }
@@ -497,24 +497,9 @@ fn store_error(operation: &'static str, location: &str, e: object_store::Error) 
         other => Error::Store {
             location: location.to_string(),
             operation,
-            reason: chain(&other),
+            reason: oi_http::error_chain(&other),
         },
     }
-}
-
-/// An error and its causes, one line.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }
 
 /// The object_store path of an S3 key (checked by [`Location::parse`] already).

@@ -66,6 +66,15 @@ async fn objects_are_put_listed_read_and_deleted_on_a_real_s3_server() {
     // stores; the documentation examples in sigv4's tests pin it down).
 }
 
+/// A store of `server` with bucket `snaps`, sending objects past 5 MiB (S3's smallest part)
+/// in parts.
+fn parts_of_5_mib(server: &S3Server) -> Store {
+    server.create_bucket("snaps");
+    let mut config = store(server).config().clone();
+    config.part_size = 5 * 1024 * 1024;
+    Store::new(config)
+}
+
 /// `n` bytes of a pattern, in pieces of `piece`.
 fn pieces(n: usize, piece: usize) -> Vec<bytes::Bytes> {
     let all: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
@@ -80,10 +89,7 @@ async fn a_large_object_is_streamed_up_in_parts_and_down_again() {
     else {
         return;
     };
-    server.create_bucket("snaps");
-    let mut config = store(&server).config().clone();
-    config.part_size = 5 * 1024 * 1024;
-    let store = Store::new(config);
+    let store = parts_of_5_mib(&server);
     let at = Location::parse("s3://snaps/big.oisnap").unwrap();
     let sent = pieces(12 * 1024 * 1024 + 7, 1024 * 1024);
     let written = store
@@ -124,10 +130,7 @@ async fn a_source_that_fails_midway_stores_nothing_and_leaves_no_parts() {
     else {
         return;
     };
-    server.create_bucket("snaps");
-    let mut config = store(&server).config().clone();
-    config.part_size = 5 * 1024 * 1024;
-    let store = Store::new(config);
+    let store = parts_of_5_mib(&server);
     let at = Location::parse("s3://snaps/broken.oisnap").unwrap();
     // Two parts' worth go up, then the source breaks.
     let mut items: Vec<Result<bytes::Bytes, std::io::Error>> =

@@ -1,23 +1,13 @@
-//! The engine's HTTPS client: API server health and the cluster's own API (its in-cluster
-//! objects); etcd is spoken to over gRPC (`etcd_grpc`), over rustls with the cluster's own CAs (never the system
-//! roots); connections kept open for later reads of the same server and identity, and each
-//! TLS configuration built once.
+//! The engine's HTTPS: API server health and the cluster's own API (its in-cluster objects),
+//! through the project's HTTP client (`oi_http`) with the cluster's own CAs (never the
+//! system roots); etcd is spoken to over gRPC (`etcd_grpc`).
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{Method, Request};
-use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
-use rustls::ClientConfig;
-use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
 
 /// Trust and identity of one HTTPS request: the CA the server is verified against and,
 /// optionally, the client certificate presented.
@@ -79,13 +69,6 @@ pub struct HttpsRequest<'a> {
     pub bearer: Option<&'a str>,
 }
 
-impl HttpsRequest<'_> {
-    /// Whether asking again is safe when an answer was lost: a read (GET).
-    pub fn replayable(&self) -> bool {
-        *self.method == Method::GET
-    }
-}
-
 /// A response: status and whole body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpsResponse {
@@ -122,36 +105,25 @@ pub trait Network: crate::etcd::Etcd + Send + Sync {
     }
 }
 
-/// HTTPS over TCP with rustls (ring), each request bounded by `timeout`. Connections are
-/// kept open and reused (HTTP/1.1 keep-alive) by later reads ([`HttpsRequest::replayable`])
-/// of the same server with the same trust and identity: a converged cluster's reads cost one
-/// handshake. The TLS configuration of each trust and identity is built once. etcd is
-/// reached over gRPC ([`Etcd`](crate::etcd::Etcd)), one kept client per endpoint and
-/// identity.
+/// HTTPS through [`oi_http`], each request bounded by `timeout`: one pooled client per
+/// trust and identity (its TLS configuration built once), whose kept connections every
+/// method reuses; a read a kept connection leaves unanswered is asked again on a new one,
+/// a write is never sent twice. etcd is reached over gRPC ([`Etcd`](crate::etcd::Etcd)),
+/// one kept client per endpoint and identity.
 #[derive(Clone)]
 pub struct RealNetwork {
     pub timeout: Duration,
-    pool: Pool,
-    configs: Configs,
+    clients: Clients,
     pub(crate) etcd: crate::etcd_grpc::Clients,
 }
 
-/// Idle connections by server, CA and client certificate (never the key).
-type Pool = Arc<Mutex<HashMap<String, Vec<SendRequest<Full<Bytes>>>>>>;
+/// HTTP clients by the SHA-256 of their CA, certificate and key (the key never kept as
+/// such).
+type Clients = Arc<Mutex<HashMap<[u8; 32], oi_http::Client>>>;
 
-/// TLS configurations by the SHA-256 of their CA, certificate and key (the key never kept
-/// as such).
-type Configs = Arc<Mutex<HashMap<[u8; 32], Arc<ClientConfig>>>>;
-
-/// At most this many idle connections are kept per key.
-const IDLE_PER_KEY: usize = 4;
-
-/// How long a read over a kept connection may take before it is asked again on a new one.
-const REUSE_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// At most this many TLS configurations are kept (each cluster has a few trusts and
-/// identities; rotated ones are left behind): past it, the cache starts again.
-const CONFIGS_KEPT: usize = 1024;
+/// At most this many clients are kept (each cluster has a few trusts and identities;
+/// rotated ones are left behind): past it, the cache starts again.
+const CLIENTS_KEPT: usize = 1024;
 
 impl fmt::Debug for RealNetwork {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -172,64 +144,40 @@ impl RealNetwork {
     pub fn new(timeout: Duration) -> Self {
         RealNetwork {
             timeout,
-            pool: Arc::default(),
-            configs: Arc::default(),
+            clients: Arc::default(),
             etcd: Arc::default(),
         }
     }
 
-    /// The TLS configuration of `tls`, built the first time it is asked for.
-    fn config(&self, tls: &Tls) -> Result<Arc<ClientConfig>, String> {
+    /// The client of `tls`, made the first time it is asked for.
+    fn client(&self, tls: &Tls) -> Result<oi_http::Client, String> {
         let key = tls.fingerprint();
-        let mut configs = self.configs.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = configs.get(&key) {
-            return Ok(Arc::clone(c));
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = clients.get(&key) {
+            return Ok(c.clone());
         }
-        let config = client_config(tls)?;
-        if configs.len() >= CONFIGS_KEPT {
-            configs.clear();
+        let client = oi_http::Client::new(oi_http::Options {
+            roots: oi_http::Roots::Only(tls.ca_pem.clone()),
+            identity: tls.identity.as_ref().map(|(cert, key)| oi_http::Identity {
+                certificate_pem: cert.clone(),
+                key_pem: key.clone(),
+            }),
+            connect_timeout: self.timeout,
+            timeout: self.timeout,
+            ..oi_http::Options::default()
+        })
+        .map_err(|e| e.to_string())?;
+        if clients.len() >= CLIENTS_KEPT {
+            clients.clear();
         }
-        configs.insert(key, Arc::clone(&config));
-        Ok(config)
+        clients.insert(key, client.clone());
+        Ok(client)
     }
 
-    /// How many TLS configurations were built and are kept.
+    /// How many clients (TLS configurations) were made and are kept.
     #[cfg(test)]
-    fn configs_kept(&self) -> usize {
-        self.configs.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    fn pool(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<SendRequest<Full<Bytes>>>>> {
-        self.pool.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// An idle connection of `key` that is still open.
-    fn idle(&self, key: &str) -> Option<SendRequest<Full<Bytes>>> {
-        let mut pool = self.pool();
-        let idle = pool.get_mut(key)?;
-        while let Some(sender) = idle.pop() {
-            if !sender.is_closed() {
-                return Some(sender);
-            }
-        }
-        None
-    }
-
-    fn put_back(&self, key: String, sender: SendRequest<Full<Bytes>>) {
-        if sender.is_closed() {
-            return;
-        }
-        let mut pool = self.pool();
-        let idle = pool.entry(key).or_default();
-        if idle.len() < IDLE_PER_KEY {
-            idle.push(sender);
-        }
-    }
-
-    /// One request over a connection of its own.
-    async fn once(&self, request: HttpsRequest<'_>, url: &str) -> Result<HttpsResponse, String> {
-        let mut sender = connect(&request, self.config(request.tls)?).await?;
-        send(&mut sender, build(&request, url)?).await
+    fn clients_kept(&self) -> usize {
+        self.clients.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     async fn exchange(
@@ -237,76 +185,36 @@ impl RealNetwork {
         request: HttpsRequest<'_>,
         url: &str,
     ) -> Result<HttpsResponse, String> {
-        let key = format!(
-            "{}\n{}\n{}",
-            request.base,
-            request.tls.ca_pem,
-            request
-                .tls
-                .identity
-                .as_ref()
-                .map_or("", |(cert, _)| cert.as_str())
-        );
-        // Connections are not shared between bearer tokens (nor is a token kept as a key).
-        let key = match request.bearer {
-            Some(_) => return self.once(request, url).await,
-            None => key,
-        };
-        // Only reads ([`HttpsRequest::replayable`]) reuse an idle connection: one the server
-        // closed just as it was taken fails after the request went out (the client learns of
-        // the close only then), and a read is simply asked again on a new connection, where
-        // a write (a member added, an object created) may have been done.
-        // A kept connection to a machine that went away without closing it answers nothing
-        // (where a new one is refused at once): it is given [`REUSE_TIMEOUT`], then the read
-        // is asked again on a new connection.
-        if request.replayable()
-            && let Some(mut sender) = self.idle(&key)
-        {
-            let reused = async {
-                sender.ready().await.map_err(|e| format!("HTTP: {e}"))?;
-                send(&mut sender, build(&request, url)?).await
+        let client = self.client(request.tls)?;
+        let mut builder = Request::builder()
+            .method(request.method.clone())
+            .uri(url)
+            .header(http::header::ACCEPT, "application/json")
+            .header(http::header::USER_AGENT, "oi-engine");
+        if let Some(token) = request.bearer {
+            builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        if request.body.is_some() {
+            let content_type = if request.method == Method::PATCH {
+                "application/merge-patch+json"
+            } else {
+                "application/json"
             };
-            if let Ok(Ok(response)) = tokio::time::timeout(REUSE_TIMEOUT, reused).await {
-                self.put_back(key, sender);
-                return Ok(response);
-            }
+            builder = builder.header(http::header::CONTENT_TYPE, content_type);
         }
-        let mut sender = connect(&request, self.config(request.tls)?).await?;
-        let response = send(&mut sender, build(&request, url)?).await?;
-        self.put_back(key, sender);
-        Ok(response)
+        let body = match request.body {
+            Some(b) => oi_http::full(b.to_string()),
+            None => oi_http::empty(),
+        };
+        let built = builder
+            .body(body)
+            .map_err(|e| format!("building {url}: {e}"))?;
+        let (parts, bytes) = client.call(built).await.map_err(|e| e.to_string())?;
+        Ok(HttpsResponse {
+            status: parts.status.as_u16(),
+            body: bytes.to_vec(),
+        })
     }
-}
-
-fn client_config(tls: &Tls) -> Result<Arc<ClientConfig>, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(tls.ca_pem.as_bytes()) {
-        let cert = cert.map_err(|e| format!("CA certificate PEM: {e}"))?;
-        roots
-            .add(cert)
-            .map_err(|e| format!("CA certificate refused: {e}"))?;
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots);
-    let mut config = match &tls.identity {
-        Some((cert, key)) => {
-            let certs = CertificateDer::pem_slice_iter(cert.as_bytes())
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("client certificate PEM: {e}"))?;
-            // The error of a key that does not parse says nothing about the key's content.
-            let key = PrivateKeyDer::from_pem_slice(key.as_bytes())
-                .map_err(|_| "client key PEM does not parse".to_string())?;
-            builder
-                .with_client_auth_cert(certs, key)
-                .map_err(|e| format!("client identity refused: {e}"))?
-        }
-        None => builder.with_no_client_auth(),
-    };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
 }
 
 impl Network for RealNetwork {
@@ -316,107 +224,14 @@ impl Network for RealNetwork {
             url: url.clone(),
             reason,
         };
+        if !request.base.starts_with("https://") {
+            return Err(error("the scheme must be https".to_string()));
+        }
         match tokio::time::timeout(self.timeout, self.exchange(request, &url)).await {
             Ok(result) => result.map_err(error),
             Err(_) => Err(error(format!("timed out after {:?}", self.timeout))),
         }
     }
-}
-
-/// `host:port` and the host of a request's base URL.
-fn authority(base: &str) -> Result<(String, String, u16), String> {
-    let uri: http::Uri = base.parse().map_err(|_| "invalid URL".to_string())?;
-    if uri.scheme_str() != Some("https") {
-        return Err("the scheme must be https".to_string());
-    }
-    let host = uri
-        .host()
-        .ok_or("no host")?
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_string();
-    let port = uri.port_u16().unwrap_or(443);
-    let authority = if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    };
-    Ok((authority, host, port))
-}
-
-/// A new connection to the request's server: TCP, TLS with its trust and identity, HTTP/1.1.
-/// Its driver runs until the connection closes or its sender is dropped.
-async fn connect(
-    request: &HttpsRequest<'_>,
-    config: Arc<ClientConfig>,
-) -> Result<SendRequest<Full<Bytes>>, String> {
-    let (_, host, port) = authority(request.base)?;
-    let tcp = TcpStream::connect((host.as_str(), port))
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
-    let server_name =
-        ServerName::try_from(host.clone()).map_err(|e| format!("server name: {e}"))?;
-    let stream = TlsConnector::from(config)
-        .connect(server_name, tcp)
-        .await
-        .map_err(|e| format!("TLS handshake: {e}"))?;
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| format!("HTTP handshake: {e}"))?;
-    tokio::spawn(async move {
-        // The connection's own error also surfaces through `send_request`.
-        let _ = connection.await;
-    });
-    Ok(sender)
-}
-
-/// The HTTP request of `request`.
-fn build(request: &HttpsRequest<'_>, url: &str) -> Result<Request<Full<Bytes>>, String> {
-    let (authority, _, _) = authority(request.base)?;
-    let mut builder = Request::builder()
-        .method(request.method.clone())
-        .uri(request.path)
-        .header(http::header::HOST, authority)
-        .header(http::header::ACCEPT, "application/json")
-        .header(http::header::USER_AGENT, "oi-engine");
-    if let Some(token) = request.bearer {
-        builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
-    }
-    if request.body.is_some() {
-        let content_type = if request.method == Method::PATCH {
-            "application/merge-patch+json"
-        } else {
-            "application/json"
-        };
-        builder = builder.header(http::header::CONTENT_TYPE, content_type);
-    }
-    let body = Full::new(Bytes::from(
-        request.body.unwrap_or_default().as_bytes().to_vec(),
-    ));
-    builder
-        .body(body)
-        .map_err(|e| format!("building {url}: {e}"))
-}
-
-/// A response's status and whole body.
-async fn read(
-    response: http::Response<hyper::body::Incoming>,
-) -> Result<HttpsResponse, hyper::Error> {
-    let status = response.status().as_u16();
-    let body = response.into_body().collect().await?.to_bytes();
-    Ok(HttpsResponse {
-        status,
-        body: body.to_vec(),
-    })
-}
-
-/// One request over `sender`, its whole response read.
-async fn send(
-    sender: &mut SendRequest<Full<Bytes>>,
-    request: Request<Full<Bytes>>,
-) -> Result<HttpsResponse, String> {
-    let result = async { read(sender.send_request(request).await?).await }.await;
-    result.map_err(|e| format!("HTTP: {e}"))
 }
 
 #[cfg(test)]

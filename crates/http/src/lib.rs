@@ -18,21 +18,23 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+use std::collections::HashMap;
 use std::fmt;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt as _;
 use http_body_util::combinators::BoxBody;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
 use rustls::ClientConfig;
 use rustls_pki_types::pem::PemObject as _;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::net::TcpStream;
 
 /// Any error a body may end with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -191,13 +193,70 @@ fn tls_config(options: &Options) -> Result<Arc<ClientConfig>, Error> {
     Ok(Arc::new(config))
 }
 
-type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+/// A connection's destination: scheme, host and port.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Origin {
+    tls: bool,
+    host: String,
+    port: u16,
+}
+
+impl Origin {
+    fn of(uri: &http::Uri) -> Result<Origin, Error> {
+        let bad = |why: &str| Error::Settings(format!("{uri}: {why}"));
+        let tls = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => return Err(bad("not an http:// or https:// URL")),
+        };
+        let host = uri
+            .host()
+            .ok_or_else(|| bad("no host"))?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        Ok(Origin { tls, host, port })
+    }
+
+    /// `host:port` as the `Host` header says it.
+    fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// An idle connection, and since when.
+struct Idle {
+    sender: SendRequest<Body>,
+    since: Instant,
+}
+
+type Pool = Arc<Mutex<HashMap<Origin, Vec<Idle>>>>;
+
+/// How long a kept connection may take to become ready for the next request.
+const READY_WAIT: Duration = Duration::from_secs(1);
+
+/// How long a read over a kept connection may wait for its answer before it is asked again
+/// on a new connection: a machine that went away without closing its connections answers
+/// nothing on them, where a new connection is refused at once.
+const REUSE_WAIT: Duration = Duration::from_secs(1);
 
 /// A pooled HTTP/1.1 client of one trust and identity. Cloning it shares its connections.
+///
+/// Every method reuses idle connections. A request is handed to a kept connection only if
+/// it is ready for one; one that closed before taking the request gives it back, and the
+/// request goes to the next connection (hyper's `try_send_request`): nothing that may have
+/// been sent is ever sent twice, except a read (GET or HEAD without a body) that got no
+/// answer within [`REUSE_WAIT`] on a kept connection, which is asked again on a new one.
 #[derive(Clone)]
 pub struct Client {
-    inner: hyper_util::client::legacy::Client<Connector, Body>,
     options: Arc<Options>,
+    tls: tokio_rustls::TlsConnector,
+    idle: Pool,
 }
 
 impl fmt::Debug for Client {
@@ -217,31 +276,92 @@ impl Client {
     /// # Errors
     /// [`Error::Settings`] when the trust or identity does not parse.
     pub fn new(options: Options) -> Result<Client, Error> {
-        let config = tls_config(&options)?;
-        let mut tcp = HttpConnector::new();
-        tcp.enforce_http(false);
-        tcp.set_nodelay(true);
-        tcp.set_connect_timeout(Some(options.connect_timeout));
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(Arc::unwrap_or_clone(config))
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(tcp);
-        let inner = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(options.idle_timeout)
-            .pool_max_idle_per_host(options.idle_per_origin)
-            .pool_timer(hyper_util::rt::TokioTimer::new())
-            .timer(hyper_util::rt::TokioTimer::new())
-            .build(connector);
+        let mut config = Arc::unwrap_or_clone(tls_config(&options)?);
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Client {
-            inner,
             options: Arc::new(options),
+            tls: tokio_rustls::TlsConnector::from(Arc::new(config)),
+            idle: Arc::default(),
         })
     }
 
     /// The options it was made with.
     pub fn options(&self) -> &Options {
         &self.options
+    }
+
+    /// How many idle connections it keeps now that are still open.
+    pub fn idle_connections(&self) -> usize {
+        self.pool()
+            .values()
+            .flatten()
+            .filter(|i| !i.sender.is_closed())
+            .count()
+    }
+
+    fn pool(&self) -> std::sync::MutexGuard<'_, HashMap<Origin, Vec<Idle>>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The newest idle connection to `origin` that is still open, not too old, and ready
+    /// for a request (one given back as its last answer ended becomes ready at once).
+    async fn take_ready(&self, origin: &Origin) -> Option<SendRequest<Body>> {
+        loop {
+            let mut sender = {
+                let mut pool = self.pool();
+                let idle = pool.get_mut(origin)?;
+                let fresh_after = Instant::now().checked_sub(self.options.idle_timeout);
+                idle.retain(|i| !i.sender.is_closed() && fresh_after.is_none_or(|t| i.since > t));
+                idle.pop()?.sender
+            };
+            if let Ok(Ok(())) = tokio::time::timeout(READY_WAIT, sender.ready()).await {
+                return Some(sender);
+            }
+        }
+    }
+
+    /// Keeps `sender` for a later request (its last answer ended).
+    fn keep(pool: &Pool, origin: Origin, sender: SendRequest<Body>, most: usize) {
+        if sender.is_closed() {
+            return;
+        }
+        let mut pool = pool.lock().unwrap_or_else(|e| e.into_inner());
+        let idle = pool.entry(origin).or_default();
+        idle.retain(|i| !i.sender.is_closed());
+        if idle.len() < most {
+            idle.push(Idle {
+                sender,
+                since: Instant::now(),
+            });
+        }
+    }
+
+    /// A new connection to `origin`: TCP, TLS for https, HTTP/1.1; its driver runs until it
+    /// closes or its sender is dropped.
+    async fn connect(&self, origin: &Origin) -> Result<SendRequest<Body>, Error> {
+        let limit = self.options.connect_timeout;
+        let work = async {
+            let tcp = TcpStream::connect((origin.host.as_str(), origin.port))
+                .await
+                .map_err(|e| Error::Connect(format!("{}: {e}", origin.authority())))?;
+            let _ = tcp.set_nodelay(true);
+            if origin.tls {
+                let name = ServerName::try_from(origin.host.clone())
+                    .map_err(|e| Error::Connect(format!("{}: {e}", origin.host)))?;
+                let stream = self.tls.connect(name, tcp).await.map_err(|e| {
+                    Error::Connect(format!("{}: TLS handshake: {e}", origin.authority()))
+                })?;
+                handshake(TokioIo::new(stream)).await
+            } else {
+                handshake(TokioIo::new(tcp)).await
+            }
+        };
+        tokio::time::timeout(limit, work).await.map_err(|_| {
+            Error::Connect(format!(
+                "{}: no connection within {limit:?}",
+                origin.authority()
+            ))
+        })?
     }
 
     /// Sends `request` (an absolute URI) and returns once the answer's head came; its body
@@ -252,17 +372,85 @@ impl Client {
     /// [`Error`]; [`Error::not_sent`] tells when the request surely never left.
     pub async fn send(&self, request: http::Request<Body>) -> Result<Response, Error> {
         let timeout = self.options.timeout;
-        let response = match tokio::time::timeout(timeout, self.inner.request(request)).await {
-            Err(_) => return Err(Error::Timeout(timeout)),
-            Ok(Err(e)) if e.is_connect() => return Err(Error::Connect(error_chain(&e))),
-            Ok(Err(e)) => return Err(Error::Exchange(error_chain(&e))),
-            Ok(Ok(response)) => response,
+        tokio::time::timeout(timeout, self.exchange(request))
+            .await
+            .map_err(|_| Error::Timeout(timeout))?
+    }
+
+    async fn exchange(&self, request: http::Request<Body>) -> Result<Response, Error> {
+        let origin = Origin::of(request.uri())?;
+        let (mut parts, body) = request.into_parts();
+        parts.uri = origin_form(&parts.uri);
+        parts.headers.entry(http::header::HOST).or_insert(
+            http::HeaderValue::from_str(&origin.authority())
+                .map_err(|e| Error::Settings(e.to_string()))?,
+        );
+        let replayable = matches!(parts.method, http::Method::GET | http::Method::HEAD)
+            && http_body::Body::is_end_stream(&body);
+        // A read is asked again from its head alone; anything else once.
+        let again = replayable.then(|| copy_head(&parts));
+        let mut pending = Some(http::Request::from_parts(parts, body));
+        while let Some(request) = pending.take() {
+            let Some(mut sender) = self.take_ready(&origin).await else {
+                pending = Some(request);
+                break;
+            };
+            let attempt = sender.try_send_request(request);
+            let outcome = match &again {
+                Some(_) => match tokio::time::timeout(REUSE_WAIT, attempt).await {
+                    Ok(outcome) => outcome,
+                    // No answer: its machine may be gone. Asked again on a new connection.
+                    Err(_) => break,
+                },
+                None => attempt.await,
+            };
+            match outcome {
+                Ok(response) => return Ok(self.given_back(response, origin, sender)),
+                Err(mut e) => match e.take_message() {
+                    // The connection closed before taking it: nothing was sent.
+                    Some(back) => pending = Some(back),
+                    None if again.is_some() => break,
+                    None => return Err(Error::Exchange(error_chain(e.error()))),
+                },
+            }
+        }
+        let request = match (pending, &again) {
+            (Some(request), _) => request,
+            (None, Some(head)) => rebuild(head),
+            (None, None) => {
+                return Err(Error::Exchange(
+                    "the request was lost on a kept connection".into(),
+                ));
+            }
         };
-        Ok(response.map(|body| ResponseBody {
+        let mut sender = self.connect(&origin).await?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| Error::Exchange(error_chain(&e)))?;
+        Ok(self.given_back(response, origin, sender))
+    }
+
+    /// `response`, whose body gives `sender` back to the pool when it ends.
+    fn given_back(
+        &self,
+        response: http::Response<hyper::body::Incoming>,
+        origin: Origin,
+        sender: SendRequest<Body>,
+    ) -> Response {
+        let timeout = self.options.timeout;
+        let back = GiveBack {
+            pool: Arc::clone(&self.idle),
+            origin,
+            sender,
+            most: self.options.idle_per_origin,
+        };
+        response.map(|body| ResponseBody {
             inner: body,
             timeout,
             idle: None,
-        }))
+            back: Some(back),
+        })
     }
 
     /// Sends `request` and reads its whole body: the status, headers and bytes.
@@ -281,6 +469,56 @@ impl Client {
             .to_bytes();
         Ok((parts, bytes))
     }
+}
+
+/// HTTP/1.1 over `io`, its connection driven by a task of its own.
+async fn handshake<T>(io: TokioIo<T>) -> Result<SendRequest<Body>, Error>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| Error::Connect(format!("HTTP handshake: {e}")))?;
+    tokio::spawn(async move {
+        // Its end is seen by the sender (closed), its errors by the requests.
+        let _ = connection.await;
+    });
+    Ok(sender)
+}
+
+/// `uri`'s path and query, as HTTP/1.1 asks an origin server.
+fn origin_form(uri: &http::Uri) -> http::Uri {
+    uri.path_and_query().map_or_else(
+        || http::Uri::from_static("/"),
+        |p| http::Uri::try_from(p.as_str()).unwrap_or_else(|_| http::Uri::from_static("/")),
+    )
+}
+
+/// A request's head, to send it again.
+struct Head {
+    method: http::Method,
+    uri: http::Uri,
+    version: http::Version,
+    headers: http::HeaderMap,
+}
+
+fn copy_head(parts: &http::request::Parts) -> Head {
+    Head {
+        method: parts.method.clone(),
+        uri: parts.uri.clone(),
+        version: parts.version,
+        headers: parts.headers.clone(),
+    }
+}
+
+/// A bodiless request of `head`.
+fn rebuild(head: &Head) -> http::Request<Body> {
+    let mut request = http::Request::new(empty());
+    *request.method_mut() = head.method.clone();
+    *request.uri_mut() = head.uri.clone();
+    *request.version_mut() = head.version;
+    *request.headers_mut() = head.headers.clone();
+    request
 }
 
 /// An error and its causes, one line (each cause once).
@@ -303,6 +541,16 @@ pub struct ResponseBody {
     inner: hyper::body::Incoming,
     timeout: Duration,
     idle: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The connection, given back to the pool when the body ends (dropped with the body
+    /// otherwise: a connection whose answer was not read to its end is not reused).
+    back: Option<GiveBack>,
+}
+
+struct GiveBack {
+    pool: Pool,
+    origin: Origin,
+    sender: SendRequest<Body>,
+    most: usize,
 }
 
 impl fmt::Debug for ResponseBody {
@@ -325,6 +573,11 @@ impl http_body::Body for ResponseBody {
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(frame) => {
                 this.idle = None;
+                if frame.is_none()
+                    && let Some(back) = this.back.take()
+                {
+                    Client::keep(&back.pool, back.origin, back.sender, back.most);
+                }
                 Poll::Ready(frame.map(|f| f.map_err(|e| Box::new(e) as BoxError)))
             }
             Poll::Pending => {

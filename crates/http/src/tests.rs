@@ -2,6 +2,7 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 use http_body_util::StreamBody;
 use hyper::service::service_fn;
@@ -17,6 +18,13 @@ use super::*;
 struct Server {
     base: String,
     accepted: Arc<AtomicUsize>,
+    /// Requests received (answered or not).
+    requests: Arc<AtomicUsize>,
+    /// Connections accepted before this many never answer again (a machine gone without
+    /// closing them).
+    silent_before: Arc<AtomicUsize>,
+    /// The connections' tasks (aborting one closes it).
+    connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
     tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
@@ -25,6 +33,7 @@ impl Drop for Server {
         for task in self.tasks.lock().unwrap().drain(..) {
             task.abort();
         }
+        self.drop_connections();
     }
 }
 
@@ -79,29 +88,42 @@ impl Server {
         let base = format!("{scheme}://{}", listener.local_addr().unwrap());
         let acceptor = tls.map(|c| tokio_rustls::TlsAcceptor::from(Arc::new(c)));
         let accepted = Arc::new(AtomicUsize::new(0));
+        let requests = Arc::new(AtomicUsize::new(0));
+        let silent_before = Arc::new(AtomicUsize::new(0));
         let tasks: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let (count, held) = (Arc::clone(&accepted), Arc::clone(&tasks));
+        let connections: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let (count, held) = (Arc::clone(&accepted), Arc::clone(&connections));
+        let (asked, silent) = (Arc::clone(&requests), Arc::clone(&silent_before));
         let main = tokio::spawn(async move {
             loop {
                 let Ok((tcp, _)) = listener.accept().await else {
                     return;
                 };
-                count.fetch_add(1, Ordering::SeqCst);
+                let number = count.fetch_add(1, Ordering::SeqCst);
                 let acceptor = acceptor.clone();
+                let (asked, silent) = (Arc::clone(&asked), Arc::clone(&silent));
+                let service = service_fn(move |request| {
+                    let (asked, silent) = (Arc::clone(&asked), Arc::clone(&silent));
+                    async move {
+                        asked.fetch_add(1, Ordering::SeqCst);
+                        if number < silent.load(Ordering::SeqCst) {
+                            std::future::pending::<()>().await;
+                        }
+                        answer(request).await
+                    }
+                });
                 let task = tokio::spawn(async move {
                     let builder = hyper::server::conn::http1::Builder::new();
                     match acceptor {
                         Some(a) => {
                             if let Ok(stream) = a.accept(tcp).await {
                                 let _ = builder
-                                    .serve_connection(TokioIo::new(stream), service_fn(answer))
+                                    .serve_connection(TokioIo::new(stream), service)
                                     .await;
                             }
                         }
                         None => {
-                            let _ = builder
-                                .serve_connection(TokioIo::new(tcp), service_fn(answer))
-                                .await;
+                            let _ = builder.serve_connection(TokioIo::new(tcp), service).await;
                         }
                     }
                 });
@@ -112,12 +134,26 @@ impl Server {
         Server {
             base,
             accepted,
+            requests,
+            silent_before,
+            connections,
             tasks,
         }
     }
 
     fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
+    }
+
+    fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+
+    /// Closes every connection, as a server restarting or timing idle ones out does.
+    fn drop_connections(&self) {
+        for task in self.connections.lock().unwrap().drain(..) {
+            task.abort();
+        }
     }
 }
 
@@ -331,4 +367,59 @@ async fn a_refused_connection_is_known_unsent_and_silence_is_bounded() {
     assert_eq!(first, "first piece");
     let e = body.frame().await.unwrap().unwrap_err();
     assert!(e.to_string().contains("nothing more came"), "{e}");
+}
+
+/// Waits (bounded) until `client` has noticed that its kept connections closed.
+async fn until_no_idle(client: &Client) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while client.idle_connections() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the closed connections are still idle"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_closed_connection_is_replaced_for_any_method() {
+    let server = Server::start(None).await;
+    let client = Client::new(quick()).unwrap();
+    let url = format!("{}/x", server.base);
+    client.call(request("GET", &url, b"")).await.unwrap();
+    assert_eq!(client.idle_connections(), 1);
+    server.drop_connections();
+    until_no_idle(&client).await;
+    let (parts, bytes) = client.call(request("POST", &url, b"once")).await.unwrap();
+    assert_eq!((parts.status.as_u16(), &bytes[..]), (200, &b"POST 4"[..]));
+    assert_eq!(server.accepted(), 2);
+    assert_eq!(server.requests(), 2, "the write went out once");
+}
+
+#[tokio::test]
+async fn a_kept_connection_that_answers_nothing_is_left_for_reads_and_never_resends_a_write() {
+    let server = Server::start(None).await;
+    let client = Client::new(Options {
+        timeout: Duration::from_secs(5),
+        ..quick()
+    })
+    .unwrap();
+    let url = format!("{}/x", server.base);
+    client.call(request("GET", &url, b"")).await.unwrap();
+    // Its machine goes away without closing it: a read is asked again on a new connection,
+    // well within the request's own timeout.
+    server
+        .silent_before
+        .store(server.accepted(), Ordering::SeqCst);
+    let (parts, _) = client.call(request("GET", &url, b"")).await.unwrap();
+    assert_eq!(parts.status, 200);
+    assert_eq!((server.accepted(), server.requests()), (2, 3));
+    // A write on a kept connection that answers nothing is not sent again: it may have
+    // been done. It fails at the request's timeout.
+    server
+        .silent_before
+        .store(server.accepted(), Ordering::SeqCst);
+    let e = client.call(request("POST", &url, b"x")).await.unwrap_err();
+    assert!(matches!(e, Error::Timeout(_)), "{e}");
+    assert_eq!((server.accepted(), server.requests()), (2, 4));
 }

@@ -1,14 +1,15 @@
-//! `oi-http`: the HTTP client of the project's own calls to other services (object stores,
-//! Redfish BMCs).
+//! `oi-http`: the HTTP client of the project's own calls over HTTP (the engine's to API
+//! servers, object stores, Redfish BMCs, the join commands').
 //!
 //! ```text
 //! Trust + identity ──► Client::new ──► one rustls configuration, built here, once
 //!                                      (the system's roots are read once per process)
-//! Client::send(request) ──► a kept connection to that origin if one is idle, else a new
+//! Client::send(request) ──► a kept connection to that origin once it is ready, else a new
 //!                           one (HTTP/1.1; `http://` in plain TCP, `https://` over TLS);
-//!                           every method reuses connections: a request that provably never
-//!                           left (the kept connection had closed) is sent again on a new
-//!                           one, anything else is the caller's to retry
+//!                           every method reuses connections: a request a kept connection
+//!                           closed before taking goes to the next one; a read it leaves
+//!                           unanswered is asked again on a new one; anything else that
+//!                           may have left is the caller's to retry
 //! ```
 //!
 //! Every exchange is bounded: the connection by [`Options::connect_timeout`], the answer's
@@ -20,6 +21,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
@@ -158,9 +160,9 @@ fn pem_certs(pem: &str, what: &str) -> Result<Vec<CertificateDer<'static>>, Erro
     Ok(certs)
 }
 
-/// The rustls configuration of `options` (over ring): [`Error::Settings`] names the part
-/// that does not parse (never the key's content).
-fn tls_config(options: &Options) -> Result<Arc<ClientConfig>, Error> {
+/// The rustls configuration of `options` (over ring, HTTP/1.1): [`Error::Settings`] names
+/// the part that does not parse (never the key's content).
+fn tls_config(options: &Options) -> Result<ClientConfig, Error> {
     let mut roots = rustls::RootCertStore::empty();
     if matches!(options.roots, Roots::System | Roots::SystemAnd(_)) {
         let (_added, _unusable) = roots.add_parsable_certificates(system_roots().iter().cloned());
@@ -177,7 +179,7 @@ fn tls_config(options: &Options) -> Result<Arc<ClientConfig>, Error> {
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::Settings(e.to_string()))?
         .with_root_certificates(roots);
-    let config = match &options.identity {
+    let mut config = match &options.identity {
         Some(identity) => {
             let certs = pem_certs(&identity.certificate_pem, "client certificate")?;
             // The error of a key that does not parse says nothing of the key's content.
@@ -189,8 +191,8 @@ fn tls_config(options: &Options) -> Result<Arc<ClientConfig>, Error> {
         }
         None => builder.with_no_client_auth(),
     };
-    // ALPN (http/1.1) is set by the connector.
-    Ok(Arc::new(config))
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
 }
 
 /// A connection's destination: scheme, host and port.
@@ -276,8 +278,7 @@ impl Client {
     /// # Errors
     /// [`Error::Settings`] when the trust or identity does not parse.
     pub fn new(options: Options) -> Result<Client, Error> {
-        let mut config = Arc::unwrap_or_clone(tls_config(&options)?);
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let config = tls_config(&options)?;
         Ok(Client {
             options: Arc::new(options),
             tls: tokio_rustls::TlsConnector::from(Arc::new(config)),
@@ -388,7 +389,7 @@ impl Client {
         let replayable = matches!(parts.method, http::Method::GET | http::Method::HEAD)
             && http_body::Body::is_end_stream(&body);
         // A read is asked again from its head alone; anything else once.
-        let again = replayable.then(|| copy_head(&parts));
+        let again = replayable.then(|| parts.clone());
         let mut pending = Some(http::Request::from_parts(parts, body));
         while let Some(request) = pending.take() {
             let Some(mut sender) = self.take_ready(&origin).await else {
@@ -416,7 +417,7 @@ impl Client {
         }
         let request = match (pending, &again) {
             (Some(request), _) => request,
-            (None, Some(head)) => rebuild(head),
+            (None, Some(head)) => http::Request::from_parts(head.clone(), empty()),
             (None, None) => {
                 return Err(Error::Exchange(
                     "the request was lost on a kept connection".into(),
@@ -492,33 +493,6 @@ fn origin_form(uri: &http::Uri) -> http::Uri {
         || http::Uri::from_static("/"),
         |p| http::Uri::try_from(p.as_str()).unwrap_or_else(|_| http::Uri::from_static("/")),
     )
-}
-
-/// A request's head, to send it again.
-struct Head {
-    method: http::Method,
-    uri: http::Uri,
-    version: http::Version,
-    headers: http::HeaderMap,
-}
-
-fn copy_head(parts: &http::request::Parts) -> Head {
-    Head {
-        method: parts.method.clone(),
-        uri: parts.uri.clone(),
-        version: parts.version,
-        headers: parts.headers.clone(),
-    }
-}
-
-/// A bodiless request of `head`.
-fn rebuild(head: &Head) -> http::Request<Body> {
-    let mut request = http::Request::new(empty());
-    *request.method_mut() = head.method.clone();
-    *request.uri_mut() = head.uri.clone();
-    *request.version_mut() = head.version;
-    *request.headers_mut() = head.headers.clone();
-    request
 }
 
 /// An error and its causes, one line (each cause once).
@@ -604,8 +578,6 @@ impl http_body::Body for ResponseBody {
         self.inner.size_hint()
     }
 }
-
-use std::future::Future as _;
 
 #[cfg(test)]
 mod tests;

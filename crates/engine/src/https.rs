@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http::{Method, Request};
+use http::Method;
 
 /// Trust and identity of one HTTPS request: the CA the server is verified against and,
 /// optionally, the client certificate presented.
@@ -186,29 +186,14 @@ impl RealNetwork {
         url: &str,
     ) -> Result<HttpsResponse, String> {
         let client = self.client(request.tls)?;
-        let mut builder = Request::builder()
-            .method(request.method.clone())
-            .uri(url)
-            .header(http::header::ACCEPT, "application/json")
-            .header(http::header::USER_AGENT, "oi-engine");
-        if let Some(token) = request.bearer {
-            builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
-        }
-        if request.body.is_some() {
-            let content_type = if request.method == Method::PATCH {
-                "application/merge-patch+json"
-            } else {
-                "application/json"
-            };
-            builder = builder.header(http::header::CONTENT_TYPE, content_type);
-        }
-        let body = match request.body {
-            Some(b) => oi_http::full(b.to_string()),
-            None => oi_http::empty(),
-        };
-        let built = builder
-            .body(body)
-            .map_err(|e| format!("building {url}: {e}"))?;
+        let built = oi_http::json_request(
+            request.method,
+            url,
+            "oi-engine",
+            request.bearer,
+            request.body,
+        )
+        .map_err(|e| format!("building {url}: {e}"))?;
         let (parts, bytes) = client.call(built).await.map_err(|e| e.to_string())?;
         Ok(HttpsResponse {
             status: parts.status.as_u16(),

@@ -495,6 +495,37 @@ fn origin_form(uri: &http::Uri) -> http::Uri {
     )
 }
 
+/// A request to a JSON API as Kubernetes' API servers take them: `Accept` JSON, the bearer
+/// token if any, and a body of JSON (a JSON merge patch, RFC 7386, with PATCH).
+///
+/// # Errors
+/// When `url` or a header value is not valid.
+pub fn json_request(
+    method: &http::Method,
+    url: &str,
+    user_agent: &str,
+    bearer: Option<&str>,
+    body: Option<&str>,
+) -> Result<http::Request<Body>, http::Error> {
+    let mut builder = http::Request::builder()
+        .method(method.clone())
+        .uri(url)
+        .header(http::header::ACCEPT, "application/json")
+        .header(http::header::USER_AGENT, user_agent);
+    if let Some(token) = bearer {
+        builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    if body.is_some() {
+        let content_type = if *method == http::Method::PATCH {
+            "application/merge-patch+json"
+        } else {
+            "application/json"
+        };
+        builder = builder.header(http::header::CONTENT_TYPE, content_type);
+    }
+    builder.body(body.map_or_else(empty, |b| full(b.to_string())))
+}
+
 /// An error and its causes, one line (each cause once).
 pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();

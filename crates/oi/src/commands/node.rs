@@ -106,26 +106,9 @@ impl<'a> Client<'a> {
         path: &str,
         body: Option<&str>,
     ) -> anyhow::Result<Answer> {
-        let mut request = http::Request::builder()
-            .method(method.clone())
-            .uri(format!("{}{path}", self.endpoint))
-            .header(http::header::ACCEPT, "application/json")
-            .header(http::header::USER_AGENT, "oi")
-            .header(
-                http::header::AUTHORIZATION,
-                format!("Bearer {}", self.token),
-            );
-        if body.is_some() {
-            let content_type = if *method == Method::PATCH {
-                "application/merge-patch+json"
-            } else {
-                "application/json"
-            };
-            request = request.header(http::header::CONTENT_TYPE, content_type);
-        }
-        let request = request
-            .body(oi_http::full(body.unwrap_or_default().to_string()))
-            .with_context(|| format!("{}{path}", self.endpoint))?;
+        let url = format!("{}{path}", self.endpoint);
+        let request = oi_http::json_request(method, &url, "oi", Some(self.token), body)
+            .with_context(|| url.clone())?;
         match self.http.call(request).await {
             Ok((parts, bytes)) => Ok(Answer {
                 status: parts.status.as_u16(),

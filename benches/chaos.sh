@@ -17,7 +17,7 @@ export OI_REQUIRE_REAL=1 RUST_MIN_STACK=8388608
 cargo build --locked --quiet --workspace --bins
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-cargo nextest run --locked --workspace --test chaos --no-capture 2>&1 | tee "$out" | grep '^chaos'
+cargo nextest run --locked -p oi-e2e --test e2e chaos:: --no-capture 2>&1 | tee "$out" | grep '^chaos'
 mkdir -p benches/results
 result="benches/results/chaos-$(date -u +%F).txt"
 {

@@ -5,8 +5,6 @@
 //! Every container runs with the CPU weight and memory limit the versions table gives it.
 //! Fewer again: the API servers alone leave, nothing of them left on their hypervisors.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

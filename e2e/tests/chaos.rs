@@ -14,8 +14,6 @@
 //! (no pod but those of the cluster's components, no throwaway pod, no port but theirs).
 //! The figures (faults by kind, time back to full strength, failed writes) are printed.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::process::{Command, Stdio};

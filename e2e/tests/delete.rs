@@ -1,8 +1,6 @@
 //! Scenario 4: `oi cluster delete` then `oi reconcile` removes the cluster, its components,
 //! its ports, its pods and its host directories.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use oi_e2e::{LocalSet, World, inject_cluster, oi, prerequisites, reconcile_until_ready, str_at};
 
 #[test]

@@ -4,8 +4,6 @@
 //! the public one (the ingress moves, and the cluster's address with it); and a drain with no
 //! room elsewhere refused with everything left running.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 

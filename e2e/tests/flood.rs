@@ -6,8 +6,6 @@
 //! idle timeout) and by the ingress (no ClientHello within its delay). The counts and times
 //! are printed.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::io::{BufRead as _, BufReader};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};

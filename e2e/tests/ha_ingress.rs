@@ -6,8 +6,6 @@
 //! printed (the README's figures), not asserted: a timed assertion would flake on a loaded
 //! machine.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::time::{Duration, Instant};
 
 use oi_e2e::{

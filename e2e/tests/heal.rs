@@ -10,8 +10,6 @@
 //! 4. `oi cluster recover --from-member` the survivor: 3 voting members again, with every
 //!    object the survivor held.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 

@@ -4,8 +4,6 @@
 //! containerd is started again (the harness does it as `create` does: the set has no restart
 //! command), both clusters converge.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use oi_e2e::{
     LocalSet, World, inject_cluster, prerequisites, reconcile, reconcile_until_ready, str_at,
 };

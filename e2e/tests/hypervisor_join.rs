@@ -4,8 +4,6 @@
 //! through the front), a second run changes nothing and prints the same manifest, and the
 //! front refuses a client certificate it did not issue.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use http::Method;
 use oi_api::Hypervisor;
 use oi_e2e::{IMAGE_REPOSITORY, LocalSet, World, binary, inject_cluster, prerequisites, reconcile};

@@ -7,15 +7,10 @@
 //! refused; a converged reconcile writes nothing inside; a token removed from the Cluster is
 //! revoked in the cluster; objects changed or deleted by someone are put back.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "../../crates/kube-standin/tests/support/kubectl.rs"]
-mod kubectl;
-
 use std::path::Path;
 
+use crate::kubectl::{self, Kubectl};
 use base64::Engine as _;
-use kubectl::Kubectl;
 use oi_e2e::{LocalSet, Summary, admin_kubeconfig, inject_cluster, prerequisites, reconcile};
 use oi_kube_standin::local::{KubeconfigUser, kubeconfig};
 

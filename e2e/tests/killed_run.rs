@@ -9,8 +9,6 @@
 //! stray one, `kubectl version` through the ingress, exactly the cluster's pods on each
 //! hypervisor (no leftover throwaway file writer), and a final reconcile mutates nothing.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader};
 use std::path::Path;

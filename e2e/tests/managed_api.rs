@@ -5,16 +5,11 @@
 //! replica serves them. Bootstrap tokens and certificates are checked as kube-apiserver
 //! checks them; the controller-manager stand-ins elect a leader and run their controllers.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "../../crates/kube-standin/tests/support/kubectl.rs"]
-mod kubectl;
-
 use std::path::Path;
 use std::time::Duration;
 
+use crate::kubectl::{self, Kubectl};
 use base64::Engine as _;
-use kubectl::Kubectl;
 use oi_e2e::{LocalSet, admin_kubeconfig, eventually, inject_cluster, prerequisites, reconcile};
 use oi_kube_standin::local::{KubeconfigUser, TestCa, kubeconfig};
 

@@ -3,8 +3,6 @@
 //! kubectl through the ingress), scales it 3 → 1, then deletes it: nothing is left in the
 //! store, on the hypervisors or in their port allocations.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -6,8 +6,6 @@
 //! standby takes the Lease over and scales the cluster 3 → 1; the Cluster is deleted and
 //! nothing is left; SIGTERM releases the Lease and exits 0.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};

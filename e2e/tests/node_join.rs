@@ -5,8 +5,6 @@
 //! (the kubelet stand-in) registers a Node that becomes Ready with the issued credentials. A
 //! rerun converges; another machine asking for the same name is told so.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -5,8 +5,6 @@
 //! discovery, JWKS, issuer, audience, expiry, claims). A token of another issuer, and one of
 //! ours for another client, are refused.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

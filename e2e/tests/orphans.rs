@@ -3,8 +3,6 @@
 //! with a warning and in its summary, their ports held); `--prune` removes them, their
 //! directories and ports, and the dry run with `--prune` says so first.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use oi_api::{ObjectKey, World as ApiWorld};
 use oi_e2e::{IMAGE_REPOSITORY, LocalSet, oi, prerequisites, reconcile_until_ready};
 

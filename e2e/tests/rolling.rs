@@ -10,8 +10,6 @@
 //! plane pods are replaced one at a time, each API server answering `/readyz` before the next;
 //! etcd is untouched and `kubectl version` answers through the ingress afterwards.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;

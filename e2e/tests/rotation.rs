@@ -3,8 +3,6 @@
 //! until the last phase, then it is refused and a new kubeconfig works; etcd keeps 3 voting
 //! members throughout); then every CA and the service-account key at once.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,8 +1,6 @@
 //! Scenario 3: scaling a cluster's control plane 3 → 1 → 3 by editing
 //! `spec.controlPlaneReplicas`; a key written to etcd before is read after each step.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::time::Duration;
 
 use oi_e2e::{

@@ -3,8 +3,6 @@
 //! the stand-in through the ingress, etcd has 3 started voting members, and a second
 //! reconcile mutates nothing.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::time::Duration;
 
 use oi_e2e::{

@@ -9,8 +9,6 @@
 //! `host reboot cp-1` power-cycle that system and no other; the load balancers forward; a
 //! second run changes nothing; deleting the SIPCluster removes its pods, ports and labels.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

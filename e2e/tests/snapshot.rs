@@ -4,8 +4,6 @@
 //! deleted and restored from S3 onto three other hypervisors with every object back; then
 //! restored in place, the objects written since gone.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;

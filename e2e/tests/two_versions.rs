@@ -1,8 +1,6 @@
 //! Scenario 5: two clusters of different Kubernetes versions side by side on the same
 //! hypervisors; kubectl sees each one's own version through its own ingress.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::time::Duration;
 
 use oi_e2e::{

@@ -4,8 +4,6 @@
 //! changed, the jump with the chain to follow; `oi cluster upgrade --to 1.37` walking a 1.35
 //! cluster through 1.36 to 1.37.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::time::Duration;
 
 use oi_e2e::{

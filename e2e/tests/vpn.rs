@@ -16,8 +16,6 @@
 //!   address as one of the first's; both reached, each through its own tunnel
 //! ```
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::process::Child;
 use std::time::{Duration, Instant};
 

@@ -172,21 +172,69 @@ fn sha256_hex(bytes: &[u8]) -> String {
 /// # Errors
 /// The reason, for [`SnapshotError::Corrupt`].
 pub fn check_etcd_snapshot(etcd: &[u8]) -> Result<(), String> {
-    if etcd.len() < 4096 + 32 {
-        return Err(format!(
-            "{} bytes are too few for an etcd database",
-            etcd.len()
-        ));
+    let mut check = EtcdCheck::default();
+    check.update(etcd);
+    check.finish()
+}
+
+/// [`check_etcd_snapshot`] over bytes that arrive in pieces, holding none but the last 32.
+#[derive(Default)]
+struct EtcdCheck {
+    /// Of every byte but the last 32 (etcd's database, whose SHA-256 etcd appends).
+    database: Sha256,
+    /// The last 32 bytes seen, not yet known to be part of the database.
+    held: Vec<u8>,
+    /// The first 20 bytes (bbolt's magic number is at 16).
+    start: Vec<u8>,
+    size: u64,
+}
+
+impl EtcdCheck {
+    fn update(&mut self, chunk: &[u8]) {
+        self.size += chunk.len() as u64;
+        let missing = 20usize.saturating_sub(self.start.len());
+        self.start
+            .extend_from_slice(&chunk[..missing.min(chunk.len())]);
+        // All but the last 32 bytes seen so far belong to the database.
+        if chunk.len() >= 32 {
+            let (database, last) = chunk.split_at(chunk.len() - 32);
+            self.database.update(&self.held);
+            self.database.update(database);
+            self.held.clear();
+            self.held.extend_from_slice(last);
+        } else {
+            self.held.extend_from_slice(chunk);
+            if self.held.len() > 32 {
+                let cut = self.held.len() - 32;
+                self.database.update(&self.held[..cut]);
+                self.held.drain(..cut);
+            }
+        }
     }
-    let magic = u32::from_le_bytes([etcd[16], etcd[17], etcd[18], etcd[19]]);
-    if magic != BOLT_MAGIC {
-        return Err("it is not an etcd (bbolt) database".to_string());
+
+    fn finish(self) -> Result<(), String> {
+        if self.size < 4096 + 32 {
+            return Err(format!(
+                "{} bytes are too few for an etcd database",
+                self.size
+            ));
+        }
+        let magic = u32::from_le_bytes([
+            self.start[16],
+            self.start[17],
+            self.start[18],
+            self.start[19],
+        ]);
+        if magic != BOLT_MAGIC {
+            return Err("it is not an etcd (bbolt) database".to_string());
+        }
+        if self.database.finalize().as_slice() != self.held.as_slice() {
+            return Err(
+                "etcd's own checksum (the SHA-256 after the database) does not match".into(),
+            );
+        }
+        Ok(())
     }
-    let (db, sum) = etcd.split_at(etcd.len() - 32);
-    if Sha256::digest(db).as_slice() != sum {
-        return Err("etcd's own checksum (the SHA-256 after the database) does not match".into());
-    }
-    Ok(())
 }
 
 /// The header of a snapshot of `cluster` (as `world` holds it) taken from `member` at etcd
@@ -232,19 +280,13 @@ pub fn snapshot_header(
 pub struct SnapshotWriter {
     /// Of every byte (the footer's checksum).
     all: Sha256,
-    /// Of every byte but the last 32 (etcd's database, whose SHA-256 etcd appends).
-    database: Sha256,
-    /// The last 32 bytes seen, not yet known to be part of the database.
-    held: Vec<u8>,
-    /// The first 20 bytes (bbolt's magic number is at 16).
-    start: Vec<u8>,
-    size: u64,
+    etcd: EtcdCheck,
 }
 
 impl fmt::Debug for SnapshotWriter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SnapshotWriter")
-            .field("size", &self.size)
+            .field("size", &self.etcd.size)
             .finish_non_exhaustive()
     }
 }
@@ -260,10 +302,7 @@ impl SnapshotWriter {
         head.push(b'\n');
         let writer = SnapshotWriter {
             all: Sha256::new(),
-            database: Sha256::new(),
-            held: Vec::with_capacity(64),
-            start: Vec::with_capacity(20),
-            size: 0,
+            etcd: EtcdCheck::default(),
         };
         (writer, head)
     }
@@ -271,22 +310,12 @@ impl SnapshotWriter {
     /// The next bytes of etcd's snapshot.
     pub fn update(&mut self, chunk: &[u8]) {
         self.all.update(chunk);
-        self.size += chunk.len() as u64;
-        let missing = 20usize.saturating_sub(self.start.len());
-        self.start
-            .extend_from_slice(&chunk[..missing.min(chunk.len())]);
-        // All but the last 32 bytes seen so far belong to the database.
-        self.held.extend_from_slice(chunk);
-        if self.held.len() > 32 {
-            let cut = self.held.len() - 32;
-            self.database.update(&self.held[..cut]);
-            self.held.drain(..cut);
-        }
+        self.etcd.update(chunk);
     }
 
     /// Bytes of etcd's snapshot so far.
     pub fn size(&self) -> u64 {
-        self.size
+        self.etcd.size
     }
 
     /// The footer, once etcd's snapshot passed the check; its size and hex SHA-256 besides.
@@ -294,32 +323,14 @@ impl SnapshotWriter {
     /// # Errors
     /// Why etcd's snapshot is not sound (as [`check_etcd_snapshot`] says it).
     pub fn finish(self) -> Result<(Vec<u8>, u64, String), String> {
-        if self.size < 4096 + 32 {
-            return Err(format!(
-                "{} bytes are too few for an etcd database",
-                self.size
-            ));
-        }
-        let magic = u32::from_le_bytes([
-            self.start[16],
-            self.start[17],
-            self.start[18],
-            self.start[19],
-        ]);
-        if magic != BOLT_MAGIC {
-            return Err("it is not an etcd (bbolt) database".to_string());
-        }
-        if self.database.finalize().as_slice() != self.held.as_slice() {
-            return Err(
-                "etcd's own checksum (the SHA-256 after the database) does not match".into(),
-            );
-        }
+        let size = self.etcd.size;
+        self.etcd.finish()?;
         let sum = self.all.finalize();
         let mut footer = Vec::with_capacity(FOOTER_BYTES);
         footer.extend_from_slice(&sum);
-        footer.extend_from_slice(&self.size.to_be_bytes());
+        footer.extend_from_slice(&size.to_be_bytes());
         footer.extend_from_slice(FOOTER_MARK);
-        Ok((footer, self.size, hex::encode(sum)))
+        Ok((footer, size, hex::encode(sum)))
     }
 }
 

@@ -24,7 +24,6 @@ trap 'rm -f "$record"' EXIT
 export OI_TEST_SETS_RECORD=$record
 status=0
 cargo nextest run --locked --workspace --no-fail-fast "$@" || status=$?
-echo "== disk after the tests: $(df -h --output=avail,size / | tail -n 1 | awk '{print $1 " free of " $2}')"
 bin=target/debug/oi-local-hypervisor-set
 if [[ -x $bin ]]; then
   existing=$("$bin" list 2>/dev/null | awk 'NR>1 {print $1}' | sort -u || true)

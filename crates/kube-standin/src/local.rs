@@ -29,8 +29,10 @@ pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 
 /// How the local server is set up.
 pub struct LocalOptions {
-    /// The storage; a fresh [`MemoryStorage`] when `None`.
+    /// The storage; a fresh [`MemoryStorage`] when `None` (and no `etcd`).
     pub storage: Option<SharedStorage>,
+    /// Objects in etcd instead (connected on the server's own runtime).
+    pub etcd: Option<EtcdConnection>,
     /// `--authorization-mode` (default `Node,RBAC`).
     pub modes: Vec<Mode>,
     /// The longest watch.
@@ -55,6 +57,7 @@ impl Default for LocalOptions {
     fn default() -> Self {
         LocalOptions {
             storage: None,
+            etcd: None,
             modes: vec![Mode::Node, Mode::Rbac],
             watch_timeout: Duration::from_secs(1800),
             bookmark_interval: Duration::from_secs(60),
@@ -67,6 +70,19 @@ impl Default for LocalOptions {
         }
     }
 }
+
+/// The etcd the server stores its objects in: its client URLs, its CA and a client identity
+/// (PEM).
+#[derive(Debug, Clone)]
+pub struct EtcdConnection {
+    pub servers: Vec<String>,
+    pub ca_pem: Vec<u8>,
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+}
+
+/// How long a request to the etcd of [`LocalOptions::etcd`] may take.
+const ETCD_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A certificate authority minted for tests.
 pub struct TestCa {
@@ -214,13 +230,26 @@ impl LocalApiServer {
         let signer = jwt::Signer::from_file(&sa_key)?;
         let public = signer.public_key().clone();
 
-        let (memory, storage): (Option<Arc<MemoryStorage>>, SharedStorage) = match options.storage {
-            Some(s) => (None, s),
-            None => {
-                let m = Arc::new(MemoryStorage::default());
-                (Some(Arc::clone(&m)), m)
-            }
-        };
+        let (memory, storage): (Option<Arc<MemoryStorage>>, SharedStorage) =
+            match (options.storage, options.etcd) {
+                (Some(s), _) => (None, s),
+                (None, Some(etcd)) => {
+                    let storage = runtime
+                        .block_on(crate::api::etcd_storage::EtcdStorage::connect(
+                            &etcd.servers,
+                            &etcd.ca_pem,
+                            &etcd.cert_pem,
+                            &etcd.key_pem,
+                            ETCD_TIMEOUT,
+                        ))
+                        .context("connecting to the API server's etcd")?;
+                    (None, Arc::new(storage))
+                }
+                (None, None) => {
+                    let m = Arc::new(MemoryStorage::default());
+                    (Some(Arc::clone(&m)), m)
+                }
+            };
         let client_roots = crate::tls::roots_from_pem(client_ca.pem().as_bytes(), "client CA")?;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1")?;
         listener.set_nonblocking(true)?;

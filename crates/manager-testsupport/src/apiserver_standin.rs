@@ -25,6 +25,8 @@ use oi_manager::kube_store::{api_resource, plural};
 use oi_manager::store::Stored;
 use serde_json::{Value, json};
 
+use crate::etcd::EtcdProcess;
+
 /// How the stand-in is set up.
 #[derive(Debug, Clone)]
 pub struct StandinOptions {
@@ -35,6 +37,9 @@ pub struct StandinOptions {
     pub crds: bool,
     /// Namespaces created at start (the manager's, and those objects go in).
     pub namespaces: Vec<String>,
+    /// Objects stored in a real etcd started for the server ([`EtcdProcess`]) instead of
+    /// memory.
+    pub etcd: bool,
 }
 
 impl Default for StandinOptions {
@@ -46,6 +51,7 @@ impl Default for StandinOptions {
                 .iter()
                 .map(|s| (*s).to_string())
                 .collect(),
+            etcd: false,
         }
     }
 }
@@ -55,6 +61,8 @@ pub struct ApiServer {
     /// Where it listens (HTTPS).
     pub address: SocketAddr,
     local: LocalApiServer,
+    /// Dropped after the server that uses it.
+    etcd: Option<EtcdProcess>,
 }
 
 fn collection(kind: Kind, namespace: Option<&str>) -> String {
@@ -80,14 +88,17 @@ impl ApiServer {
     /// # Errors
     /// When the server cannot start or its setup is refused.
     pub fn start(options: StandinOptions) -> Result<ApiServer> {
+        let etcd = options.etcd.then(EtcdProcess::start).transpose()?;
         let local = LocalApiServer::start(LocalOptions {
             watch_timeout: options.watch_timeout,
             record_requests: true,
+            etcd: etcd.as_ref().map(|e| e.connection.clone()),
             ..LocalOptions::default()
         })?;
         let server = ApiServer {
             address: local.address,
             local,
+            etcd,
         };
         for ns in &options.namespaces {
             server.call(
@@ -116,10 +127,7 @@ impl ApiServer {
     /// # Errors
     /// A failure status, with the server's message.
     pub fn call(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value> {
-        let api = std::sync::Arc::clone(self.local.api());
-        // In-memory storage needs no reactor: this completes without one, also when called
-        // from an async test's thread.
-        let (status, value) = futures::executor::block_on(api.loopback(method.clone(), path, body));
+        let (status, value) = self.loopback(method.clone(), path, body);
         if !status.is_success() {
             bail!(
                 "{method} {path}: {status}: {}",
@@ -129,9 +137,35 @@ impl ApiServer {
         Ok(value)
     }
 
-    fn try_get(&self, path: &str) -> Result<Option<Value>> {
+    /// A request of the loopback client, answered from any thread, also an async test's.
+    fn loopback(&self, method: Method, path: &str, body: Option<&Value>) -> (StatusCode, Value) {
         let api = std::sync::Arc::clone(self.local.api());
-        let (status, value) = futures::executor::block_on(api.loopback(Method::GET, path, None));
+        if self.etcd.is_none() {
+            // In-memory storage needs no reactor: this completes without one.
+            return futures::executor::block_on(api.loopback(method, path, body));
+        }
+        // etcd's client does: on the server's runtime, from a thread of its own.
+        let handle = self.local.handle();
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| handle.block_on(api.loopback(method, path, body)))
+                .join()
+                .unwrap_or_else(|_| {
+                    (
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        json!({"message": "the request panicked"}),
+                    )
+                })
+        })
+    }
+
+    /// The etcd the objects are stored in ([`StandinOptions::etcd`]).
+    pub fn etcd(&self) -> Option<&EtcdProcess> {
+        self.etcd.as_ref()
+    }
+
+    fn try_get(&self, path: &str) -> Result<Option<Value>> {
+        let (status, value) = self.loopback(Method::GET, path, None);
         match status {
             StatusCode::OK => Ok(Some(value)),
             StatusCode::NOT_FOUND => Ok(None),

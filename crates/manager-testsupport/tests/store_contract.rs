@@ -9,7 +9,11 @@
 mod fixtures;
 
 use fixtures::{cluster, component, hypervisor, key};
+use std::sync::Arc;
+use std::time::Duration;
+
 use oi_api::{Cluster, Hypervisor, Kind, ObjectKey, Resource as _};
+use oi_manager::cache::{self, WatchCache};
 use oi_manager::kube_store::KubeStore;
 use oi_manager::store::{Store, StoreError};
 use oi_manager_testsupport::apiserver_standin::{ApiServer, StandinOptions};
@@ -273,5 +277,41 @@ fn kube_store_over_the_api_server_stand_in_meets_the_contract() {
     server.block_on(async {
         let client = server.client().await.unwrap();
         contract(&KubeStore::new(client, "test/reporter", "test-1")).await;
+    });
+}
+
+/// With its watch caches (as `oi-manager run` has it), lists come from memory: what the store
+/// wrote itself is listed at once, as the contract asks, without waiting for the watch.
+#[test]
+fn kube_store_with_watch_caches_meets_the_contract_and_lists_without_listing() {
+    let server = ApiServer::start(StandinOptions {
+        namespaces: ["del", "gen", "la", "lb", "ns"].map(String::from).to_vec(),
+        ..StandinOptions::default()
+    })
+    .unwrap();
+    server.block_on(async {
+        let client = server.client().await.unwrap();
+        let cache = Arc::new(WatchCache::start(&client, None, &cache::CACHED_KINDS));
+        tokio::time::timeout(Duration::from_secs(30), cache.synced())
+            .await
+            .expect("the caches sync");
+        let store = KubeStore::new(client, "test/reporter", "test-1").with_cache(cache);
+        server.local().api().clear_requests();
+        contract(&store).await;
+        let lists: Vec<String> = server
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                let path = r.split('?').next().unwrap_or(r);
+                r.starts_with("GET ")
+                    && !r.contains("watch=")
+                    && (path.ends_with("/clusters") || path.ends_with("/hypervisors"))
+            })
+            .collect();
+        assert_eq!(
+            lists,
+            Vec::<String>::new(),
+            "the contract's lists were LISTs"
+        );
     });
 }

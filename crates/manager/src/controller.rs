@@ -321,8 +321,8 @@ impl<S: Store, C: Connector, N: Network> Context<S, C, N> {
         }
     }
 
-    /// What wakes a cluster from outside a reconcile (the join watches).
-    fn waker(&self) -> crate::joins::Waker {
+    /// What wakes a cluster from outside a reconcile (the join watches, the watch caches).
+    pub(crate) fn waker(&self) -> crate::joins::Waker {
         let wakeups = Arc::clone(&self.wakeups);
         Arc::new(move |key| {
             if let Some(tx) = lock(&wakeups).as_ref() {

@@ -13,7 +13,7 @@
 //! | call            | request                                                    |
 //! |-----------------|------------------------------------------------------------|
 //! | `get`           | `GET .../<plural>/<name>` (404: `Ok(None)`)                |
-//! | `list`          | `GET .../<plural>` (one namespace, or every one)           |
+//! | `list`          | from the [`WatchCache`] once synced, else `GET .../<plural>` |
 //! | `create`        | `POST .../<plural>`                                        |
 //! | `update`        | `PUT .../<plural>/<name>` with `metadata.resourceVersion`  |
 //! | `update_status` | `PUT .../<plural>/<name>/status`                           |
@@ -27,6 +27,7 @@
 //! have their quoted values redacted: a rejected Cluster must not put its CA key in a log.
 
 use std::fmt;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
@@ -36,6 +37,7 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use oi_api::{DEFAULT_NAMESPACE, Kind, ObjectKey};
 use serde_json::Value;
 
+use crate::cache::WatchCache;
 use crate::store::{ObjectEvent, Result, Store, StoreError, Stored};
 
 /// The longest event `note` the API server accepts (events.k8s.io/v1 validation: 1 KiB).
@@ -47,6 +49,9 @@ pub struct KubeStore {
     client: kube::Client,
     reporter: String,
     instance: String,
+    /// Where lists are read once synced (see [`crate::cache`]); without it, every list is a
+    /// LIST.
+    cache: Option<Arc<WatchCache>>,
 }
 
 impl fmt::Debug for KubeStore {
@@ -71,6 +76,26 @@ impl KubeStore {
             client,
             reporter: reporter.into(),
             instance: instance.into(),
+            cache: None,
+        }
+    }
+
+    /// The same store, reading its lists from `cache` once it is synced, and writing its own
+    /// writes through to it.
+    #[must_use]
+    pub fn with_cache(mut self, cache: Arc<WatchCache>) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// The watch cache lists are read from, if any.
+    pub fn cache(&self) -> Option<&Arc<WatchCache>> {
+        self.cache.as_ref()
+    }
+
+    fn wrote<K: Stored>(&self, object: &K, created: bool) {
+        if let Some(cache) = &self.cache {
+            cache.wrote(object, created);
         }
     }
 
@@ -354,7 +379,7 @@ fn to_dynamic<K: Stored>(object: &K) -> Result<DynamicObject> {
 
 /// A [`DynamicObject`] from the API server as our type. List items may come without
 /// `apiVersion` and `kind`; they are filled in from `kind`.
-fn from_dynamic<K: Stored>(object: DynamicObject) -> Result<K> {
+pub(crate) fn from_dynamic<K: Stored>(object: DynamicObject) -> Result<K> {
     let key = dynamic_key(K::KIND, &object);
     let decode = |e: serde_json::Error| {
         StoreError::Unavailable(format!(
@@ -373,7 +398,7 @@ fn from_dynamic<K: Stored>(object: DynamicObject) -> Result<K> {
     serde_json::from_value(value).map_err(decode)
 }
 
-fn dynamic_key(kind: Kind, object: &DynamicObject) -> ObjectKey {
+pub(crate) fn dynamic_key(kind: Kind, object: &DynamicObject) -> ObjectKey {
     let name = object.metadata.name.clone().unwrap_or_default();
     if kind.namespaced() {
         let ns = object
@@ -449,12 +474,34 @@ impl Store for KubeStore {
     }
 
     async fn list<K: Stored>(&self, namespace: Option<&str>) -> Result<Vec<K>> {
+        if let Some(listed) = self
+            .cache
+            .as_ref()
+            .and_then(|c| c.list_map::<K, K>(namespace, K::clone))
+        {
+            return listed;
+        }
         let list = self
             .api(K::KIND, namespace)
             .list(&ListParams::default())
             .await
             .map_err(|e| list_error(K::KIND, namespace, e))?;
         list.items.into_iter().map(from_dynamic).collect()
+    }
+
+    async fn list_map<K: Stored, T: Send>(
+        &self,
+        namespace: Option<&str>,
+        f: impl Fn(&K) -> T + Send,
+    ) -> Result<Vec<T>> {
+        if let Some(listed) = self
+            .cache
+            .as_ref()
+            .and_then(|c| c.list_map::<K, T>(namespace, &f))
+        {
+            return listed;
+        }
+        Ok(self.list::<K>(namespace).await?.iter().map(f).collect())
     }
 
     async fn create<K: Stored>(&self, object: &K) -> Result<K> {
@@ -468,7 +515,9 @@ impl Store for KubeStore {
             .create(&PostParams::default(), &body)
             .await
             .map_err(|e| store_error(Op::Create, K::KIND, &key, e))?;
-        from_dynamic(created)
+        let created: K = from_dynamic(created)?;
+        self.wrote(&created, true);
+        Ok(created)
     }
 
     async fn update<K: Stored>(&self, object: &K) -> Result<K> {
@@ -479,7 +528,9 @@ impl Store for KubeStore {
             .replace(&key.name, &PostParams::default(), &body)
             .await
             .map_err(|e| store_error(Op::Update, K::KIND, &key, e))?;
-        from_dynamic(updated)
+        let updated: K = from_dynamic(updated)?;
+        self.wrote(&updated, false);
+        Ok(updated)
     }
 
     async fn update_status<K: Stored>(&self, object: &K) -> Result<K> {
@@ -490,7 +541,9 @@ impl Store for KubeStore {
             .replace_status(&key.name, &PostParams::default(), &body)
             .await
             .map_err(|e| store_error(Op::UpdateStatus, K::KIND, &key, e))?;
-        from_dynamic(updated)
+        let updated: K = from_dynamic(updated)?;
+        self.wrote(&updated, false);
+        Ok(updated)
     }
 
     async fn delete<K: Stored>(&self, key: &ObjectKey) -> Result<()> {
@@ -499,7 +552,21 @@ impl Store for KubeStore {
             .delete(&key.name, &DeleteParams::default())
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(deleted) => {
+                if let Some(cache) = &self.cache {
+                    match deleted.left().map(from_dynamic::<K>) {
+                        // Finalizers hold it: marked for deletion.
+                        Some(Ok(marked))
+                            if marked.metadata().deletion_timestamp.is_some()
+                                && !marked.metadata().finalizers.is_empty() =>
+                        {
+                            cache.wrote(&marked, false);
+                        }
+                        _ => cache.deleted(K::KIND, key),
+                    }
+                }
+                Ok(())
+            }
             Err(e) => match store_error(Op::Delete, K::KIND, key, e) {
                 StoreError::NotFound { .. } => Ok(()),
                 other => Err(other),

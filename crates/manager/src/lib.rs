@@ -8,6 +8,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod args;
+pub mod cache;
 pub mod controller;
 pub mod http;
 pub mod joins;

@@ -31,6 +31,7 @@ use oi_engine::{CriConnector, RealNetwork};
 use tokio::sync::{Semaphore, oneshot, watch};
 
 use crate::args::Settings;
+use crate::cache::{self, WatchCache};
 use crate::controller::Context;
 use crate::http::{self, Endpoints, Readiness};
 use crate::kube_store::{KubeStore, api_resource};
@@ -112,7 +113,14 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     }
 
     tracing::info!("leading: starting the controllers");
-    let store = KubeStore::new(client.clone(), REPORTER, settings.identity.clone());
+    // What the reconciles list is read from watch caches, not LISTed per reconcile.
+    let cache = Arc::new(WatchCache::start(
+        &client,
+        settings.namespace.as_deref(),
+        &cache::CACHED_KINDS,
+    ));
+    let store = KubeStore::new(client.clone(), REPORTER, settings.identity.clone())
+        .with_cache(Arc::clone(&cache));
     let connector = CriConnector {
         options: ClientOptions {
             toolbox_image: settings.toolbox_image.clone(),
@@ -129,6 +137,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let (graceful_tx, graceful_rx) = oneshot::channel::<()>();
     let graceful = graceful_rx.map(|_| ()).shared();
     let wakeups = ctx.cluster_wakeups();
+    cache.wake_clusters_with(ctx.waker());
     let controllers = Controllers::new(&client, settings.namespace.as_deref(), wakeups, sip);
     let syncing = controllers.syncing();
     let readiness = tokio::spawn({
@@ -148,6 +157,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
                     }
                 }
             }
+            ready_tx.send_replace(Readiness::not_ready("waiting for the watch caches to sync"));
+            cache.synced().await;
             ready_tx.send_replace(Readiness::Ready);
         }
     });

@@ -36,6 +36,13 @@ impl Component {
             self.spec.cluster.clone(),
         )
     }
+
+    /// Whether it belongs to the Cluster at `cluster`: [`Component::cluster_key`] compared
+    /// without building it (a manager asks this of every component at each reconcile).
+    pub fn belongs_to(&self, cluster: &ObjectKey) -> bool {
+        self.spec.cluster == cluster.name
+            && self.metadata.namespace_or_default() == cluster.namespace
+    }
 }
 
 /// What a component is and where it runs.
@@ -165,4 +172,48 @@ pub struct ComponentHostPortAllocation {
     #[serde(default)]
     pub name: String,
     pub port: u16,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn belongs_to_is_cluster_key_compared() {
+        let component = |namespace: Option<&str>, cluster: &str| -> Component {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "cluster.oneinfra.ereslibre.es/v1alpha1",
+                "kind": "Component",
+                "metadata": {"name": "x", "namespace": namespace},
+                "spec": {"cluster": cluster, "role": "control-plane"},
+            }))
+            .expect("a component")
+        };
+        for (c, key, belongs) in [
+            (component(None, "c1"), ObjectKey::new("default", "c1"), true),
+            (
+                component(Some(""), "c1"),
+                ObjectKey::new("default", "c1"),
+                true,
+            ),
+            (
+                component(Some("team"), "c1"),
+                ObjectKey::new("team", "c1"),
+                true,
+            ),
+            (
+                component(Some("team"), "c1"),
+                ObjectKey::new("default", "c1"),
+                false,
+            ),
+            (
+                component(None, "c1"),
+                ObjectKey::new("default", "c2"),
+                false,
+            ),
+        ] {
+            assert_eq!(c.belongs_to(&key), belongs, "{key}");
+            assert_eq!(c.cluster_key() == key, belongs, "{key}");
+        }
+    }
 }

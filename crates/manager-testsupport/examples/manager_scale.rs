@@ -16,6 +16,8 @@
 //! With `--list`, the resync LISTs what it lists from the API server, as the manager did
 //! before its watch caches: the comparison of the two is the caches' effect.
 //!
+//! With `OI_BENCH_REQUESTS` set, every request of the resync is printed too (to stderr).
+//!
 //! Usage: cargo run --release -p oi-manager-testsupport --example manager_scale --
 //! [N] [PRIVATE] [--list]
 //! (PRIVATE private hypervisors, default N/10, and one public one per ten of them).
@@ -80,7 +82,8 @@ impl sim::Source for CacheSource {
     }
 }
 
-/// `KubeStore` with its watch cache, whose lists can be made LISTs again (`--list`).
+/// `KubeStore` with its watch cache, whose reads can go to the API server again (`--list`:
+/// every list a LIST, nothing known from the cache).
 struct BenchStore {
     cached: KubeStore,
     uncached: KubeStore,
@@ -110,6 +113,9 @@ impl Store for BenchStore {
         f: impl Fn(&K) -> T + Send,
     ) -> StoreResult<Vec<T>> {
         self.lists().list_map(namespace, f).await
+    }
+    fn cached<K: Stored, T>(&self, key: &ObjectKey, f: impl FnOnce(&K) -> T) -> Option<T> {
+        self.lists().cached(key, f)
     }
     async fn create<K: Stored>(&self, object: &K) -> StoreResult<K> {
         self.cached.create(object).await
@@ -334,6 +340,11 @@ async fn run(
     let (objects, failed) = resync(&ctx, &cache).await;
     let took = start.elapsed();
     let requests = server.requests();
+    if std::env::var_os("OI_BENCH_REQUESTS").is_some() {
+        for r in &requests {
+            eprintln!("{r}");
+        }
+    }
     let mut verbs: BTreeMap<&str, usize> = BTreeMap::new();
     for r in &requests {
         *verbs.entry(verb(r)).or_default() += 1;
@@ -362,35 +373,41 @@ async fn run(
     Ok(())
 }
 
-/// Every Cluster, then every Component, then every Hypervisor reconciled once. Returns how
-/// many, and how many failed.
+/// Every Cluster, then every Component, then every Hypervisor reconciled once, each on a
+/// task of its own (as `oi-manager run` runs them: on every worker thread), at most
+/// [`CONCURRENCY`] at a time. Returns how many, and how many failed.
 async fn resync<S: Store, C: Connector + 'static, N: oi_engine::https::Network + 'static>(
-    ctx: &Context<S, C, N>,
+    ctx: &Arc<Context<S, C, N>>,
     cache: &WatchCache,
 ) -> (usize, usize) {
     let clusters = keys_of::<Cluster>(cache);
     let components = keys_of::<Component>(cache);
     let hypervisors = keys_of::<Hypervisor>(cache);
-    let failed = futures::stream::iter(clusters.iter())
-        .map(|k| reconcile_cluster(k, ctx))
-        .buffer_unordered(CONCURRENCY)
-        .chain(
-            futures::stream::iter(components.iter())
-                .map(|k| reconcile_component(k, ctx))
-                .buffer_unordered(CONCURRENCY),
-        )
-        .chain(
-            futures::stream::iter(hypervisors.iter())
-                .map(|k| reconcile_hypervisor(k, ctx))
-                .buffer_unordered(CONCURRENCY),
-        )
-        .filter(|r| std::future::ready(r.is_err()))
-        .count()
-        .await;
-    (
-        clusters.len() + components.len() + hypervisors.len(),
-        failed,
-    )
+    let objects = clusters.len() + components.len() + hypervisors.len();
+    let spawn = |kind: u8, key: ObjectKey| {
+        let ctx = Arc::clone(ctx);
+        async move {
+            tokio::spawn(async move {
+                match kind {
+                    0 => reconcile_cluster(&key, &ctx).await.is_ok(),
+                    1 => reconcile_component(&key, &ctx).await.is_ok(),
+                    _ => reconcile_hypervisor(&key, &ctx).await.is_ok(),
+                }
+            })
+            .await
+            .unwrap_or(false)
+        }
+    };
+    let mut failed = 0;
+    for (kind, keys) in [(0, clusters), (1, components), (2, hypervisors)] {
+        failed += futures::stream::iter(keys)
+            .map(|k| spawn(kind, k))
+            .buffer_unordered(CONCURRENCY)
+            .filter(|ok| std::future::ready(!ok))
+            .count()
+            .await;
+    }
+    (objects, failed)
 }
 
 fn keys_of<K: Stored>(cache: &WatchCache) -> Vec<ObjectKey> {

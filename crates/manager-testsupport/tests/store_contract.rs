@@ -276,7 +276,10 @@ fn kube_store_over_the_api_server_stand_in_meets_the_contract() {
     .unwrap();
     server.block_on(async {
         let client = server.client().await.unwrap();
-        contract(&KubeStore::new(client, "test/reporter", "test-1")).await;
+        let store = KubeStore::new(client, "test/reporter", "test-1");
+        contract(&store).await;
+        // Without a cache, nothing is known without a request.
+        assert_eq!(store.cached::<Cluster, _>(&key("lb", "a"), |_| ()), None);
     });
 }
 
@@ -312,6 +315,24 @@ fn kube_store_with_watch_caches_meets_the_contract_and_lists_without_listing() {
             lists,
             Vec::<String>::new(),
             "the contract's lists were LISTs"
+        );
+
+        // What it wrote is cached at once; what does not exist is not.
+        let made = store.create(&cluster(Some("ns"), "cached")).await.unwrap();
+        assert_eq!(
+            store.cached::<Cluster, _>(&made.key(), |c| c.metadata.resource_version.clone()),
+            Some(made.metadata.resource_version.clone())
+        );
+        assert_eq!(
+            store.cached::<Cluster, _>(&key("ns", "absent"), |_| ()),
+            None
+        );
+        assert_eq!(
+            store.cached::<Hypervisor, _>(&ObjectKey::cluster_scoped("h1"), |h| h
+                .metadata
+                .name
+                .clone()),
+            Some("h1".to_string())
         );
     });
 }

@@ -320,10 +320,17 @@ impl WatchCache {
             .filter(|_| K::KIND.namespaced())
             .map(|ns| if ns.is_empty() { DEFAULT_NAMESPACE } else { ns });
         let mut out = Vec::new();
-        for (key, entry) in &state.objects {
-            if namespace.is_some_and(|ns| key.namespace != ns) {
-                continue;
-            }
+        // Keys sort by namespace first: one namespace's objects are a range.
+        let objects: Box<dyn Iterator<Item = (&ObjectKey, &Entry)>> = match namespace {
+            Some(ns) => Box::new(
+                state
+                    .objects
+                    .range(ObjectKey::new(ns, "")..)
+                    .take_while(move |(key, _)| key.namespace == ns),
+            ),
+            None => Box::new(state.objects.iter()),
+        };
+        for (_, entry) in objects {
             match &entry.object {
                 Ok(object) => {
                     if let Some(typed) = K::from_object_ref(object) {

@@ -229,6 +229,63 @@ pub mod event_reasons {
     pub const SIP_CLUSTER_DELETED: &str = "SIPClusterDeleted";
 }
 
+/// The write locks of the hypervisors' shared state: two reconciles never plan ports on one
+/// hypervisor at once. A reconcile that plans over every hypervisor holds them all; one that
+/// plans over a few (a settled cluster's) holds those, beside others that hold other ones.
+#[derive(Default)]
+pub(crate) struct HypervisorLocks {
+    all: tokio::sync::RwLock<()>,
+    each: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Held hypervisor locks ([`HypervisorLocks`]).
+pub(crate) enum HypervisorGuard<'a> {
+    All(#[allow(dead_code, reason = "held, never read")] tokio::sync::RwLockWriteGuard<'a, ()>),
+    Some {
+        _all: tokio::sync::RwLockReadGuard<'a, ()>,
+        held: BTreeSet<String>,
+        _each: Vec<tokio::sync::OwnedMutexGuard<()>>,
+    },
+}
+
+impl HypervisorGuard<'_> {
+    /// Whether it holds the lock of every hypervisor in `names`.
+    pub(crate) fn covers<'n>(&self, mut names: impl Iterator<Item = &'n str>) -> bool {
+        match self {
+            HypervisorGuard::All(_) => true,
+            HypervisorGuard::Some { held, .. } => names.all(|n| held.contains(n)),
+        }
+    }
+}
+
+impl HypervisorLocks {
+    /// Every hypervisor's, alone.
+    pub(crate) async fn all(&self) -> HypervisorGuard<'_> {
+        HypervisorGuard::All(self.all.write().await)
+    }
+
+    /// Those of `names` (taken in order, so two holders never wait for each other).
+    pub(crate) async fn some(&self, names: BTreeSet<String>) -> HypervisorGuard<'_> {
+        let all = self.all.read().await;
+        let locks: Vec<_> = {
+            let mut each = lock(&self.each);
+            names
+                .iter()
+                .map(|n| Arc::clone(each.entry(n.clone()).or_default()))
+                .collect()
+        };
+        let mut guards = Vec::with_capacity(locks.len());
+        for l in locks {
+            guards.push(l.lock_owned().await);
+        }
+        HypervisorGuard::Some {
+            _all: all,
+            held: names,
+            _each: guards,
+        }
+    }
+}
+
 /// Everything the reconcile functions need.
 pub struct Context<S, C, N> {
     pub store: Arc<S>,
@@ -238,8 +295,8 @@ pub struct Context<S, C, N> {
     pub metrics: Arc<Metrics>,
     /// Held while a controller reads and writes the shared state of hypervisors (ports,
     /// files) and the objects it derives from it (phases 1 and 3 of a cluster reconcile),
-    /// never during an engine run.
-    write_lock: tokio::sync::Mutex<()>,
+    /// never during an engine run: of the hypervisors a settled cluster is on, or of all.
+    hypervisor_locks: HypervisorLocks,
     /// Held for a whole SIPCluster reconcile: one SIPCluster at a time, as upstream SIP.
     sip_lock: tokio::sync::Mutex<()>,
     /// Held while a cluster's engine run replaces what ran on lost hypervisors: one cluster
@@ -288,7 +345,7 @@ impl<S: Store, C: Connector, N: Network> Context<S, C, N> {
             network,
             options,
             metrics,
-            write_lock: tokio::sync::Mutex::new(()),
+            hypervisor_locks: HypervisorLocks::default(),
             sip_lock: tokio::sync::Mutex::new(()),
             healing: tokio::sync::Mutex::new(()),
             engine_runs: tokio::sync::RwLock::new(()),

@@ -504,6 +504,17 @@ impl Store for KubeStore {
         Ok(self.list::<K>(namespace).await?.iter().map(f).collect())
     }
 
+    fn cached<K: Stored, T>(&self, key: &ObjectKey, f: impl FnOnce(&K) -> T) -> Option<T> {
+        let key = match K::KIND.namespaced() {
+            true if key.namespace.is_empty() => ObjectKey::new(DEFAULT_NAMESPACE, &key.name),
+            true => key.clone(),
+            false => ObjectKey::cluster_scoped(&key.name),
+        };
+        self.cache
+            .as_ref()?
+            .with_object::<K, T>(&key, |object| Some(f(object)))
+    }
+
     async fn create<K: Stored>(&self, object: &K) -> Result<K> {
         let key = object.key();
         let mut object = object.clone();

@@ -155,6 +155,14 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<T>>> + Send {
         async move { Ok(self.list::<K>(namespace).await?.iter().map(f).collect()) }
     }
+    /// What `f` answers for the object at `key` as a cache of the store holds it, without a
+    /// request: `None` when nothing is cached (the default) or the cache does not hold it.
+    /// A cached copy may be a moment old: only a decision to do nothing may rest on it, and
+    /// anything else is read with [`Store::get`] first.
+    fn cached<K: Stored, T>(&self, key: &ObjectKey, f: impl FnOnce(&K) -> T) -> Option<T> {
+        let _ = (key, f);
+        None
+    }
     fn create<K: Stored>(&self, object: &K) -> impl Future<Output = Result<K>> + Send;
     fn update<K: Stored>(&self, object: &K) -> impl Future<Output = Result<K>> + Send;
     fn update_status<K: Stored>(&self, object: &K) -> impl Future<Output = Result<K>> + Send;

@@ -173,13 +173,23 @@ async fn reconcile(
     // Never closed: `acquire` cannot fail.
     let permit = shared.permits.acquire().await.ok();
     let start = Instant::now();
+    // On a task of its own: kube-runtime polls every reconcile of a controller from one
+    // task, so without this they would all share one thread.
+    let task = Spawned(tokio::spawn({
+        let shared = Arc::clone(&shared);
+        let key = key.clone();
+        async move {
+            let ctx = &shared.ctx;
+            match kind {
+                ControllerKind::Cluster => controller::reconcile_cluster(&key, ctx).await,
+                ControllerKind::Component => controller::reconcile_component(&key, ctx).await,
+                ControllerKind::Hypervisor => controller::reconcile_hypervisor(&key, ctx).await,
+                ControllerKind::SipCluster => controller::reconcile_sip_cluster(&key, ctx).await,
+            }
+        }
+    }));
+    let result = task.finish().await;
     let ctx = &shared.ctx;
-    let result = match kind {
-        ControllerKind::Cluster => controller::reconcile_cluster(&key, ctx).await,
-        ControllerKind::Component => controller::reconcile_component(&key, ctx).await,
-        ControllerKind::Hypervisor => controller::reconcile_hypervisor(&key, ctx).await,
-        ControllerKind::SipCluster => controller::reconcile_sip_cluster(&key, ctx).await,
-    };
     let elapsed = start.elapsed();
     drop(permit);
     if let (Some(group), Some(guard)) = (&group, guard) {
@@ -203,6 +213,33 @@ async fn reconcile(
         ),
     }
     result.map(kube_action)
+}
+
+/// A spawned reconcile, aborted if its caller goes away before it ends.
+struct Spawned<T>(tokio::task::JoinHandle<T>);
+
+impl Spawned<Result<Action, ReconcileError>> {
+    /// Its result; a panic in it goes on in the caller, as it would have unspawned.
+    async fn finish(mut self) -> Result<Action, ReconcileError> {
+        match (&mut self.0).await {
+            Ok(result) => result,
+            Err(e) => match e.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                // Cancelled: the runtime is shutting down.
+                Err(e) => Err(ReconcileError::Store(
+                    crate::store::StoreError::Unavailable(format!(
+                        "the reconcile was cancelled: {e}"
+                    )),
+                )),
+            },
+        }
+    }
+}
+
+impl<T> Drop for Spawned<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 fn error_policy(

@@ -14,7 +14,9 @@ use time::OffsetDateTime;
 use super::writeback::{
     has_finalizer, release_component, remove_finalizer, sync_meta_spec, sync_status, write_share,
 };
-use super::{Action, Context, Event, FINALIZER, Next, ReconcileError, event_reasons, now};
+use super::{
+    Action, Context, Event, FINALIZER, HypervisorGuard, Next, ReconcileError, event_reasons, now,
+};
 use crate::store::Store;
 
 /// The objects of the sub-world as the store holds them now, after this reconcile's writes.
@@ -48,11 +50,27 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
 
     // Phase 1: plan, and write back what preparing derived, under the write lock.
     let (plan, mut stored) = {
-        let _lock = ctx.write_lock.lock().await;
-        // First over the hypervisors the cluster is on and its components only: enough when
-        // nothing is to be placed (the usual resync). A pass that would place anything (a
-        // new replica, a replacement) or fails is planned again over every hypervisor and
-        // component: placement weighs them all.
+        // First over the hypervisors the cluster is on and its components only, holding the
+        // locks of those hypervisors only: enough when nothing is to be placed (the usual
+        // resync), and other clusters' reconciles go on beside it. A pass that would place
+        // anything (a new replica, a replacement) or fails is planned again over every
+        // hypervisor and component, holding every hypervisor's lock: placement weighs them
+        // all.
+        let on: BTreeSet<String> = store
+            .list_map::<Component, _>(Some(&key.namespace), |c| {
+                (c.belongs_to(key))
+                    .then(|| c.spec.hypervisor.clone())
+                    .flatten()
+            })
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
+        let mut lock = if on.is_empty() {
+            ctx.hypervisor_locks.all().await
+        } else {
+            ctx.hypervisor_locks.some(on).await
+        };
         // An HA ingress's shared address and router ID are one cluster's (the planner
         // sees only this one): checked against every stored Cluster and Hypervisor.
         if let Some(ingress) = &cluster.spec.ingress
@@ -80,26 +98,35 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
             }
         }
         let (world, mut stored) = sub_world(store, key, &cluster, Scope::Own).await?;
-        let narrow = oi_planner::plan(world.clone(), now, &ctx.options.plan);
+        // What phase 1 writes back is compared with the hypervisors as read: only they are
+        // kept of the world planned in.
+        let hypervisors = world.hypervisors.clone();
+        let narrow = oi_planner::plan(world, now, &ctx.options.plan);
         let settled = !stored.components.is_empty()
+            && lock.covers(hypervisors.keys().map(|k| k.name.as_str()))
             && matches!(narrow.clusters.get(key), Some(ClusterPlan::Converge(_)))
             && narrow
                 .world
                 .components
                 .values()
-                .filter(|c| c.cluster_key() == *key)
+                .filter(|c| c.belongs_to(key))
                 .all(|c| {
                     stored.components.get(&c.key()).is_some_and(|was| {
                         was.spec.hypervisor.is_some() && was.spec.hypervisor == c.spec.hypervisor
                     })
                 });
-        let (before, mut plan) = if settled {
-            (world, narrow)
+        let (hypervisors, mut plan) = if settled {
+            (hypervisors, narrow)
         } else {
+            drop(narrow);
+            if !matches!(lock, HypervisorGuard::All(_)) {
+                drop(lock);
+                lock = ctx.hypervisor_locks.all().await;
+            }
             let (world, full) = sub_world(store, key, &cluster, Scope::All).await?;
             stored = full;
             (
-                world.clone(),
+                world.hypervisors.clone(),
                 oi_planner::plan(world, now, &ctx.options.plan),
             )
         };
@@ -110,13 +137,13 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
             prepare_failed(ctx, key, &mut stored.cluster, &message, now).await?;
             return Ok(Next::Backoff);
         }
-        plan.world.components.retain(|_, c| c.cluster_key() == *key);
-        // What phase 1 writes back is compared with the hypervisors as read.
+        plan.world.components.retain(|_, c| c.belongs_to(key));
         let before = World {
-            hypervisors: before.hypervisors,
+            hypervisors,
             ..World::default()
         };
         write_prepared(ctx, key, &before, &plan.world, &mut stored).await?;
+        drop(lock);
         replacing(ctx, key, &plan.world, &stored.cluster).await;
         (plan, stored)
     };
@@ -146,7 +173,16 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
     // Phase 3: record what the engine did, and write it back, under the write lock.
     let after = oi_planner::record(plan.world.clone(), &executed.clusters, now);
     let next = {
-        let _lock = ctx.write_lock.lock().await;
+        let _lock = ctx
+            .hypervisor_locks
+            .some(
+                plan.world
+                    .hypervisors
+                    .keys()
+                    .map(|k| k.name.clone())
+                    .collect(),
+            )
+            .await;
         write_report(ctx, key, &plan.world, &after, &executed, &mut stored).await?
     };
     // A ready cluster's scheduled snapshot, when due; no lock.
@@ -373,7 +409,7 @@ async fn sub_world<S: Store>(
     // reconcile made the manager quadratic in the number of clusters.
     let components: Vec<(bool, Component)> = store
         .list_map::<Component, _>(None, |c| {
-            if c.cluster_key() == *key {
+            if c.belongs_to(key) {
                 Some((true, c.clone()))
             } else if scope == Scope::All {
                 Some((false, placement_view(c)))
@@ -547,7 +583,7 @@ async fn write_report<S: Store, C: Connector, N: Network>(
         // Components created by someone else since phase 1 are torn down with the cluster
         // (the engine removed every pod of the cluster): release them too.
         for c in store.list::<Component>(Some(&key.namespace)).await? {
-            if c.cluster_key() == *key {
+            if c.belongs_to(key) {
                 release_component(store, &c.key()).await?;
             }
         }

@@ -21,6 +21,17 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
     ctx: &Context<S, C, N>,
 ) -> Result<Next, ReconcileError> {
     let store = &*ctx.store;
+    // The usual pass needs no request: the watch cache holds the component with the
+    // manager's finalizer (or being deleted) and its cluster. Anything else is read from the
+    // store before acting on it.
+    let idle = store.cached::<Component, _>(key, |c| {
+        (has_finalizer(c) || c.metadata.is_being_deleted()).then(|| cluster_of_component(c))
+    });
+    if let Some(Some(cluster)) = idle
+        && store.cached::<Cluster, _>(&cluster, |_| ()).is_some()
+    {
+        return Ok(Next::Done(Action::AwaitChange));
+    }
     let Some(mut component) = store.get::<Component>(key).await? else {
         return Ok(Next::Done(Action::AwaitChange));
     };
@@ -49,7 +60,7 @@ async fn tear_down_orphans<S: Store, C: Connector, N: Network>(
         world.hypervisors.insert(h.key(), h);
     }
     for c in store.list::<Component>(Some(&cluster.namespace)).await? {
-        if c.cluster_key() == *cluster {
+        if c.belongs_to(cluster) {
             world.components.insert(c.key(), c);
         }
     }
@@ -77,7 +88,7 @@ async fn tear_down_orphans<S: Store, C: Connector, N: Network>(
         });
     }
     let after = oi_planner::record(plan.world, &executed.clusters, now);
-    let _lock = ctx.write_lock.lock().await;
+    let _lock = ctx.hypervisor_locks.all().await;
     for (hk, h) in &after.hypervisors {
         if let Some(before) = world.hypervisors.get(hk) {
             write_share(store, hk, &before.status, &h.status, cluster).await?;

@@ -75,7 +75,7 @@ pub(super) async fn reconcile<S: Store, C: Connector, N: Network>(
         &message,
         now,
     ) {
-        let _lock = ctx.write_lock.lock().await;
+        let _lock = ctx.hypervisor_locks.some([name.to_string()].into()).await;
         if let Some(mut fresh) = ctx.store.get::<Hypervisor>(key).await? {
             let mut with = fresh.clone();
             with.status.conditions = desired.status.conditions.clone();

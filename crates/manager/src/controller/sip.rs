@@ -201,7 +201,7 @@ async fn run<S: Store, C: Connector, N: Network>(
         oi_planner::sip::services::owner_cluster(&key.name),
     );
     let (plan, placed, report) = {
-        let _lock = ctx.write_lock.lock().await;
+        let _lock = ctx.hypervisor_locks.all().await;
         for h in store.list::<Hypervisor>(None).await? {
             world.hypervisors.insert(h.key(), h);
         }
@@ -285,7 +285,7 @@ async fn run<S: Store, C: Connector, N: Network>(
             .await,
         )
     };
-    let _lock = ctx.write_lock.lock().await;
+    let _lock = ctx.hypervisor_locks.all().await;
     let results = executed.map(|e| e.services).unwrap_or_default();
     let clusters_before = plan.world.clusters.clone();
     let recorded = oi_planner::record_run(

@@ -37,9 +37,7 @@ use oi_cri::fake::FakeRuntime;
 use oi_engine::{ConnectError, Connector, ExecuteOptions};
 use oi_engine_testsupport::sim;
 use oi_manager::cache::{self, WatchCache};
-use oi_manager::controller::{
-    Context, ManagerOptions, reconcile_cluster, reconcile_component, reconcile_hypervisor,
-};
+use oi_manager::controller::{Context, ControllerKind, ManagerOptions, reconcile};
 use oi_manager::kube_store::KubeStore;
 use oi_manager::metrics::Metrics;
 use oi_manager::store::{ObjectEvent, Result as StoreResult, Store, Stored};
@@ -384,22 +382,20 @@ async fn resync<S: Store, C: Connector + 'static, N: oi_engine::https::Network +
     let components = keys_of::<Component>(cache);
     let hypervisors = keys_of::<Hypervisor>(cache);
     let objects = clusters.len() + components.len() + hypervisors.len();
-    let spawn = |kind: u8, key: ObjectKey| {
+    let spawn = |kind: ControllerKind, key: ObjectKey| {
         let ctx = Arc::clone(ctx);
         async move {
-            tokio::spawn(async move {
-                match kind {
-                    0 => reconcile_cluster(&key, &ctx).await.is_ok(),
-                    1 => reconcile_component(&key, &ctx).await.is_ok(),
-                    _ => reconcile_hypervisor(&key, &ctx).await.is_ok(),
-                }
-            })
-            .await
-            .unwrap_or(false)
+            tokio::spawn(async move { reconcile(kind, &key, &ctx).await.is_ok() })
+                .await
+                .unwrap_or(false)
         }
     };
     let mut failed = 0;
-    for (kind, keys) in [(0, clusters), (1, components), (2, hypervisors)] {
+    for (kind, keys) in [
+        (ControllerKind::Cluster, clusters),
+        (ControllerKind::Component, components),
+        (ControllerKind::Hypervisor, hypervisors),
+    ] {
         failed += futures::stream::iter(keys)
             .map(|k| spawn(kind, k))
             .buffer_unordered(CONCURRENCY)

@@ -152,14 +152,7 @@ impl<C: Connector + 'static, N: Network + 'static> Reconcilers for Controllers<C
         key: ObjectKey,
     ) -> impl Future<Output = Result<Action, ReconcileError>> + Send + 'static {
         let ctx = Arc::clone(&self.0);
-        async move {
-            match kind {
-                ControllerKind::Cluster => controller::reconcile_cluster(&key, &ctx).await,
-                ControllerKind::Component => controller::reconcile_component(&key, &ctx).await,
-                ControllerKind::Hypervisor => controller::reconcile_hypervisor(&key, &ctx).await,
-                ControllerKind::SipCluster => controller::reconcile_sip_cluster(&key, &ctx).await,
-            }
-        }
+        async move { controller::reconcile(kind, &key, &ctx).await }
     }
 
     fn error_backoff(&self, kind: ControllerKind, key: &ObjectKey) -> Duration {

@@ -628,6 +628,23 @@ pub async fn reconcile_sip_cluster<S: Store, C: Connector, N: Network>(
     finish(ControllerKind::SipCluster, key, ctx, result).await
 }
 
+/// The controller `kind`'s reconcile of `key`: one of the four above.
+///
+/// # Errors
+/// As the controller's own function.
+pub async fn reconcile<S: Store, C: Connector, N: Network>(
+    kind: ControllerKind,
+    key: &ObjectKey,
+    ctx: &Context<S, C, N>,
+) -> Result<Action, ReconcileError> {
+    match kind {
+        ControllerKind::Cluster => reconcile_cluster(key, ctx).await,
+        ControllerKind::Component => reconcile_component(key, ctx).await,
+        ControllerKind::Hypervisor => reconcile_hypervisor(key, ctx).await,
+        ControllerKind::SipCluster => reconcile_sip_cluster(key, ctx).await,
+    }
+}
+
 /// The cluster a component belongs to (`spec.cluster` in the component's namespace).
 pub fn cluster_of_component(component: &Component) -> ObjectKey {
     ObjectKey::new(

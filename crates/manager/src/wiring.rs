@@ -178,15 +178,7 @@ async fn reconcile(
     let task = Spawned(tokio::spawn({
         let shared = Arc::clone(&shared);
         let key = key.clone();
-        async move {
-            let ctx = &shared.ctx;
-            match kind {
-                ControllerKind::Cluster => controller::reconcile_cluster(&key, ctx).await,
-                ControllerKind::Component => controller::reconcile_component(&key, ctx).await,
-                ControllerKind::Hypervisor => controller::reconcile_hypervisor(&key, ctx).await,
-                ControllerKind::SipCluster => controller::reconcile_sip_cluster(&key, ctx).await,
-            }
-        }
+        async move { controller::reconcile(kind, &key, &shared.ctx).await }
     }));
     let result = task.finish().await;
     let ctx = &shared.ctx;

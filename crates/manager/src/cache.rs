@@ -446,13 +446,13 @@ impl Inner {
             && let Some(components) = self.kinds.get(&Kind::Component)
         {
             let state = components.read();
-            for entry in state.objects.values() {
-                if let Ok(Object::Component(c)) = &entry.object
-                    && c.spec.hypervisor.as_deref() == Some(name)
-                {
-                    clusters.insert(crate::controller::cluster_of_component(c));
-                }
-            }
+            let components = state.objects.values().filter_map(|e| match &e.object {
+                Ok(Object::Component(c)) => Some(c),
+                _ => None,
+            });
+            clusters.extend(crate::controller::clusters_using_hypervisor(
+                components, name,
+            ));
         }
         clusters
     }
@@ -482,24 +482,21 @@ fn watch<K: Stored>(inner: &Arc<Inner>, client: &kube::Client) -> tokio::task::J
 /// A watched object as our type, keyed.
 fn decoded<K: Stored>(object: DynamicObject) -> (ObjectKey, Entry) {
     let key = crate::kube_store::dynamic_key(K::KIND, &object);
-    let version = object
-        .metadata
-        .resource_version
-        .as_deref()
-        .and_then(|v| v.parse().ok());
+    let version = revision(object.metadata.resource_version.as_deref());
     let object = crate::kube_store::from_dynamic::<K>(object).map(K::into_object);
     (key, Entry { version, object })
 }
 
 fn entry<K: Stored>(object: K) -> Entry {
     Entry {
-        version: object
-            .metadata()
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse().ok()),
+        version: revision(object.metadata().resource_version.as_deref()),
         object: Ok(object.into_object()),
     }
+}
+
+/// A `resourceVersion` as etcd's revision, when it is a number.
+fn revision(resource_version: Option<&str>) -> Option<u64> {
+    resource_version.and_then(|v| v.parse().ok())
 }
 
 #[cfg(test)]

@@ -88,9 +88,14 @@ impl KubeStore {
         self
     }
 
-    /// The watch cache lists are read from, if any.
-    pub fn cache(&self) -> Option<&Arc<WatchCache>> {
-        self.cache.as_ref()
+    /// A LIST of `K` from the API server, past the cache.
+    async fn list_api<K: Stored>(&self, namespace: Option<&str>) -> Result<Vec<K>> {
+        let list = self
+            .api(K::KIND, namespace)
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| list_error(K::KIND, namespace, e))?;
+        list.items.into_iter().map(from_dynamic).collect()
     }
 
     fn wrote<K: Stored>(&self, object: &K, created: bool) {
@@ -474,19 +479,14 @@ impl Store for KubeStore {
     }
 
     async fn list<K: Stored>(&self, namespace: Option<&str>) -> Result<Vec<K>> {
-        if let Some(listed) = self
+        match self
             .cache
             .as_ref()
             .and_then(|c| c.list_map::<K, K>(namespace, K::clone))
         {
-            return listed;
+            Some(listed) => listed,
+            None => self.list_api(namespace).await,
         }
-        let list = self
-            .api(K::KIND, namespace)
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| list_error(K::KIND, namespace, e))?;
-        list.items.into_iter().map(from_dynamic).collect()
     }
 
     async fn list_map<K: Stored, T: Send>(
@@ -501,7 +501,7 @@ impl Store for KubeStore {
         {
             return listed;
         }
-        Ok(self.list::<K>(namespace).await?.iter().map(f).collect())
+        Ok(self.list_api::<K>(namespace).await?.iter().map(f).collect())
     }
 
     fn cached<K: Stored, T>(&self, key: &ObjectKey, f: impl FnOnce(&K) -> T) -> Option<T> {

@@ -65,7 +65,8 @@ impl EtcdProcess {
             .arg(format!("--key-file={}", key.display()))
             .arg(format!("--trusted-ca-file={}", ca_path.display()))
             .arg("--client-cert-auth")
-            // The stand-in compacts on its own, as kube-apiserver does.
+            // Room for the manager-scale benchmark's objects and their revisions between the
+            // stand-in's compactions (etcd's default quota is 2 GiB).
             .arg("--quota-backend-bytes=8589934592")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)

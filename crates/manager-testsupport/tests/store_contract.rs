@@ -266,14 +266,19 @@ async fn memory_store_meets_the_contract() {
     contract(&MemoryStore::new()).await;
 }
 
-#[test]
-fn kube_store_over_the_api_server_stand_in_meets_the_contract() {
-    // The namespaces the contract's objects go in must exist, as in Kubernetes.
-    let server = ApiServer::start(StandinOptions {
+/// The API server stand-in, with the namespaces the contract's objects go in (they must
+/// exist, as in Kubernetes).
+fn standin() -> ApiServer {
+    ApiServer::start(StandinOptions {
         namespaces: ["del", "gen", "la", "lb", "ns"].map(String::from).to_vec(),
         ..StandinOptions::default()
     })
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn kube_store_over_the_api_server_stand_in_meets_the_contract() {
+    let server = standin();
     server.block_on(async {
         let client = server.client().await.unwrap();
         let store = KubeStore::new(client, "test/reporter", "test-1");
@@ -287,11 +292,7 @@ fn kube_store_over_the_api_server_stand_in_meets_the_contract() {
 /// wrote itself is listed at once, as the contract asks, without waiting for the watch.
 #[test]
 fn kube_store_with_watch_caches_meets_the_contract_and_lists_without_listing() {
-    let server = ApiServer::start(StandinOptions {
-        namespaces: ["del", "gen", "la", "lb", "ns"].map(String::from).to_vec(),
-        ..StandinOptions::default()
-    })
-    .unwrap();
+    let server = standin();
     server.block_on(async {
         let client = server.client().await.unwrap();
         let cache = Arc::new(WatchCache::start(&client, None, &cache::CACHED_KINDS));

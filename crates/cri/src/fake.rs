@@ -62,8 +62,75 @@ struct State {
     specs: BTreeMap<String, PodSpec>,
     /// Containers that exit as soon as they start, by name, with their exit code.
     exit_on_start: BTreeMap<String, i32>,
+    /// haproxy's runtime API, by container id ([`FakeHaproxy`]).
+    haproxy: BTreeMap<String, FakeHaproxy>,
+    /// Connections servers keep through a drain, by server name: how many `show stat`
+    /// answers still count one ([`FakeRuntime::hold_sessions`]).
+    held_sessions: BTreeMap<String, u32>,
     calls: Vec<Call>,
     next_id: u64,
+}
+
+/// What a container's haproxy answers on its runtime API (commands sent with `sh -c
+/// '... | nc 127.0.0.1 PORT' COMMANDS`): `show info` (its worker's Pid), `show stat` (the
+/// servers it was told about, with their admin state), `set server B/S state|health ...`.
+/// A reload (`kill -USR2 1`) starts another worker, which forgets every state, as haproxy
+/// does.
+#[derive(Debug, Default)]
+struct FakeHaproxy {
+    worker: u32,
+    /// Servers by `backend/server`, with their admin state (`DRAIN`, `MAINT` or `UP`).
+    servers: BTreeMap<String, String>,
+}
+
+impl FakeHaproxy {
+    fn answer(&mut self, commands: &str, held: &mut BTreeMap<String, u32>) -> String {
+        let mut out = String::new();
+        for command in commands.split(';').map(str::trim) {
+            let words: Vec<&str> = command.split_whitespace().collect();
+            match words.as_slice() {
+                ["show", "info"] => {
+                    out.push_str(&format!("Name: HAProxy\nPid: {}\n\n", self.worker))
+                }
+                ["show", "stat"] => {
+                    out.push_str("# pxname,svname,scur,status\n");
+                    for (name, state) in &self.servers {
+                        let (b, s) = name.split_once('/').unwrap_or((name, name));
+                        let sessions = match held.get_mut(s) {
+                            Some(n) if *n > 0 && state != "UP" => {
+                                *n -= 1;
+                                1
+                            }
+                            _ => 0,
+                        };
+                        out.push_str(&format!("{b},{s},{sessions},{state}\n"));
+                    }
+                    out.push('\n');
+                }
+                ["set", "server", name, "state", state] => {
+                    let state = match *state {
+                        "ready" => "UP",
+                        "drain" => "DRAIN",
+                        "maint" => "MAINT",
+                        _ => {
+                            out.push_str("'set server <srv> state' expects 'ready', 'drain' and 'maint'.\n\n");
+                            continue;
+                        }
+                    };
+                    self.servers.insert((*name).to_string(), state.to_string());
+                    out.push('\n');
+                }
+                ["set", "server", name, "health", _] => {
+                    self.servers
+                        .entry((*name).to_string())
+                        .or_insert_with(|| "UP".to_string());
+                    out.push('\n');
+                }
+                _ => out.push_str("Unknown command.\n\n"),
+            }
+        }
+        out
+    }
 }
 
 /// The recording fake. Every image can be pulled unless marked with
@@ -186,6 +253,12 @@ impl FakeRuntime {
             Some(code) => state.exit_on_start.insert(container.to_string(), code),
             None => state.exit_on_start.remove(container),
         };
+    }
+
+    /// A server taken out of a haproxy (by name, in any backend) still counts a connection in
+    /// the next `polls` answers of `show stat`.
+    pub fn hold_sessions(&self, server: &str, polls: u32) {
+        self.state().held_sessions.insert(server.to_string(), polls);
     }
 
     /// What [`HypervisorRuntime::log_tail`] answers for containers named `container`.
@@ -424,7 +497,12 @@ impl HypervisorRuntime for FakeRuntime {
             .unwrap_or_default())
     }
 
-    async fn exec(&self, job: &'static str, container_id: &str, command: &[String]) -> Result<()> {
+    async fn exec_output(
+        &self,
+        job: &'static str,
+        container_id: &str,
+        command: &[String],
+    ) -> Result<String> {
         let mut state = self.state();
         let running = state.pods.values().any(|p| {
             p.containers
@@ -444,7 +522,21 @@ impl HypervisorRuntime for FakeRuntime {
             container_id: container_id.to_string(),
             command: command.to_vec(),
         });
-        Ok(())
+        let state = &mut *state;
+        let haproxy = state.haproxy.entry(container_id.to_string()).or_default();
+        match command {
+            [sh, c, script] if sh == "sh" && c == "-c" && script == "kill -USR2 1" => {
+                haproxy.worker += 1;
+                haproxy.servers.clear();
+                Ok(String::new())
+            }
+            [sh, c, script, commands]
+                if sh == "sh" && c == "-c" && script.contains("| nc 127.0.0.1 ") =>
+            {
+                Ok(haproxy.answer(commands, &mut state.held_sessions))
+            }
+            _ => Ok(String::new()),
+        }
     }
 
     async fn run_job(

@@ -215,7 +215,24 @@ pub trait HypervisorRuntime: Send + Sync {
         job: &'static str,
         container_id: &str,
         command: &[String],
-    ) -> impl Future<Output = Result<()>> + Send;
+    ) -> impl Future<Output = Result<()>> + Send {
+        async move {
+            self.exec_output(job, container_id, command).await?;
+            Ok(())
+        }
+    }
+
+    /// [`HypervisorRuntime::exec`], returning what the command printed on its standard
+    /// output: asking a process's admin interface, for instance.
+    ///
+    /// # Errors
+    /// As [`HypervisorRuntime::exec`].
+    fn exec_output(
+        &self,
+        job: &'static str,
+        container_id: &str,
+        command: &[String],
+    ) -> impl Future<Output = Result<String>> + Send;
 }
 
 /// How long a log tail is, in bytes.
@@ -632,7 +649,12 @@ impl HypervisorRuntime for CriClient {
         Ok(requests::strip_cri_log(&raw))
     }
 
-    async fn exec(&self, job: &'static str, container_id: &str, command: &[String]) -> Result<()> {
+    async fn exec_output(
+        &self,
+        job: &'static str,
+        container_id: &str,
+        command: &[String],
+    ) -> Result<String> {
         let out = self.exec_sync(container_id, command, 30).await?;
         if out.exit_code != 0 {
             let mut log = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -644,6 +666,6 @@ impl HypervisorRuntime for CriClient {
                 log_tail: log,
             });
         }
-        Ok(())
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 }

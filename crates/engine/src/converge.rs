@@ -14,9 +14,6 @@ use oi_planner::{ClusterResult, ComponentPlan, Convergence, PlacedFiles, Reason}
 use crate::error::{Step, StepError};
 use crate::teardown::Retired;
 
-/// How long a replica stays out of the ingress before it restarts: the reloaded haproxy's
-/// old worker finishes what it accepted.
-const DRAIN_SETTLE: std::time::Duration = std::time::Duration::from_millis(300);
 use crate::etcd::EtcdClient;
 use crate::https::{Network, Tls};
 use crate::progress::Counters;
@@ -60,19 +57,24 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             self.recover(key, recover, plan, &etcd).await?;
         }
         // 2. Retiring components: etcd member first, then pods, then directories. A retiring
-        //    replica's API server is first taken out of the ingress: the configuration
-        //    written above no longer has it, the running haproxy reloads it.
+        //    replica's API server is first taken out of the ingress (haproxy's runtime API,
+        //    until it holds no connection), then the running haproxy reloads the
+        //    configuration written above, which no longer has it.
+        // Ingresses reloaded here already read every file written above.
+        let mut reloaded = std::collections::BTreeSet::new();
         if plan.retiring.iter().any(|r| r.member.is_some()) {
-            let mut reloaded = false;
             for ingress in plan
                 .components
                 .iter()
                 .filter(|c| c.role == oi_api::ComponentRole::ControlPlaneIngress)
             {
+                for r in plan.retiring.iter().filter(|r| r.member.is_some()) {
+                    self.take_out(key, ingress, &r.key.name).await?;
+                }
                 if let Some(reload) = ingress.rendered.reloads.first()
                     && self.reload(key, ingress, reload).await?
                 {
-                    reloaded = true;
+                    reloaded.insert(ingress.name());
                     self.emit(
                         Some(&ingress.hypervisor),
                         key,
@@ -80,9 +82,6 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                         "retiring replicas taken out of the ingress".to_string(),
                     );
                 }
-            }
-            if reloaded {
-                tokio::time::sleep(DRAIN_SETTLE).await;
             }
         }
         // A member whose removal would break the quorum now waits for the etcd step: the
@@ -174,8 +173,6 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         //    ingress always has API servers to send requests to.
         let (control_plane, ingress): (Vec<&ComponentPlan>, Vec<&ComponentPlan>) =
             plan.components.iter().partition(|c| c.role.serves_api());
-        // The ingress's configuration while a replica is taken out of it, if one is.
-        let left = std::sync::Mutex::new(Vec::new());
         let rolled = Box::pin(async {
             // An upgrade: every replica's new API server first (beside the running version's
             // controller-manager and scheduler), one at a time, each ready before the next;
@@ -193,7 +190,6 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                     key,
                     plan,
                     c,
-                    &left,
                     Box::pin(async {
                         if self.staged_pod(key, c, staged).await? == Outcome::Replaced {
                             self.apiserver_ready(key, c, &plan.apiserver_ca).await?;
@@ -217,7 +213,6 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                     key,
                     plan,
                     c,
-                    &left,
                     Box::pin(async {
                         if self.pod(key, c, spec).await? == Outcome::Replaced {
                             self.apiserver_ready(key, c, &plan.apiserver_ca).await?;
@@ -236,13 +231,14 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         };
         // A replica's control plane pod; the ingress's haproxy and, with the VPN on, its
         // endpoint.
+        let reloaded = &reloaded;
         let together = join_all(
             pods.into_iter()
                 .flat_map(|c| c.serving_pods().map(move |p| (c, p)))
                 .map(|(c, p)| async move {
                     let outcome = self.pod(key, c, p).await?;
                     // A pod left running reloads the files it is told to reload.
-                    if outcome == Outcome::Unchanged {
+                    if outcome == Outcome::Unchanged && !reloaded.contains(c.name()) {
                         for r in c.reload.iter().filter(|r| r.pod == p.name) {
                             self.reload(key, c, r).await?;
                             self.emit(
@@ -259,17 +255,6 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         // The ingress first, then the replicas one at a time (taken out of it in turn).
         let together = together.await;
         let rolled: Step = if running { rolled.await } else { Ok(()) };
-        // A replica left out of the ingress (a failure while it restarted): the ingress's
-        // configuration is recorded as it is, so that the next run writes the rendered one.
-        for (component, path, hash) in std::mem::take(
-            &mut *left
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        ) {
-            if let Some(placed) = result.files.iter_mut().find(|f| f.component == component) {
-                placed.hashes.insert(path, hash);
-            }
-        }
         rolled?;
         for outcome in together {
             outcome?;
@@ -305,71 +290,58 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
     }
 
     /// Runs `step` (a replica's API server restarting) with that replica taken out of every
-    /// ingress: their drained haproxy configuration written and reloaded before, the rendered
-    /// one after, whatever `step` did. `left` holds each ingress's file while it is drained.
+    /// ingress that has it (see [`crate::ingress`]), and put back after, whatever `step` did:
+    /// told it is up when `step` succeeded (its `/readyz` answered), otherwise left to
+    /// haproxy's own checks.
     async fn drained(
         &self,
         key: &ObjectKey,
         plan: &Convergence,
         replica: &ComponentPlan,
-        left: &std::sync::Mutex<Vec<(String, String, String)>>,
         step: impl std::future::Future<Output = Step>,
     ) -> Step {
-        let ingresses: Vec<_> = plan
+        let mut out = Vec::new();
+        for ingress in plan
             .components
             .iter()
             .filter(|c| c.role == oi_api::ComponentRole::ControlPlaneIngress)
-            .filter_map(|i| {
-                let variant = i.rendered.drained.get(replica.name())?;
-                let reload = i.rendered.reloads.first()?;
-                let normal = i.rendered.files.iter().find(|f| f.path == variant.path)?;
-                Some((i, variant, normal, reload))
-            })
-            .collect();
-        if ingresses.is_empty() {
-            return step.await;
+        {
+            match self.take_out(key, ingress, replica.name()).await {
+                Ok(true) => {
+                    out.push(ingress);
+                    self.emit(
+                        Some(&ingress.hypervisor),
+                        key,
+                        Some(ingress.name()),
+                        format!("{} taken out of the ingress", replica.name()),
+                    );
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    // Those already out go back in: nothing was restarted.
+                    for i in out {
+                        let _ = self.put_back(key, i, replica.name(), false).await;
+                    }
+                    return Err(e);
+                }
+            }
         }
-        let lock = || {
-            left.lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-        };
-        for &(ingress, variant, _, reload) in &ingresses {
-            let rt = self.runtime(&ingress.hypervisor)?;
-            rt.write_files(std::slice::from_ref(variant), &BTreeMap::new())
-                .await?;
-            lock().push((
-                ingress.name().to_string(),
-                variant.path.clone(),
-                variant.content_hash(),
-            ));
-            self.reload(key, ingress, reload).await?;
-            self.emit(
-                Some(&ingress.hypervisor),
-                key,
-                Some(ingress.name()),
-                format!("{} taken out of the ingress", replica.name()),
-            );
-        }
-        // The old haproxy workers finish the connections they accepted.
-        tokio::time::sleep(DRAIN_SETTLE).await;
         let stepped = step.await;
-        let back = async {
-            for &(ingress, _, normal, reload) in &ingresses {
-                let rt = self.runtime(&ingress.hypervisor)?;
-                rt.write_files(std::slice::from_ref(normal), &BTreeMap::new())
-                    .await?;
-                lock().retain(|(c, _, _)| c != ingress.name());
-                self.reload(key, ingress, reload).await?;
-                self.emit(
+        let mut back = Ok(());
+        for ingress in out {
+            match self
+                .put_back(key, ingress, replica.name(), stepped.is_ok())
+                .await
+            {
+                Ok(()) => self.emit(
                     Some(&ingress.hypervisor),
                     key,
                     Some(ingress.name()),
                     format!("{} back in the ingress", replica.name()),
-                );
+                ),
+                Err(e) => back = back.and(Err(e)),
             }
-            Ok::<_, StepError>(())
         }
-        .await;
         stepped.and(back)
     }
 
@@ -492,7 +464,13 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         else {
             return Ok(false);
         };
-        rt.exec("reload", &container.id, &r.command).await?;
+        match &c.rendered.runtime_api {
+            Some(api) if api.pod == r.pod && api.container == r.container => {
+                self.reload_haproxy(c, api, &container.id, &r.command)
+                    .await?;
+            }
+            _ => rt.exec("reload", &container.id, &r.command).await?,
+        }
         Ok(true)
     }
 

@@ -147,6 +147,15 @@ pub enum StepError {
     /// The ingress does not answer `/readyz`, or there is none.
     #[error("{}", .0.join("; "))]
     IngressNotReady(Vec<String>),
+    /// An ingress's haproxy runtime API refused, failed or did not answer in time.
+    #[error(
+        "ingress {component} on {hypervisor}: haproxy's runtime API: {reason} (its image needs a shell and `nc`)"
+    )]
+    IngressRuntimeApi {
+        component: String,
+        hypervisor: String,
+        reason: String,
+    },
     /// Tearing a cluster down failed.
     #[error(transparent)]
     Teardown(Box<StepError>),
@@ -207,7 +216,9 @@ impl StepError {
             StepError::ApiServerNotReadyAfterChange { .. } | StepError::ApiServersNotReady(_) => {
                 Reason::ApiServerNotReady
             }
-            StepError::IngressNotReady(_) => Reason::IngressNotReady,
+            StepError::IngressNotReady(_) | StepError::IngressRuntimeApi { .. } => {
+                Reason::IngressNotReady
+            }
             StepError::Teardown(_) => Reason::DeleteFailed,
             StepError::ClusterBootstrap { .. } => Reason::ClusterBootstrapFailed,
         }

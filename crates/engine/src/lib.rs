@@ -56,6 +56,7 @@ mod error;
 pub mod etcd;
 mod etcd_grpc;
 pub mod https;
+mod ingress;
 mod membership;
 mod observe;
 pub mod orphans;

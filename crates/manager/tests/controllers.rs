@@ -289,7 +289,7 @@ async fn a_new_cluster_is_prepared_written_back_and_comes_up() {
             ));
         }
     }
-    assert_eq!(expected.len(), 3 * 3 + 1);
+    assert_eq!(expected.len(), 3 * 3 + 2);
     assert_eq!(h.allocations(), expected);
     for (name, _, _) in HYPERVISORS {
         let files = &h.hypervisor(name).status.files;
@@ -915,7 +915,7 @@ async fn a_conflict_fails_the_reconcile_and_a_rerun_converges() {
     );
     assert_eq!(h.names("c"), ["c-control-plane-0", "c-ingress"]);
     // The ports written before the failed creation went to the same components: none leaked.
-    assert_eq!(h.allocations().len(), 3 + 1, "{:?}", h.allocations());
+    assert_eq!(h.allocations().len(), 3 + 2, "{:?}", h.allocations());
     h.store.clear_writes();
     reconcile_cluster(&key("c"), &h.ctx).await.unwrap();
     assert_eq!(h.store.writes(), []);
@@ -1019,7 +1019,7 @@ async fn concurrent_clusters_never_share_a_port() {
         assert_eq!(r.unwrap(), Action::Requeue(Duration::from_secs(300)));
     }
     let allocations = h.allocations();
-    assert_eq!(allocations.len(), 3 * 10);
+    assert_eq!(allocations.len(), 3 * 11);
     let ports: BTreeSet<(String, u16)> = allocations
         .iter()
         .map(|(hv, _, _, p)| (hv.clone(), *p))

@@ -293,9 +293,9 @@ fn cluster_inject_is_reproducible_but_for_key_material() {
         ["api.example.com", "192.0.2.1"]
     );
     assert_eq!(cluster.spec.vpn.cidr, "10.0.0.0/16");
-    // apiserver 30000, vpn-proxy 30001, wireguard 30002.
+    // apiserver 30000, haproxy-runtime 30001, vpn-proxy 30002, wireguard 30003.
     assert!(
-        cluster.status.vpn_server_endpoint.ends_with(":30002"),
+        cluster.status.vpn_server_endpoint.ends_with(":30003"),
         "{}",
         cluster.status.vpn_server_endpoint
     );

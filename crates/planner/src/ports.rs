@@ -25,6 +25,9 @@ pub mod names {
     pub const ETCD_PEER: &str = "etcd-peer";
     /// kube-apiserver secure port of a control plane replica; haproxy frontend of an ingress.
     pub const APISERVER: &str = "apiserver";
+    /// haproxy's runtime API of an ingress, on the hypervisor's loopback
+    /// ([`crate::haproxy::RuntimeApi`]).
+    pub const HAPROXY_RUNTIME: &str = "haproxy-runtime";
     /// WireGuard listen port of an ingress, when the cluster VPN is enabled.
     pub const WIREGUARD: &str = "wireguard";
     /// The egress proxy of an ingress (API servers to kubelets over the VPN), when the

@@ -84,9 +84,9 @@ pub struct Rendered {
     pub reloaded: std::collections::BTreeSet<String>,
     /// How running pods are told to read some of their files again.
     pub reloads: Vec<Reload>,
-    /// The ingress: its haproxy configuration with one API server taken out, by replica,
-    /// while that replica restarts (written and reloaded before, the rendered one after).
-    pub drained: BTreeMap<String, HostFile>,
+    /// The ingress: haproxy's runtime API, through which a replica's API server is taken
+    /// out while it restarts.
+    pub runtime_api: Option<crate::haproxy::RuntimeApi>,
 }
 
 /// How a running pod is told to read some of its files again instead of restarting: a
@@ -321,15 +321,13 @@ impl ComponentRenderer<'_> {
                 self.port(r, names::APISERVER)?,
             ));
         }
-        let haproxy_cfg = haproxy_config(port, &self.path("apiserver-ca.crt"), &backends, None);
-        let drained = backends
-            .iter()
-            .map(|(name, _, _)| {
-                let cfg =
-                    haproxy_config(port, &self.path("apiserver-ca.crt"), &backends, Some(name));
-                (name.clone(), self.file("haproxy.cfg", &cfg, 0o644))
-            })
-            .collect();
+        let runtime_port = self.port(self.component, names::HAPROXY_RUNTIME)?;
+        let haproxy_cfg = haproxy_config(
+            port,
+            &self.path("apiserver-ca.crt"),
+            &backends,
+            runtime_port,
+        );
         let mut files = vec![
             self.file("apiserver-ca.crt", &ca, 0o644),
             self.file("haproxy.cfg", &haproxy_cfg, 0o644),
@@ -378,7 +376,12 @@ impl ComponentRenderer<'_> {
             files,
             reloaded,
             reloads,
-            drained,
+            runtime_api: Some(crate::haproxy::RuntimeApi {
+                pod: self.component.metadata.name.clone(),
+                container: "haproxy".into(),
+                port: runtime_port,
+                backend: INGRESS_BACKEND.into(),
+            }),
         })
     }
 
@@ -656,32 +659,35 @@ pub fn egress_selector_config(url: &str, ca: &str, cert: &str, key: &str) -> Str
     )
 }
 
+/// The ingress's haproxy backend: its servers are the API servers, named after their
+/// components.
+pub const INGRESS_BACKEND: &str = "apiservers";
+
 /// haproxy in TCP mode in front of the API servers ([`crate::haproxy`]), each health-checked
-/// over TLS (verified against the API server CA) on `GET /readyz`.
-/// `disabled`: a backend taken out (its API server about to restart): no new connection
-/// goes to it.
+/// over TLS (verified against the API server CA) on `GET /readyz`, with its runtime API on
+/// loopback port `runtime_port`.
 pub fn haproxy_config(
     port: u16,
     ca_file: &str,
     backends: &[(String, String, u16)],
-    disabled: Option<&str>,
+    runtime_port: u16,
 ) -> String {
-    crate::haproxy::config(&[crate::haproxy::Frontend {
-        name: "apiserver",
-        backend: "apiservers",
-        port,
-        tls_only: true,
-        check: crate::haproxy::Check::ApiServer {
-            ca_file: Some(ca_file),
-        },
-        servers: backends
-            .iter()
-            .map(|(name, host, port)| crate::haproxy::Server {
-                disabled: disabled == Some(name.as_str()),
-                ..crate::haproxy::Server::new(name, host, *port)
-            })
-            .collect(),
-    }])
+    crate::haproxy::config(
+        &[crate::haproxy::Frontend {
+            name: "apiserver",
+            backend: INGRESS_BACKEND,
+            port,
+            tls_only: true,
+            check: crate::haproxy::Check::ApiServer {
+                ca_file: Some(ca_file),
+            },
+            servers: backends
+                .iter()
+                .map(|(name, host, port)| crate::haproxy::Server::new(name, host, *port))
+                .collect(),
+        }],
+        Some(runtime_port),
+    )
 }
 
 #[cfg(test)]

@@ -371,9 +371,22 @@ async fn scaling_down_removes_the_member_before_its_pod_and_frees_its_ports() {
     assert!(calls.iter().any(|c| matches!(c, Call::RemoveHostPaths(p)
         if p.contains(&"/var/lib/oneinfra/default/c/c-control-plane-2".to_string()))));
     assert_eq!(report.counts.pods_removed, 4);
-    // The ingress's configuration lost two backends: haproxy is told to reload it, and
-    // keeps running (no connection refused).
+    // The ingress's configuration lost two backends: haproxy takes them out first (runtime
+    // API), then is told to reload it, and keeps running (no connection refused); the
+    // reload is over once the new worker answers.
     let public = h.connector.runtimes["public-1"].calls();
+    assert_eq!(
+        runtime_api_commands(&public),
+        [
+            "set server apiservers/c-control-plane-1 state drain; show stat",
+            "set server apiservers/c-control-plane-2 state drain; show stat",
+            "show info",
+            "show info",
+            // The one replica left: its API server's --etcd-servers changed.
+            "set server apiservers/c-control-plane-0 state drain; show stat",
+            "set server apiservers/c-control-plane-0 health up; set server apiservers/c-control-plane-0 state ready; show stat",
+        ]
+    );
     assert!(
         public
             .iter()
@@ -563,24 +576,85 @@ async fn a_running_clusters_api_servers_are_replaced_one_at_a_time_each_ready_be
             .concat(),
         "each API server out of the ingress while it restarts"
     );
-    // The ingress got the configuration without it, then the rendered one, each reloaded.
+    // Each was taken out through haproxy's runtime API and waited for, then told up and put
+    // back: no configuration written, no reload, no pod of the ingress touched.
     let public = h.connector.runtimes["public-1"].calls();
+    assert_eq!(
+        runtime_api_commands(&public),
+        [0, 1, 2]
+            .map(|i| {
+                let s = format!("apiservers/c-control-plane-{i}");
+                [
+                    format!("set server {s} state drain; show stat"),
+                    format!("set server {s} health up; set server {s} state ready; show stat"),
+                ]
+            })
+            .concat(),
+    );
     let writes = public
         .iter()
-        .filter(
-            |c| matches!(c, Call::WriteFiles(f) if f.iter().all(|p| p.ends_with("haproxy.cfg"))),
-        )
+        .filter(|c| matches!(c, Call::WriteFiles(_)))
         .count();
     let reloads = public
         .iter()
         .filter(|c| matches!(c, Call::Exec { job, .. } if job == "reload"))
         .count();
-    assert_eq!((writes, reloads), (6, 6), "{public:?}");
+    assert_eq!((writes, reloads), (0, 0), "{public:?}");
     assert!(
         !public
             .iter()
             .any(|c| matches!(c, Call::RemovePod { .. } | Call::CreatePod { .. })),
         "{public:?}"
+    );
+}
+
+/// The commands sent to haproxy's runtime API, in order.
+fn runtime_api_commands(calls: &[Call]) -> Vec<String> {
+    calls
+        .iter()
+        .filter_map(|c| match c {
+            Call::Exec { job, command, .. } if job == "haproxy runtime API" => {
+                command.last().cloned()
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_api_server_restarts_only_once_haproxy_says_it_holds_no_connection() {
+    let h = Harness::new();
+    // c-control-plane-1 still holds a connection in the first two answers after its drain.
+    h.connector.runtimes["public-1"].hold_sessions("c-control-plane-1", 2);
+    let (report, _, steps) = reissue_all(&h, "apiserver", |e| {
+        e.contains("replaced pod") || e.contains("the ingress")
+    })
+    .await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    let public = h.connector.runtimes["public-1"].calls();
+    let s = "apiservers/c-control-plane-1";
+    let asked = runtime_api_commands(&public);
+    let from = asked
+        .iter()
+        .position(|c| *c == format!("set server {s} state drain; show stat"))
+        .expect("c-control-plane-1 taken out");
+    // Asked again until the connection was gone, then restarted.
+    assert_eq!(
+        asked[from..from + 4],
+        [
+            format!("set server {s} state drain; show stat"),
+            "show stat".to_string(),
+            "show stat".to_string(),
+            format!("set server {s} health up; set server {s} state ready; show stat"),
+        ]
+    );
+    let out = steps
+        .iter()
+        .position(|e| e == "c/c-ingress: c-control-plane-1 taken out of the ingress")
+        .expect("taken out");
+    assert_eq!(
+        steps[out + 1],
+        "c/c-control-plane-1: replaced pod c-control-plane-1"
     );
 }
 

@@ -414,7 +414,12 @@ mod tests {
         );
         assert_eq!(
             ports(&stored[1].status),
-            [("a".to_string(), 30000), ("b".to_string(), 30001)]
+            [
+                ("a".to_string(), 30000),
+                ("a".to_string(), 30001),
+                ("b".to_string(), 30002),
+                ("b".to_string(), 30003)
+            ]
         );
         let all: BTreeSet<u16> = stored[0]
             .status

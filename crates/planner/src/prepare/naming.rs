@@ -64,11 +64,13 @@ pub fn required_ports(role: ComponentRole, vpn_enabled: bool) -> &'static [&'sta
         (ComponentRole::ControlPlane, _) => {
             &[names::APISERVER, names::ETCD_CLIENT, names::ETCD_PEER]
         }
-        (ComponentRole::ControlPlaneIngress, false) | (ComponentRole::ApiServer, _) => {
-            &[names::APISERVER]
-        }
-        (ComponentRole::ControlPlaneIngress, true) => {
-            &[names::APISERVER, names::VPN_PROXY, names::WIREGUARD]
-        }
+        (ComponentRole::ApiServer, _) => &[names::APISERVER],
+        (ComponentRole::ControlPlaneIngress, false) => &[names::APISERVER, names::HAPROXY_RUNTIME],
+        (ComponentRole::ControlPlaneIngress, true) => &[
+            names::APISERVER,
+            names::HAPROXY_RUNTIME,
+            names::VPN_PROXY,
+            names::WIREGUARD,
+        ],
     }
 }

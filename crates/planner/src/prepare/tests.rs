@@ -66,7 +66,10 @@ fn single_replica_cluster_is_fully_described() {
             ("etcd-peer", 30002)
         ])
     );
-    assert_eq!(host_ports(&w, "c1-ingress"), hp(&[("apiserver", 40000)]));
+    assert_eq!(
+        host_ports(&w, "c1-ingress"),
+        hp(&[("apiserver", 40000), ("haproxy-runtime", 40001)])
+    );
     let status = &w.clusters[&key("c1")].status;
     assert_eq!(status.api_server_endpoint, "https://192.0.2.1:40000");
     assert_eq!(status.vpn_server_endpoint, "");
@@ -148,13 +151,14 @@ fn vpn_gets_a_wireguard_port_an_egress_proxy_port_and_endpoint() {
         host_ports(&w, "c1-ingress"),
         hp(&[
             ("apiserver", 40000),
-            ("vpn-proxy", 40001),
-            ("wireguard", 40002)
+            ("haproxy-runtime", 40001),
+            ("vpn-proxy", 40002),
+            ("wireguard", 40003)
         ])
     );
     assert_eq!(
         w.clusters[&key("c1")].status.vpn_server_endpoint,
-        "192.0.2.1:40002"
+        "192.0.2.1:40003"
     );
     // The proxy's serving certificate, for the ingress's address.
     let ingress = &w.components[&ObjectKey::new("default", "c1-ingress")];
@@ -185,7 +189,7 @@ fn vpn_gets_a_wireguard_port_an_egress_proxy_port_and_endpoint() {
     let again = ok(old);
     let ports = host_ports(&again, "c1-ingress");
     assert!(
-        ports.contains(&("wireguard".to_string(), 40002)),
+        ports.contains(&("wireguard".to_string(), 40003)),
         "{ports:?}"
     );
     assert!(ports.iter().any(|(n, _)| n == "vpn-proxy"), "{ports:?}");
@@ -193,12 +197,15 @@ fn vpn_gets_a_wireguard_port_an_egress_proxy_port_and_endpoint() {
     let mut w2 = w.clone();
     w2.clusters.get_mut(&key("c1")).unwrap().spec.vpn.enabled = false;
     let w2 = ok(w2);
-    assert_eq!(host_ports(&w2, "c1-ingress"), hp(&[("apiserver", 40000)]));
+    assert_eq!(
+        host_ports(&w2, "c1-ingress"),
+        hp(&[("apiserver", 40000), ("haproxy-runtime", 40001)])
+    );
     assert_eq!(
         w2.hypervisors[&ObjectKey::cluster_scoped("public-1")]
             .status
             .freed_ports,
-        vec![40001, 40002]
+        vec![40002, 40003]
     );
     assert_eq!(w2.clusters[&key("c1")].status.vpn_server_endpoint, "");
 }
@@ -588,13 +595,13 @@ fn no_private_hypervisor_is_an_error_other_clusters_proceed() {
         )])
     );
     assert_eq!(p.world.components.len(), 2);
-    // b's ingress port was rolled back.
+    // b's ingress ports were rolled back: a's two remain.
     assert_eq!(
         p.world.hypervisors[&ObjectKey::cluster_scoped("pub")]
             .status
             .allocated_ports
             .len(),
-        1
+        2
     );
     let p = prepare(
         world(vec![hvs[0].clone()], vec![cluster("a", 1, false)]),
@@ -610,7 +617,7 @@ fn no_private_hypervisor_is_an_error_other_clusters_proceed() {
 #[test]
 fn exhausted_range_names_hypervisor_and_range_and_rolls_back() {
     let hvs = vec![
-        hypervisor("pub", true, "192.0.2.1", None, (40000, 40000)),
+        hypervisor("pub", true, "192.0.2.1", None, (40000, 40001)),
         hypervisor("priv", false, "10.0.0.1", None, (30000, 30099)),
     ];
     let w = ok(world(hvs, vec![cluster("c1", 1, false)]));
@@ -629,7 +636,7 @@ fn exhausted_range_names_hypervisor_and_range_and_rolls_back() {
             Error::PortRangeExhausted {
                 hypervisor: "pub".into(),
                 low: 40000,
-                high: 40000
+                high: 40001
             }
         )])
     );
@@ -1570,14 +1577,15 @@ fn ingresses_sharing_an_address_are_apart_on_the_same_ports_and_the_address_is_t
     );
     let ports = hp(&[
         ("apiserver", 40001),
-        ("vpn-proxy", 40002),
-        ("wireguard", 40003),
+        ("haproxy-runtime", 40002),
+        ("vpn-proxy", 40003),
+        ("wireguard", 40004),
     ]);
     assert_eq!(host_ports(&w, "c1-ingress"), ports);
     assert_eq!(host_ports(&w, "c1-ingress-1"), ports);
     let status = &w.clusters[&key("c1")].status;
     assert_eq!(status.api_server_endpoint, "https://192.0.2.100:40001");
-    assert_eq!(status.vpn_server_endpoint, "192.0.2.100:40003");
+    assert_eq!(status.vpn_server_endpoint, "192.0.2.100:40004");
     // The API servers answer to the shared address and to each ingress's.
     let replica = &w.components[&key("c1-control-plane-0")];
     let sans =
@@ -1625,7 +1633,7 @@ fn ingresses_sharing_an_address_are_apart_on_the_same_ports_and_the_address_is_t
         .containers[0]
         .args;
     assert!(
-        vpn_args.contains(&"--proxy-listen=0.0.0.0:40002".to_string()),
+        vpn_args.contains(&"--proxy-listen=0.0.0.0:40003".to_string()),
         "{vpn_args:?}"
     );
     let second = vrrp("c1-ingress-1");
@@ -1642,7 +1650,7 @@ fn ingresses_sharing_an_address_are_apart_on_the_same_ports_and_the_address_is_t
         .find(|f| f.path.ends_with(crate::render::EGRESS_SELECTOR))
         .unwrap();
     assert!(
-        String::from_utf8_lossy(&egress.content).contains("url: https://192.0.2.100:40002"),
+        String::from_utf8_lossy(&egress.content).contains("url: https://192.0.2.100:40003"),
         "{}",
         String::from_utf8_lossy(&egress.content)
     );

@@ -59,7 +59,7 @@ impl ComponentRenderer<'_> {
                 files,
                 reloaded: std::collections::BTreeSet::new(),
                 reloads: Vec::new(),
-                drained: BTreeMap::new(),
+                runtime_api: None,
             });
         }
         let kube_pod = self.pod(
@@ -89,7 +89,7 @@ impl ComponentRenderer<'_> {
             files,
             reloaded: std::collections::BTreeSet::new(),
             reloads: Vec::new(),
-            drained: BTreeMap::new(),
+            runtime_api: None,
         })
     }
 

@@ -37,7 +37,7 @@ fn only_the_pods_that_read_a_changed_file_restart() {
     };
     let rendered = Rendered {
         reloads: Vec::new(),
-        drained: BTreeMap::new(),
+        runtime_api: None,
         pods: vec![
             pod("etcd", &["--cert-file=/d/etcd.crt"]),
             pod("apiserver", &["--tls-cert-file=/d/api.crt"]),

@@ -1124,17 +1124,20 @@ fn haproxy_container(image: String, config: &str, mount: Mount) -> ContainerSpec
 /// does not verify the API server's certificate (the tenant's CA is not ours to know;
 /// upstream SIP does the same): clients verify it end to end through the TCP stream.
 pub fn control_plane_lb_config(port: u16, backends: &[(String, String)]) -> String {
-    crate::haproxy::config(&[crate::haproxy::Frontend {
-        name: "apiserver",
-        backend: "apiservers",
-        port,
-        tls_only: true,
-        check: crate::haproxy::Check::ApiServer { ca_file: None },
-        servers: backends
-            .iter()
-            .map(|(name, ip)| crate::haproxy::Server::new(name, ip, APISERVER_PORT))
-            .collect(),
-    }])
+    crate::haproxy::config(
+        &[crate::haproxy::Frontend {
+            name: "apiserver",
+            backend: "apiservers",
+            port,
+            tls_only: true,
+            check: crate::haproxy::Check::ApiServer { ca_file: None },
+            servers: backends
+                .iter()
+                .map(|(name, ip)| crate::haproxy::Server::new(name, ip, APISERVER_PORT))
+                .collect(),
+        }],
+        None,
+    )
 }
 
 /// The worker load balancer ([`crate::haproxy`]): every port of the range forwarded to the
@@ -1157,7 +1160,7 @@ pub fn worker_lb_config(ports: &[u16], backends: &[(String, String)]) -> String 
                 .collect(),
         })
         .collect();
-    crate::haproxy::config(&frontends)
+    crate::haproxy::config(&frontends, None)
 }
 
 /// `authorized_keys`: the SIPCluster's keys (validated as sshd parses them), one per line.

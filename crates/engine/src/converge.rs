@@ -407,10 +407,21 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
     ) -> Step {
         let spec = etcd_pod(c)?;
         // Its etcd stopped (or never came back): can it start again on its data?
-        let stopped = !matches!(
-            self.etcd_container(key, c).await?,
-            Some(k) if k.state == oi_cri::ContainerState::Running
-        );
+        let rt = self.runtime(&c.hypervisor)?;
+        let pods = rt.list_pods(&selector(key, Some(c.name()))).await?;
+        let pod = pods.iter().find(|p| p.name == spec.name);
+        let stopped = !pod
+            .into_iter()
+            .flat_map(|p| &p.containers)
+            .any(|k| k.name == "etcd" && k.state == oi_cri::ContainerState::Running);
+        if !stopped
+            && (c.restart.contains(&spec.name)
+                || pod.and_then(|p| p.spec_hash()) != Some(spec.content_hash().as_str()))
+        {
+            // A leader about to restart hands its leadership over first: the others would
+            // otherwise wait out an election timeout before anything is written again.
+            self.lead_elsewhere(key, c, members, etcd).await;
+        }
         if stopped {
             let exited = self.etcd_exited(key, c).await?;
             if let Some(cause) = self.etcd_data_unusable(key, c, exited).await? {

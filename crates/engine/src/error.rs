@@ -156,6 +156,9 @@ pub enum StepError {
         hypervisor: String,
         reason: String,
     },
+    /// The snapshot to restore could not be packed for the journey to the hypervisors.
+    #[error("packing the snapshot to restore: {0}")]
+    SnapshotPack(String),
     /// Tearing a cluster down failed.
     #[error(transparent)]
     Teardown(Box<StepError>),
@@ -197,7 +200,9 @@ impl StepError {
             StepError::Unreachable { .. } | StepError::UnknownHypervisor { .. } => {
                 Reason::HypervisorUnreachable
             }
-            StepError::Runtime(_) | StepError::Service { .. } => Reason::RuntimeError,
+            StepError::Runtime(_) | StepError::Service { .. } | StepError::SnapshotPack(_) => {
+                Reason::RuntimeError
+            }
             StepError::ServiceNotRunning { .. } => Reason::ServiceNotRunning,
             StepError::EtcdIdentity { .. }
             | StepError::EtcdUnanswered { .. }

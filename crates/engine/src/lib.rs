@@ -111,7 +111,7 @@ impl Default for ExecuteOptions {
     fn default() -> Self {
         ExecuteOptions {
             max_wait: Duration::from_secs(60),
-            poll_interval: Duration::from_millis(250),
+            poll_interval: Duration::from_millis(100),
             remove_leftover_throwaway_pods: true,
         }
     }

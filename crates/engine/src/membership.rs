@@ -405,6 +405,39 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         }
     }
 
+    /// Replica `c`'s member, about to restart, hands its leadership (if it leads) to the
+    /// first other started voting member in replica order: one restarted before it, when
+    /// one was. Best effort, as [`Self::hand_over_leadership`].
+    pub(crate) async fn lead_elsewhere(
+        &self,
+        key: &ObjectKey,
+        c: &ComponentPlan,
+        members: &[EtcdMember],
+        etcd: &EtcdClient<'_, N>,
+    ) {
+        let Some(me) = members.iter().find(|m| m.name == c.name()) else {
+            return;
+        };
+        let Ok((_, list)) = self.first_answer(members, etcd).await else {
+            return;
+        };
+        let Some(my_id) = list
+            .iter()
+            .find(|m| m.peer_urls.contains(&me.peer_url))
+            .map(|m| m.id)
+        else {
+            return;
+        };
+        // The others in replica order.
+        let ordered: Vec<crate::etcd::Member> = members
+            .iter()
+            .filter_map(|o| list.iter().find(|m| m.peer_urls.contains(&o.peer_url)))
+            .cloned()
+            .collect();
+        self.hand_over_leadership(key, me, my_id, &c.hypervisor, &ordered, etcd)
+            .await;
+    }
+
     /// A leader about to be removed hands leadership to a voting member that stays first,
     /// so that no request meets an election. Best effort: etcd copes without it (the
     /// removed leader steps down), so a failure is said and the removal goes on.

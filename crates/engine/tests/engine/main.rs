@@ -504,7 +504,7 @@ async fn a_running_clusters_etcd_pods_are_replaced_one_at_a_time_each_healthy_be
     // Every replica's etcd serving certificate is reissued: every etcd pod must restart to
     // read it.
     let (report, log, etcd_steps) = reissue_all(&h, "etcd-server", |e| {
-        e.contains("-etcd") || e.contains("etcd member healthy")
+        e.contains("-etcd") || e.contains("etcd member healthy") || e.contains("leadership")
     })
     .await;
     // Only the etcd pods read the etcd serving certificate: the Kubernetes control plane
@@ -531,6 +531,9 @@ async fn a_running_clusters_etcd_pods_are_replaced_one_at_a_time_each_healthy_be
     assert_eq!(
         etcd_steps,
         [
+            // The leader (the simulation's is the first voting member) hands leadership to
+            // the next before it restarts: no election timeout to wait out.
+            "c/c-control-plane-0: handed etcd leadership to c-control-plane-1",
             "c/c-control-plane-0: replaced pod c-control-plane-0-etcd",
             "c/c-control-plane-0: etcd member healthy",
             "c/c-control-plane-1: replaced pod c-control-plane-1-etcd",
@@ -1850,8 +1853,12 @@ async fn an_upgrade_rolls_every_api_server_before_any_controller_manager_or_sche
 /// An etcd snapshot as etcd streams one: a database page with bbolt's magic and the
 /// SHA-256 after it.
 fn etcd_snapshot(len: usize) -> Vec<u8> {
+    etcd_snapshot_of((0..len).map(|i| (i % 251) as u8).collect())
+}
+
+/// `db` made a snapshot etcd would take: its bbolt magic, then its SHA-256 appended.
+fn etcd_snapshot_of(mut db: Vec<u8>) -> Vec<u8> {
     use sha2::Digest as _;
-    let mut db: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
     db[16..20].copy_from_slice(&0xED0C_DAEDu32.to_le_bytes());
     let sum = sha2::Sha256::digest(&db);
     db.extend_from_slice(&sum);
@@ -2040,10 +2047,40 @@ async fn a_restore_stages_every_replica_before_stopping_any_then_starts_them_tog
     let report = h2.run(world(1, &[("c", 3)])).await;
     h2.connector.clear();
     h2.network.clear_log();
-    let restored = h2
-        .restore(report.world.clone(), "c", etcd_snapshot(1_500_000))
-        .await;
+    // A snapshot that does not pack (as random as a test can make it cheaply): 1.5 MB in
+    // parts of 700 KiB is three.
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let noise = etcd_snapshot_of(
+        (0..1_500_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect(),
+    );
+    let restored = h2.restore(report.world.clone(), "c", noise.clone()).await;
     assert!(restored.all_ready(), "{:?}", restored.clusters);
+    // The parts written to each replica unpack to the snapshot.
+    for i in 1..=3 {
+        let files = h2.connector.runtimes[&format!("private-{i}")].files();
+        let packed: Vec<u8> = files
+            .iter()
+            .filter(|(p, _)| p.contains("/restore/part-"))
+            .flat_map(|(_, f)| f.content.clone())
+            .collect();
+        let mut unpacked = Vec::new();
+        std::io::Read::read_to_end(
+            &mut flate2::read::GzDecoder::new(&packed[..]),
+            &mut unpacked,
+        )
+        .unwrap();
+        assert!(
+            unpacked == noise,
+            "private-{i}: the parts unpack to the snapshot"
+        );
+    }
     // Every replica: the parts, joined, restored; then every replica stopped; then each
     // one's data swapped and its pods created again. The ingress is left alone.
     // Per hypervisor, in order.

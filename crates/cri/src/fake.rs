@@ -81,6 +81,8 @@ struct FakeHaproxy {
     worker: u32,
     /// Servers by `backend/server`, with their admin state (`DRAIN`, `MAINT` or `UP`).
     servers: BTreeMap<String, String>,
+    /// Servers (`backend/server`) it was told are up (`set server ... health up`).
+    up: BTreeSet<String>,
 }
 
 impl FakeHaproxy {
@@ -120,7 +122,10 @@ impl FakeHaproxy {
                     self.servers.insert((*name).to_string(), state.to_string());
                     out.push('\n');
                 }
-                ["set", "server", name, "health", _] => {
+                ["set", "server", name, "health", health] => {
+                    if *health == "up" {
+                        self.up.insert((*name).to_string());
+                    }
                     self.servers
                         .entry((*name).to_string())
                         .or_insert_with(|| "UP".to_string());
@@ -259,6 +264,16 @@ impl FakeRuntime {
     /// the next `polls` answers of `show stat`.
     pub fn hold_sessions(&self, server: &str, polls: u32) {
         self.state().held_sessions.insert(server.to_string(), polls);
+    }
+
+    /// The servers (`backend/server`) any haproxy here was told are up since it last
+    /// reloaded.
+    pub fn haproxy_servers_up(&self) -> BTreeSet<String> {
+        self.state()
+            .haproxy
+            .values()
+            .flat_map(|h| h.up.iter().cloned())
+            .collect()
     }
 
     /// What [`HypervisorRuntime::log_tail`] answers for containers named `container`.
@@ -528,6 +543,7 @@ impl HypervisorRuntime for FakeRuntime {
             [sh, c, script] if sh == "sh" && c == "-c" && script == "kill -USR2 1" => {
                 haproxy.worker += 1;
                 haproxy.servers.clear();
+                haproxy.up.clear();
                 Ok(String::new())
             }
             [sh, c, script, commands]

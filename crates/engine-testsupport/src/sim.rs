@@ -78,6 +78,8 @@ struct Endpoint {
     pod: String,
     member: String,
     start: Option<EtcdMemberStart>,
+    /// A cluster's ingress (its haproxy), not an API server.
+    ingress: bool,
 }
 
 #[derive(Default)]
@@ -135,6 +137,9 @@ pub struct SimNetwork<S> {
     /// The component last found serving each URL, checked again at every use: a lookup
     /// visits every component only when the one cached no longer serves it.
     endpoints: Mutex<std::collections::HashMap<String, ObjectKey>>,
+    /// Whether an ingress answers only once its haproxy was told its servers are up
+    /// ([`SimNetwork::ingress_checks_lag`]).
+    ingress_checks_lag: std::sync::atomic::AtomicBool,
 }
 
 /// The `n`-th snapshot the simulation streams: a database page with bbolt's magic and `n`
@@ -166,7 +171,16 @@ impl<S: Source> SimNetwork<S> {
             snapshots: Mutex::new(0),
             corrupt_snapshots: std::sync::atomic::AtomicBool::new(false),
             endpoints: Mutex::new(std::collections::HashMap::new()),
+            ingress_checks_lag: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// With `lag`, an ingress's haproxy holds its API servers down, as after checks that
+    /// failed while they started: it closes every connection until its runtime API was told
+    /// a server is up (`set server ... health up`).
+    pub fn ingress_checks_lag(&self, lag: bool) {
+        self.ingress_checks_lag
+            .store(lag, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Makes the next `times` `method` requests to `path` (without query) answer `status`
@@ -453,6 +467,7 @@ impl<S: Source> SimNetwork<S> {
             },
             member: name.clone(),
             start: c.status.etcd_member.clone(),
+            ingress: c.spec.role == oi_api::ComponentRole::ControlPlaneIngress,
         })
     }
 
@@ -832,6 +847,17 @@ impl<S: Source> Network for SimNetwork<S> {
         tokio::task::yield_now().await;
         if !self.runs(r.base) {
             return Err(Self::refused(r.base, ""));
+        }
+        if self
+            .ingress_checks_lag
+            .load(std::sync::atomic::Ordering::Relaxed)
+            && let Some(e) = self.endpoint(r.base).filter(|e| e.ingress)
+            && self
+                .runtimes
+                .get(&e.hypervisor)
+                .is_none_or(|rt| rt.haproxy_servers_up().is_empty())
+        {
+            return Err(Self::refused(r.base, ": tls handshake eof"));
         }
         if r.path != "/readyz" {
             assert!(

@@ -112,6 +112,9 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             .collect();
         let answered = self.first_answer(members, &etcd).await.ok();
         let running = answered.is_some();
+        // A new cluster's founders, when nothing else waits for their etcd: their quorum is
+        // waited for while the other pods start (an API server waits for etcd by itself).
+        let mut founding = Vec::new();
         if let Some((_, list)) = answered {
             // Members no replica owns go first, when they can: a dead one would keep a
             // replacement from joining ("unhealthy cluster").
@@ -157,9 +160,14 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             let (founders, joiners): (Vec<&ComponentPlan>, Vec<&ComponentPlan>) = replicas
                 .into_iter()
                 .partition(|r| plan.etcd.founders.contains(r.name()));
-            self.etcd_founders(key, &founders, members, &etcd).await?;
-            for replica in joiners {
-                self.etcd_join(key, replica, members, &etcd).await?;
+            self.etcd_founders(key, &founders).await?;
+            if joiners.is_empty() && deferred.is_empty() {
+                founding = founders;
+            } else {
+                self.etcd_founded(&founders, members, &etcd).await?;
+                for replica in joiners {
+                    self.etcd_join(key, replica, members, &etcd).await?;
+                }
             }
         }
         for r in deferred {
@@ -253,7 +261,9 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                 }),
         );
         // The ingress first, then the replicas one at a time (taken out of it in turn).
-        let together = together.await;
+        let (founded, together) =
+            futures::join!(self.etcd_founded(&founding, members, &etcd), together);
+        founded?;
         let rolled: Step = if running { rolled.await } else { Ok(()) };
         rolled?;
         for outcome in together {
@@ -265,9 +275,31 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             self.remove_stale_pods(key, c).await?;
             self.remove_stale_files(key, c, result).await?;
         }
-        // 6. Observe until ready or out of time.
+        // 6. Observe until ready or out of time. API servers all ready and the ingress not:
+        //    haproxy is told so once rather than waiting for its checks to rise again.
+        let mut vouched = false;
         loop {
             let observed = self.observe(plan, &etcd).await;
+            if !vouched
+                && matches!(observed.failure, Some(StepError::IngressNotReady(_)))
+                && observed.apiservers_ready > 0
+            {
+                vouched = true;
+                let servers: Vec<&str> = plan
+                    .components
+                    .iter()
+                    .filter(|c| c.role.serves_api() && c.apiserver_url.is_some())
+                    .map(ComponentPlan::name)
+                    .collect();
+                for ingress in plan
+                    .components
+                    .iter()
+                    .filter(|c| c.role == oi_api::ComponentRole::ControlPlaneIngress)
+                {
+                    self.vouch_for(key, ingress, &servers).await;
+                }
+                continue;
+            }
             let outcome = &mut result.outcome;
             outcome.etcd_started = observed.etcd_started;
             outcome.etcd_voting = observed.etcd_voting;

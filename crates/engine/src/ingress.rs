@@ -170,6 +170,31 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         }
     }
 
+    /// Tells ingress `c`'s haproxy that `servers` are up: their `/readyz` answered, so it
+    /// need not wait for its own checks to rise again after they failed while the servers
+    /// started (checks go on, and take a server out again if it fails). Best effort: the
+    /// ingress is observed again after.
+    pub(crate) async fn vouch_for(&self, key: &ObjectKey, c: &ComponentPlan, servers: &[&str]) {
+        let Some(api) = &c.rendered.runtime_api else {
+            return;
+        };
+        let Ok(Some(id)) = self.haproxy(key, c, api).await else {
+            return;
+        };
+        let commands: Vec<String> = servers
+            .iter()
+            .map(|s| format!("set server {}/{s} health up", api.backend))
+            .collect();
+        if self.ask(c, api, &id, &commands.join("; ")).await.is_ok() {
+            self.emit(
+                Some(&c.hypervisor),
+                key,
+                Some(c.name()),
+                format!("told haproxy {} answer", servers.join(", ")),
+            );
+        }
+    }
+
     /// Tells ingress `c`'s haproxy (container `id`) to reload, and waits until its new
     /// worker answers the runtime API: until then the old one may still take connections
     /// with the old configuration, and what it is told is lost with it.

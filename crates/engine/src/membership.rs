@@ -49,24 +49,28 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         }
     }
 
-    /// Starts the etcd pods of the replicas that found the cluster (`new`) together, then
-    /// waits until one of them answers (a new cluster answers once it has a quorum).
-    pub(crate) async fn etcd_founders(
-        &self,
-        key: &ObjectKey,
-        founders: &[&ComponentPlan],
-        members: &[EtcdMember],
-        etcd: &EtcdClient<'_, N>,
-    ) -> Step {
-        if founders.is_empty() {
-            return Ok(());
-        }
+    /// Starts the etcd pods of the replicas that found the cluster (`new`) together; see
+    /// [`Self::etcd_founded`] for the wait.
+    pub(crate) async fn etcd_founders(&self, key: &ObjectKey, founders: &[&ComponentPlan]) -> Step {
         let mut pods = Vec::new();
         for c in founders {
             pods.push((*c, etcd_pod(c)?));
         }
         for outcome in join_all(pods.into_iter().map(|(c, spec)| self.pod(key, c, spec))).await {
             outcome?;
+        }
+        Ok(())
+    }
+
+    /// Waits until one of the founders answers (a new cluster answers once it has a quorum).
+    pub(crate) async fn etcd_founded(
+        &self,
+        founders: &[&ComponentPlan],
+        members: &[EtcdMember],
+        etcd: &EtcdClient<'_, N>,
+    ) -> Step {
+        if founders.is_empty() {
+            return Ok(());
         }
         let founding: Vec<EtcdMember> = members
             .iter()

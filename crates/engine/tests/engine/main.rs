@@ -2399,3 +2399,34 @@ async fn a_node_key_taken_out_of_the_secret_leaves_the_jump_host() {
 }
 
 mod heal;
+
+#[tokio::test]
+async fn an_ingress_whose_checks_lag_is_told_its_api_servers_answer() {
+    let h = Harness::new();
+    // haproxy saw the API servers fail while they started and holds them down.
+    h.network.ingress_checks_lag(true);
+    let report = h.run(world(1, &[("c", 3)])).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    let events = h.events.lock().unwrap().clone();
+    let told = "[public-1] c/c-ingress: told haproxy c-control-plane-0, c-control-plane-1, c-control-plane-2 answer";
+    assert_eq!(
+        events.iter().filter(|e| *e == told).count(),
+        1,
+        "told once, after every API server answered: {events:?}"
+    );
+    let asked = runtime_api_commands(&h.connector.runtimes["public-1"].calls());
+    assert_eq!(
+        asked,
+        ["set server apiservers/c-control-plane-0 health up; \
+          set server apiservers/c-control-plane-1 health up; \
+          set server apiservers/c-control-plane-2 health up"]
+    );
+    // An ingress that answers by itself is told nothing.
+    let h = Harness::new();
+    let report = h.run(world(1, &[("c", 3)])).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    assert_eq!(
+        runtime_api_commands(&h.connector.runtimes["public-1"].calls()),
+        Vec::<String>::new()
+    );
+}

@@ -12,6 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use futures::StreamExt as _;
 use http::Method;
 use oi_api::common::{ConditionStatus, set_condition};
 use oi_api::{NodeJoinRequest, ObjectKey, VpnPeer};
@@ -26,6 +27,10 @@ use crate::Executor;
 use crate::error::{Step, StepError};
 use crate::https::{HttpsRequest, HttpsResponse, Network, Tls};
 use crate::progress::Counters;
+
+/// How many reads of one cluster's objects are in flight at once (each on a connection of
+/// its own: HTTP/1.1).
+const READS_AT_ONCE: usize = 4;
 
 /// The cluster's NodeJoinRequests.
 const REQUESTS: &str = "/apis/node.oneinfra.ereslibre.es/v1alpha1/nodejoinrequests";
@@ -88,25 +93,34 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         tls: &Tls,
         result: &mut ClusterResult,
     ) -> Result<(), Failure> {
-        // One request after the other, over one kept-open connection: each collection
+        // Reads first, [`READS_AT_ONCE`] at a time over kept connections: each collection
         // holding several of the objects read with one LIST of those carrying our label,
         // the others (and an object a LIST did not return: absent, or not labelled yet)
-        // with a GET. A converged cluster costs one handshake and a read per collection.
+        // with a GET. Then the writes a difference calls for, one after the other in the
+        // objects' order (a namespace before what it holds). A converged cluster costs a
+        // read per collection, a few at a time, and no write.
         let listed = self.list_collections(in_cluster, tls).await?;
-        for object in &in_cluster.objects {
-            let got = match listed
-                .get(&object.collection)
-                .and_then(|l| l.get(&object.name))
-            {
-                Some(item) => Ok(HttpsResponse {
-                    status: 200,
-                    body: serde_json::to_vec(&item_of(item, &object.body)).unwrap_or_default(),
-                }),
-                None => {
-                    self.api(in_cluster, tls, &Method::GET, &object.path(), None)
-                        .await
+        let listed = &listed;
+        let reads: Vec<Result<HttpsResponse, String>> =
+            futures::stream::iter(in_cluster.objects.iter().map(|object| async move {
+                match listed
+                    .get(&object.collection)
+                    .and_then(|l| l.get(&object.name))
+                {
+                    Some(item) => Ok(HttpsResponse {
+                        status: 200,
+                        body: serde_json::to_vec(&item_of(item, &object.body)).unwrap_or_default(),
+                    }),
+                    None => {
+                        self.api(in_cluster, tls, &Method::GET, &object.path(), None)
+                            .await
+                    }
                 }
-            };
+            }))
+            .buffered(READS_AT_ONCE)
+            .collect()
+            .await;
+        for (object, got) in in_cluster.objects.iter().zip(reads) {
             self.ensure(key, in_cluster, object, got, tls).await?;
         }
         for prune in &in_cluster.prune {
@@ -368,14 +382,28 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         for o in &in_cluster.objects {
             *counts.entry(o.collection.as_str()).or_default() += 1;
         }
-        let mut listed = BTreeMap::new();
-        for (collection, _) in counts.into_iter().filter(|(_, n)| *n > 1) {
+        let collections: Vec<&str> = counts
+            .into_iter()
+            .filter(|(_, n)| *n > 1)
+            .map(|(c, _)| c)
+            .collect();
+        let answers: Vec<_> = futures::stream::iter(collections.into_iter().map(|collection| {
             let path = format!(
                 "{collection}?labelSelector={}",
                 query_escape(&format!("{IN_CLUSTER_LABEL}=true"))
             );
+            async move {
+                let answer = self.api(in_cluster, tls, &Method::GET, &path, None).await;
+                (collection, answer)
+            }
+        }))
+        .buffered(READS_AT_ONCE)
+        .collect()
+        .await;
+        let mut listed = BTreeMap::new();
+        for (collection, answer) in answers {
             let what = format!("the objects of {collection}");
-            let list = match self.api(in_cluster, tls, &Method::GET, &path, None).await {
+            let list = match answer {
                 Ok(r) if r.status == 404 => continue,
                 Ok(r) if r.status == 200 => {
                     serde_json::from_slice::<Value>(&r.body).map_err(|e| Failure {

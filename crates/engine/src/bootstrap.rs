@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use futures::StreamExt as _;
+use futures::future::join_all;
 use http::Method;
 use oi_api::common::{ConditionStatus, set_condition};
 use oi_api::{NodeJoinRequest, ObjectKey, VpnPeer};
@@ -100,26 +100,16 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         // objects' order (a namespace before what it holds). A converged cluster costs a
         // read per collection, a few at a time, and no write.
         let listed = self.list_collections(in_cluster, tls).await?;
-        let listed = &listed;
-        let reads: Vec<Result<HttpsResponse, String>> =
-            futures::stream::iter(in_cluster.objects.iter().map(|object| async move {
-                match listed
-                    .get(&object.collection)
-                    .and_then(|l| l.get(&object.name))
-                {
-                    Some(item) => Ok(HttpsResponse {
-                        status: 200,
-                        body: serde_json::to_vec(&item_of(item, &object.body)).unwrap_or_default(),
-                    }),
-                    None => {
-                        self.api(in_cluster, tls, &Method::GET, &object.path(), None)
-                            .await
-                    }
-                }
-            }))
-            .buffered(READS_AT_ONCE)
-            .collect()
-            .await;
+        let mut reads = Vec::with_capacity(in_cluster.objects.len());
+        for some in in_cluster.objects.chunks(READS_AT_ONCE) {
+            reads.extend(
+                join_all(
+                    some.iter()
+                        .map(|object| self.read_object(in_cluster, tls, &listed, object)),
+                )
+                .await,
+            );
+        }
         for (object, got) in in_cluster.objects.iter().zip(reads) {
             self.ensure(key, in_cluster, object, got, tls).await?;
         }
@@ -387,19 +377,25 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             .filter(|(_, n)| *n > 1)
             .map(|(c, _)| c)
             .collect();
-        let answers: Vec<_> = futures::stream::iter(collections.into_iter().map(|collection| {
-            let path = format!(
-                "{collection}?labelSelector={}",
-                query_escape(&format!("{IN_CLUSTER_LABEL}=true"))
-            );
-            async move {
-                let answer = self.api(in_cluster, tls, &Method::GET, &path, None).await;
-                (collection, answer)
-            }
-        }))
-        .buffered(READS_AT_ONCE)
-        .collect()
-        .await;
+        let mut answers = Vec::with_capacity(collections.len());
+        for some in collections.chunks(READS_AT_ONCE) {
+            let paths: Vec<String> = some
+                .iter()
+                .map(|collection| {
+                    format!(
+                        "{collection}?labelSelector={}",
+                        query_escape(&format!("{IN_CLUSTER_LABEL}=true"))
+                    )
+                })
+                .collect();
+            let got = join_all(
+                paths
+                    .iter()
+                    .map(|path| self.api(in_cluster, tls, &Method::GET, path, None)),
+            )
+            .await;
+            answers.extend(some.iter().copied().zip(got));
+        }
         let mut listed = BTreeMap::new();
         for (collection, answer) in answers {
             let what = format!("the objects of {collection}");
@@ -423,6 +419,29 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             listed.insert(collection.to_string(), items);
         }
         Ok(listed)
+    }
+
+    /// One object as read: from its collection's LIST when that had it, otherwise a GET.
+    async fn read_object(
+        &self,
+        in_cluster: &InCluster,
+        tls: &Tls,
+        listed: &BTreeMap<String, BTreeMap<String, Value>>,
+        object: &ClusterObject,
+    ) -> Result<HttpsResponse, String> {
+        match listed
+            .get(&object.collection)
+            .and_then(|l| l.get(&object.name))
+        {
+            Some(item) => Ok(HttpsResponse {
+                status: 200,
+                body: serde_json::to_vec(&item_of(item, &object.body)).unwrap_or_default(),
+            }),
+            None => {
+                self.api(in_cluster, tls, &Method::GET, &object.path(), None)
+                    .await
+            }
+        }
     }
 
     /// A list's JSON.

@@ -63,11 +63,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         // Ingresses reloaded here already read every file written above.
         let mut reloaded = std::collections::BTreeSet::new();
         if plan.retiring.iter().any(|r| r.member.is_some()) {
-            for ingress in plan
-                .components
-                .iter()
-                .filter(|c| c.role == oi_api::ComponentRole::ControlPlaneIngress)
-            {
+            for ingress in ingresses(plan) {
                 for r in plan.retiring.iter().filter(|r| r.member.is_some()) {
                     self.take_out(key, ingress, &r.key.name).await?;
                 }
@@ -291,11 +287,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                     .filter(|c| c.role.serves_api() && c.apiserver_url.is_some())
                     .map(ComponentPlan::name)
                     .collect();
-                for ingress in plan
-                    .components
-                    .iter()
-                    .filter(|c| c.role == oi_api::ComponentRole::ControlPlaneIngress)
-                {
+                for ingress in ingresses(plan) {
                     self.vouch_for(key, ingress, &servers).await;
                 }
                 continue;
@@ -333,11 +325,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         step: impl std::future::Future<Output = Step>,
     ) -> Step {
         let mut out = Vec::new();
-        for ingress in plan
-            .components
-            .iter()
-            .filter(|c| c.role == oi_api::ComponentRole::ControlPlaneIngress)
-        {
+        for ingress in ingresses(plan) {
             match self.take_out(key, ingress, replica.name()).await {
                 Ok(true) => {
                     out.push(ingress);
@@ -441,14 +429,11 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         // Its etcd stopped (or never came back): can it start again on its data?
         let rt = self.runtime(&c.hypervisor)?;
         let pods = rt.list_pods(&selector(key, Some(c.name()))).await?;
-        let pod = pods.iter().find(|p| p.name == spec.name);
-        let stopped = !pod
-            .into_iter()
-            .flat_map(|p| &p.containers)
-            .any(|k| k.name == "etcd" && k.state == oi_cri::ContainerState::Running);
+        let stopped = !container_in(&pods, &spec.name, "etcd")
+            .is_some_and(|k| k.state == oi_cri::ContainerState::Running);
         if !stopped
             && (c.restart.contains(&spec.name)
-                || pod.and_then(|p| p.spec_hash()) != Some(spec.content_hash().as_str()))
+                || oi_cri::pod_decision(spec, &pods).outcome() != Outcome::Unchanged)
         {
             // A leader about to restart hands its leadership over first: the others would
             // otherwise wait out an election timeout before anything is written again.
@@ -498,13 +483,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         r: &oi_planner::render::Reload,
     ) -> Step<bool> {
         let rt = self.runtime(&c.hypervisor)?;
-        let pods = rt.list_pods(&selector(key, Some(c.name()))).await?;
-        let Some(container) = pods
-            .iter()
-            .filter(|p| p.name == r.pod)
-            .flat_map(|p| &p.containers)
-            .find(|k| k.name == r.container)
-        else {
+        let Some(container) = self.container_of(key, c, &r.pod, &r.container).await? else {
             return Ok(false);
         };
         match &c.rendered.runtime_api {
@@ -515,6 +494,19 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             _ => rt.exec("reload", &container.id, &r.command).await?,
         }
         Ok(true)
+    }
+
+    /// Container `container` of component `c`'s pod `pod`, as its hypervisor lists it now.
+    pub(crate) async fn container_of(
+        &self,
+        key: &ObjectKey,
+        c: &ComponentPlan,
+        pod: &str,
+        container: &str,
+    ) -> Step<Option<oi_cri::ContainerStatus>> {
+        let rt = self.runtime(&c.hypervisor)?;
+        let pods = rt.list_pods(&selector(key, Some(c.name()))).await?;
+        Ok(container_in(&pods, pod, container).cloned())
     }
 
     /// Whether component `c`'s pod of the name of `specs[0]` was created from one of `specs`.
@@ -664,6 +656,25 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         }
         Ok(outcome)
     }
+}
+
+/// The ingresses of a plan.
+fn ingresses(plan: &Convergence) -> impl Iterator<Item = &ComponentPlan> {
+    plan.components
+        .iter()
+        .filter(|c| c.role == oi_api::ComponentRole::ControlPlaneIngress)
+}
+
+/// Container `container` of pod `pod` among `pods`.
+pub(crate) fn container_in<'p>(
+    pods: &'p [oi_cri::PodStatus],
+    pod: &str,
+    container: &str,
+) -> Option<&'p oi_cri::ContainerStatus> {
+    pods.iter()
+        .filter(|p| p.name == pod)
+        .flat_map(|p| &p.containers)
+        .find(|k| k.name == container)
 }
 
 /// A replica's etcd pod.

@@ -18,9 +18,9 @@ use oi_cri::HypervisorRuntime;
 use oi_planner::ComponentPlan;
 use oi_planner::haproxy::{RuntimeApi, ServerStat, parse_pid, parse_stat};
 
+use crate::Executor;
 use crate::error::{Step, StepError};
 use crate::https::Network;
-use crate::{Executor, selector};
 
 /// How long a server taken out may keep connections before its API server restarts anyway:
 /// requests in flight finish well within it; what stays longer (watches) is cut by the
@@ -39,14 +39,11 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         c: &ComponentPlan,
         api: &RuntimeApi,
     ) -> Step<Option<String>> {
-        let rt = self.runtime(&c.hypervisor)?;
-        let pods = rt.list_pods(&selector(key, Some(c.name()))).await?;
-        Ok(pods
-            .iter()
-            .filter(|p| p.name == api.pod)
-            .flat_map(|p| &p.containers)
-            .find(|k| k.name == api.container && k.state == oi_cri::ContainerState::Running)
-            .map(|k| k.id.clone()))
+        Ok(self
+            .container_of(key, c, &api.pod, &api.container)
+            .await?
+            .filter(|k| k.state == oi_cri::ContainerState::Running)
+            .map(|k| k.id))
     }
 
     /// haproxy's answer to `commands`.

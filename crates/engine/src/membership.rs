@@ -142,15 +142,8 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         key: &ObjectKey,
         c: &ComponentPlan,
     ) -> Step<Option<oi_cri::ContainerStatus>> {
-        let rt = self.runtime(&c.hypervisor)?;
-        let pod = format!("{}-etcd", c.name());
-        Ok(rt
-            .list_pods(&crate::selector(key, Some(c.name())))
-            .await?
-            .into_iter()
-            .filter(|p| p.name == pod)
-            .flat_map(|p| p.containers)
-            .find(|k| k.name == "etcd"))
+        self.container_of(key, c, &format!("{}-etcd", c.name()), "etcd")
+            .await
     }
 
     /// Its exit code and log tail, when the etcd container of replica `c` exited.

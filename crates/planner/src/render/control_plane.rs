@@ -84,10 +84,17 @@ impl ComponentRenderer<'_> {
         if !replicas.iter().any(|r| r.metadata.name == c.metadata.name) {
             return Err(self.missing("live control plane replica (it is being deleted)"));
         }
+        // etcd reads its own serving and peer certificates from disk again for every new
+        // connection (since 3.2, etcd-io/etcd#7784): a reissued one restarts nothing. Its
+        // trusted CA files it reads only at start (etcd-io/etcd#11555): those restart it.
+        let reloaded = ["etcd-server.crt", "etcd-server.key", "etcd-peer.crt", "etcd-peer.key"]
+            .into_iter()
+            .map(|f| self.path(f))
+            .collect();
         Ok(Rendered {
             pods: vec![self.etcd_pod(release)?, kube_pod],
             files,
-            reloaded: std::collections::BTreeSet::new(),
+            reloaded,
             reloads: Vec::new(),
             runtime_api: None,
         })

@@ -466,25 +466,44 @@ async fn reissue_all(
     certificate: &str,
     step: impl Fn(&str) -> bool,
 ) -> (Report, Vec<String>, Vec<String>) {
+    rerun_after(
+        h,
+        |w| {
+            for i in 0..3 {
+                let key = ObjectKey::new("default", format!("c-control-plane-{i}"));
+                let removed = w
+                    .components
+                    .get_mut(&key)
+                    .unwrap()
+                    .status
+                    .server_certificates
+                    .remove(certificate);
+                assert!(
+                    removed.is_some(),
+                    "{key:?} had no {certificate} certificate"
+                );
+            }
+        },
+        step,
+    )
+    .await
+}
+
+/// A converged 3-replica cluster `c`, then a run over it once `change` has been made to its
+/// world; returns that run's report, its etcd membership and health log, and the progress
+/// lines (without the hypervisor) for which `step` holds.
+async fn rerun_after(
+    h: &Harness,
+    change: impl FnOnce(&mut World),
+    step: impl Fn(&str) -> bool,
+) -> (Report, Vec<String>, Vec<String>) {
     let report = h.run(world(1, &[("c", 3)])).await;
     assert!(report.all_ready(), "{:?}", report.clusters);
     let mut w = report.world.clone();
-    for i in 0..3 {
-        let key = ObjectKey::new("default", format!("c-control-plane-{i}"));
-        let removed = w
-            .components
-            .get_mut(&key)
-            .unwrap()
-            .status
-            .server_certificates
-            .remove(certificate);
-        assert!(
-            removed.is_some(),
-            "{key:?} had no {certificate} certificate"
-        );
-    }
+    change(&mut w);
     h.connector.clear();
     h.network.clear_log();
+    h.events.lock().unwrap().clear();
     let report = h.run(w).await;
     assert!(report.all_ready(), "{:?}", report.clusters);
     let steps = h
@@ -499,13 +518,57 @@ async fn reissue_all(
 }
 
 #[tokio::test]
+async fn a_reissued_etcd_serving_or_peer_certificate_restarts_nothing() {
+    let h = Harness::new();
+    // etcd reads its own serving and peer certificates again for each new connection: the
+    // files are rewritten, no pod is touched, no member goes unhealthy.
+    let (report, log, _) = rerun_after(
+        &h,
+        |w| {
+            for i in 0..3 {
+                let key = ObjectKey::new("default", format!("c-control-plane-{i}"));
+                let certs = &mut w.components.get_mut(&key).unwrap().status.server_certificates;
+                assert!(certs.remove("etcd-server").is_some(), "{key:?}");
+                assert!(certs.remove("etcd-peer").is_some(), "{key:?}");
+            }
+        },
+        |_| false,
+    )
+    .await;
+    assert_eq!(report.counts.pods_replaced, 0, "{:?}", report.counts);
+    assert!(report.counts.mutating_calls > 0, "the files are written: {:?}", report.counts);
+    assert_eq!(log, Vec::<String>::new());
+    let calls: Vec<_> = h.connector.runtimes.values().flat_map(|r| r.calls()).collect();
+    let written: Vec<_> = calls
+        .iter()
+        .flat_map(|c| match c {
+            Call::WriteFiles(paths) => paths.clone(),
+            _ => Vec::new(),
+        })
+        .map(|p| p.rsplit('/').next().unwrap().to_string())
+        .collect();
+    for f in ["etcd-server.crt", "etcd-server.key", "etcd-peer.crt", "etcd-peer.key"] {
+        assert_eq!(written.iter().filter(|w| *w == f).count(), 3, "{f}: {written:?}");
+    }
+}
+
+#[tokio::test]
 async fn a_running_clusters_etcd_pods_are_replaced_one_at_a_time_each_healthy_before_the_next() {
     let h = Harness::new();
-    // Every replica's etcd serving certificate is reissued: every etcd pod must restart to
-    // read it.
-    let (report, log, etcd_steps) = reissue_all(&h, "etcd-server", |e| {
-        e.contains("-etcd") || e.contains("etcd member healthy") || e.contains("leadership")
-    })
+    // A new etcd peer CA is trusted beside the current one (a rotation's first phase): every
+    // etcd pod must restart to read its trusted CA file (etcd reads it only at start).
+    let (report, log, etcd_steps) = rerun_after(
+        &h,
+        |w| {
+            let c = w.clusters.get_mut(&ObjectKey::new("default", "c")).unwrap();
+            let selection = oi_planner::rotation::Selection {
+                cas: vec![oi_pki::CaKind::EtcdPeer],
+                service_account: false,
+            };
+            oi_planner::rotation::start(c, &selection, NOW, &Default::default()).unwrap();
+        },
+        |e| e.contains("-etcd") || e.contains("etcd member healthy") || e.contains("leadership"),
+    )
     .await;
     // Only the etcd pods read the etcd serving certificate: the Kubernetes control plane
     // pods and the ingress keep running.
@@ -799,8 +862,8 @@ async fn dry_run_lists_the_plan_without_mutating() {
     assert_eq!(public.keep, ["default/c-ingress"]);
     assert!(public.create.is_empty() && public.files.is_empty());
 
-    // A reissued etcd serving certificate: its files are rewritten and the etcd pod that
-    // reads them is planned for replacement; the control plane pod stays.
+    // A reissued API serving certificate: its files are rewritten and the control plane pod
+    // that reads them is planned for replacement; the etcd pod stays.
     let mut w = report.world.clone();
     let key = ObjectKey::new("default", "c-control-plane-0");
     let hv = w.components[&key].spec.hypervisor.clone().unwrap();
@@ -809,7 +872,7 @@ async fn dry_run_lists_the_plan_without_mutating() {
         .unwrap()
         .status
         .server_certificates
-        .remove("etcd-server");
+        .remove("apiserver");
     h.connector.clear();
     let plan = dry_run(
         &oi_planner::plan(w, NOW, &PlanOptions::default()),
@@ -819,14 +882,14 @@ async fn dry_run_lists_the_plan_without_mutating() {
     .await;
     assert!(h.connector.all_calls().is_empty());
     let private = &plan.hypervisors[&hv];
-    assert_eq!(private.replace, ["default/c-control-plane-0-etcd"]);
-    assert_eq!(private.keep, ["default/c-control-plane-0"]);
+    assert_eq!(private.replace, ["default/c-control-plane-0"]);
+    assert_eq!(private.keep, ["default/c-control-plane-0-etcd"]);
     let files: Vec<&str> = private
         .files
         .iter()
         .map(|f| f.rsplit('/').next().unwrap_or(f))
         .collect();
-    assert_eq!(files, ["etcd-server.crt", "etcd-server.key"]);
+    assert_eq!(files, ["apiserver.crt", "apiserver.key"]);
     assert!(private.remove_directories.is_empty(), "{private:?}");
 
     // Deleted: every pod of it goes, and its directories on each hypervisor it used.

@@ -106,8 +106,9 @@ pub trait Network: crate::etcd::Etcd + Send + Sync {
 }
 
 /// HTTPS through [`oi_http`], each request bounded by `timeout`: one pooled client per
-/// trust and identity (its TLS configuration built once), whose kept connections every
-/// method reuses; a read a kept connection leaves unanswered is asked again on a new one,
+/// trust and identity (its TLS configuration built once), over HTTP/2 where the server
+/// takes it (one connection per server carrying every request at once), whose kept
+/// connections every method reuses; a read a kept connection leaves unanswered is asked again on a new one,
 /// a write is never sent twice. etcd is reached over gRPC ([`Etcd`](crate::etcd::Etcd)),
 /// one kept client per endpoint and identity.
 #[derive(Clone)]
@@ -164,6 +165,8 @@ impl RealNetwork {
             }),
             connect_timeout: self.timeout,
             timeout: self.timeout,
+            // API servers speak HTTP/2: a cluster's reads share one connection.
+            http2: true,
             ..oi_http::Options::default()
         })
         .map_err(|e| e.to_string())?;

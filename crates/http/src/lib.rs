@@ -10,6 +10,10 @@
 //!                           closed before taking goes to the next one; a read it leaves
 //!                           unanswered is asked again on a new one; anything else that
 //!                           may have left is the caller's to retry
+//!                       ──► with [`Options::http2`], over TLS to a server that agrees
+//!                           (ALPN `h2`): one connection per origin, shared by every
+//!                           request at once (the others wait while the first one dials
+//!                           it); a server that does not is spoken to as above
 //! ```
 //!
 //! Every exchange is bounded: the connection by [`Options::connect_timeout`], the answer's
@@ -19,7 +23,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future as _;
 use std::pin::Pin;
@@ -32,7 +36,8 @@ use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt as _;
 use http_body_util::combinators::BoxBody;
 use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
+use hyper::client::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::ClientConfig;
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -103,6 +108,9 @@ pub struct Options {
     pub idle_timeout: Duration,
     /// At most this many idle connections are kept per origin.
     pub idle_per_origin: usize,
+    /// Offers HTTP/2 over TLS (ALPN `h2`, then `http/1.1`): a server that takes it gets every
+    /// request on one shared connection, in parallel. Off, only HTTP/1.1 is offered.
+    pub http2: bool,
 }
 
 impl Default for Options {
@@ -114,6 +122,7 @@ impl Default for Options {
             timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
             idle_per_origin: 8,
+            http2: false,
         }
     }
 }
@@ -160,7 +169,8 @@ fn pem_certs(pem: &str, what: &str) -> Result<Vec<CertificateDer<'static>>, Erro
     Ok(certs)
 }
 
-/// The rustls configuration of `options` (over ring, HTTP/1.1): [`Error::Settings`] names
+/// The rustls configuration of `options` (over ring; ALPN `http/1.1`, after `h2` with
+/// [`Options::http2`]): [`Error::Settings`] names
 /// the part that does not parse (never the key's content).
 fn tls_config(options: &Options) -> Result<ClientConfig, Error> {
     let mut roots = rustls::RootCertStore::empty();
@@ -191,7 +201,11 @@ fn tls_config(options: &Options) -> Result<ClientConfig, Error> {
         }
         None => builder.with_no_client_auth(),
     };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = if options.http2 {
+        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
     Ok(config)
 }
 
@@ -239,6 +253,21 @@ struct Idle {
 
 type Pool = Arc<Mutex<HashMap<Origin, Vec<Idle>>>>;
 
+/// The HTTP/2 side of a client: its shared connection per origin, the origins found to speak
+/// only HTTP/1.1, and the gate one dialer of each origin holds while the others wait.
+#[derive(Default)]
+struct Multiplexed {
+    shared: HashMap<Origin, http2::SendRequest<Body>>,
+    http1_only: HashSet<Origin>,
+    dialing: HashMap<Origin, Arc<tokio::sync::Mutex<()>>>,
+}
+
+/// A new connection: HTTP/1.1, or HTTP/2 when the server took it.
+enum Connection {
+    Http1(SendRequest<Body>),
+    Http2(http2::SendRequest<Body>),
+}
+
 /// How long a kept connection may take to become ready for the next request.
 const READY_WAIT: Duration = Duration::from_secs(1);
 
@@ -259,6 +288,7 @@ pub struct Client {
     options: Arc<Options>,
     tls: tokio_rustls::TlsConnector,
     idle: Pool,
+    multiplexed: Arc<Mutex<Multiplexed>>,
 }
 
 impl fmt::Debug for Client {
@@ -283,6 +313,7 @@ impl Client {
             options: Arc::new(options),
             tls: tokio_rustls::TlsConnector::from(Arc::new(config)),
             idle: Arc::default(),
+            multiplexed: Arc::default(),
         })
     }
 
@@ -291,13 +322,82 @@ impl Client {
         &self.options
     }
 
-    /// How many idle connections it keeps now that are still open.
+    /// How many idle connections it keeps now that are still open (an HTTP/2 connection,
+    /// shared, counts as one).
     pub fn idle_connections(&self) -> usize {
-        self.pool()
+        let shared = self
+            .mux()
+            .shared
             .values()
-            .flatten()
-            .filter(|i| !i.sender.is_closed())
-            .count()
+            .filter(|s| !s.is_closed())
+            .count();
+        shared
+            + self
+                .pool()
+                .values()
+                .flatten()
+                .filter(|i| !i.sender.is_closed())
+                .count()
+    }
+
+    fn mux(&self) -> std::sync::MutexGuard<'_, Multiplexed> {
+        self.multiplexed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The open HTTP/2 connection to `origin`, if there is one (a closed one is forgotten).
+    fn live_shared(&self, origin: &Origin) -> Option<http2::SendRequest<Body>> {
+        let mut mux = self.mux();
+        match mux.shared.get(origin) {
+            Some(s) if !s.is_closed() => Some(s.clone()),
+            Some(_) => {
+                mux.shared.remove(origin);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// The HTTP/2 connection to `origin` and whether it was just made: the open one, or a
+    /// new one dialed by the first caller while the others wait for it. `None` when the
+    /// origin speaks only HTTP/1.1 (the connection made to learn so kept for the next
+    /// request).
+    async fn shared(
+        &self,
+        origin: &Origin,
+    ) -> Result<Option<(http2::SendRequest<Body>, bool)>, Error> {
+        if let Some(s) = self.live_shared(origin) {
+            return Ok(Some((s, false)));
+        }
+        let gate = {
+            let mut mux = self.mux();
+            if mux.http1_only.contains(origin) {
+                return Ok(None);
+            }
+            Arc::clone(mux.dialing.entry(origin.clone()).or_default())
+        };
+        let _dialing = gate.lock().await;
+        if let Some(s) = self.live_shared(origin) {
+            return Ok(Some((s, false)));
+        }
+        if self.mux().http1_only.contains(origin) {
+            return Ok(None);
+        }
+        match self.connect(origin).await? {
+            Connection::Http2(s) => {
+                self.mux().shared.insert(origin.clone(), s.clone());
+                Ok(Some((s, true)))
+            }
+            Connection::Http1(s) => {
+                self.mux().http1_only.insert(origin.clone());
+                Client::keep(&self.idle, origin.clone(), s, self.options.idle_per_origin);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Forgets `origin`'s HTTP/2 connection: the next request dials a new one.
+    fn forget_shared(&self, origin: &Origin) {
+        self.mux().shared.remove(origin);
     }
 
     fn pool(&self) -> std::sync::MutexGuard<'_, HashMap<Origin, Vec<Idle>>> {
@@ -337,9 +437,9 @@ impl Client {
         }
     }
 
-    /// A new connection to `origin`: TCP, TLS for https, HTTP/1.1; its driver runs until it
-    /// closes or its sender is dropped.
-    async fn connect(&self, origin: &Origin) -> Result<SendRequest<Body>, Error> {
+    /// A new connection to `origin`: TCP, TLS for https, HTTP/1.1 (or HTTP/2 when offered
+    /// and taken); its driver runs until it closes or its senders are dropped.
+    async fn connect(&self, origin: &Origin) -> Result<Connection, Error> {
         let limit = self.options.connect_timeout;
         let work = async {
             let tcp = TcpStream::connect((origin.host.as_str(), origin.port))
@@ -352,9 +452,13 @@ impl Client {
                 let stream = self.tls.connect(name, tcp).await.map_err(|e| {
                     Error::Connect(format!("{}: TLS handshake: {e}", origin.authority()))
                 })?;
-                handshake(TokioIo::new(stream)).await
+                if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                    handshake2(TokioIo::new(stream)).await.map(Connection::Http2)
+                } else {
+                    handshake(TokioIo::new(stream)).await.map(Connection::Http1)
+                }
             } else {
-                handshake(TokioIo::new(tcp)).await
+                handshake(TokioIo::new(tcp)).await.map(Connection::Http1)
             }
         };
         tokio::time::timeout(limit, work).await.map_err(|_| {
@@ -390,7 +494,15 @@ impl Client {
             && http_body::Body::is_end_stream(&body);
         // A read is asked again from its head alone; anything else once.
         let again = replayable.then(|| parts.clone());
-        let mut pending = Some(http::Request::from_parts(parts, body));
+        let request = http::Request::from_parts(parts, body);
+        let mut pending = Some(if self.options.http2 && origin.tls {
+            match self.multiplexed_exchange(&origin, request, again.as_ref()).await? {
+                Ok(response) => return Ok(response),
+                Err(request) => request,
+            }
+        } else {
+            request
+        });
         while let Some(request) = pending.take() {
             let Some(mut sender) = self.take_ready(&origin).await else {
                 pending = Some(request);
@@ -424,12 +536,80 @@ impl Client {
                 ));
             }
         };
-        let mut sender = self.connect(&origin).await?;
+        match self.connect(&origin).await? {
+            Connection::Http1(mut sender) => {
+                let response = sender
+                    .send_request(request)
+                    .await
+                    .map_err(|e| Error::Exchange(error_chain(&e)))?;
+                Ok(self.given_back(response, origin, sender))
+            }
+            // A server found to speak only HTTP/1.1 that now takes HTTP/2.
+            Connection::Http2(mut sender) => {
+                self.mux().http1_only.remove(&origin);
+                self.mux().shared.insert(origin.clone(), sender.clone());
+                let response = sender
+                    .send_request(absolute_form(&origin, request))
+                    .await
+                    .map_err(|e| Error::Exchange(error_chain(&e)))?;
+                Ok(self.streamed(response, None))
+            }
+        }
+    }
+
+    /// `request` over `origin`'s shared HTTP/2 connection, with the HTTP/1.1 rules: one the
+    /// connection did not take goes to a new one; a read (`again`) a kept connection leaves
+    /// unanswered within [`REUSE_WAIT`], or that it drops, is asked again on a new one;
+    /// anything else that may have left fails. `Err(request)` when the origin speaks only
+    /// HTTP/1.1.
+    async fn multiplexed_exchange(
+        &self,
+        origin: &Origin,
+        request: http::Request<Body>,
+        again: Option<&http::request::Parts>,
+    ) -> Result<Result<Response, http::Request<Body>>, Error> {
+        let mut pending = request;
+        // At most once on a kept connection, then once on a new one.
+        for _ in 0..2 {
+            let Some((mut sender, fresh)) = self.shared(origin).await? else {
+                return Ok(Err(pending));
+            };
+            let attempt = sender.try_send_request(absolute_form(origin, pending));
+            let outcome = match again {
+                Some(head) if !fresh => match tokio::time::timeout(REUSE_WAIT, attempt).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => {
+                        self.forget_shared(origin);
+                        pending = http::Request::from_parts(head.clone(), empty());
+                        continue;
+                    }
+                },
+                _ => attempt.await,
+            };
+            match outcome {
+                Ok(response) => return Ok(Ok(self.streamed(response, None))),
+                Err(mut e) => {
+                    if sender.is_closed() {
+                        self.forget_shared(origin);
+                    }
+                    match (e.take_message(), again) {
+                        (Some(back), _) => pending = back_to_origin_form(back),
+                        (None, Some(head)) if !fresh => {
+                            pending = http::Request::from_parts(head.clone(), empty());
+                        }
+                        (None, _) => return Err(Error::Exchange(error_chain(e.error()))),
+                    }
+                }
+            }
+        }
+        let Some((mut sender, _)) = self.shared(origin).await? else {
+            return Ok(Err(pending));
+        };
         let response = sender
-            .send_request(request)
+            .send_request(absolute_form(origin, pending))
             .await
             .map_err(|e| Error::Exchange(error_chain(&e)))?;
-        Ok(self.given_back(response, origin, sender))
+        Ok(Ok(self.streamed(response, None)))
     }
 
     /// `response`, whose body gives `sender` back to the pool when it ends.
@@ -439,18 +619,28 @@ impl Client {
         origin: Origin,
         sender: SendRequest<Body>,
     ) -> Response {
-        let timeout = self.options.timeout;
         let back = GiveBack {
             pool: Arc::clone(&self.idle),
             origin,
             sender,
             most: self.options.idle_per_origin,
         };
+        self.streamed(response, Some(back))
+    }
+
+    /// `response` with its body bounded by the client's timeout; `back` is the HTTP/1.1
+    /// connection given back to the pool when the body ends.
+    fn streamed(
+        &self,
+        response: http::Response<hyper::body::Incoming>,
+        back: Option<GiveBack>,
+    ) -> Response {
+        let timeout = self.options.timeout;
         response.map(|body| ResponseBody {
             inner: body,
             timeout,
             idle: None,
-            back: Some(back),
+            back,
         })
     }
 
@@ -485,6 +675,45 @@ where
         let _ = connection.await;
     });
     Ok(sender)
+}
+
+/// HTTP/2 over `io` (TLS that negotiated `h2`), its connection driven by a task of its own.
+async fn handshake2<T>(io: TokioIo<T>) -> Result<http2::SendRequest<Body>, Error>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = http2::handshake(TokioExecutor::new(), io)
+        .await
+        .map_err(|e| Error::Connect(format!("HTTP/2 handshake: {e}")))?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(sender)
+}
+
+/// `request` (origin-form, with `Host`) as HTTP/2 sends it: its URI absolute (the
+/// `:scheme` and `:authority` pseudo-headers), no `Host`.
+fn absolute_form(origin: &Origin, request: http::Request<Body>) -> http::Request<Body> {
+    let (mut parts, body) = request.into_parts();
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let scheme = if origin.tls { "https" } else { "http" };
+    if let Ok(uri) = http::Uri::try_from(format!("{scheme}://{}{path}", origin.authority())) {
+        parts.uri = uri;
+        parts.headers.remove(http::header::HOST);
+    }
+    http::Request::from_parts(parts, body)
+}
+
+/// A request HTTP/2 handed back unsent, in origin-form again with its `Host`.
+fn back_to_origin_form(request: http::Request<Body>) -> http::Request<Body> {
+    let (mut parts, body) = request.into_parts();
+    if let Some(authority) = parts.uri.authority()
+        && let Ok(host) = http::HeaderValue::from_str(authority.as_str())
+    {
+        parts.headers.entry(http::header::HOST).or_insert(host);
+    }
+    parts.uri = origin_form(&parts.uri);
+    http::Request::from_parts(parts, body)
 }
 
 /// `uri`'s path and query, as HTTP/1.1 asks an origin server.

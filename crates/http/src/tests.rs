@@ -83,6 +83,12 @@ fn tokio_stream_of(
 
 impl Server {
     async fn start(tls: Option<rustls::ServerConfig>) -> Server {
+        Server::start_speaking(tls, false).await
+    }
+
+    /// With `http2`, each connection is served in the protocol the client opens it with
+    /// (HTTP/2 after ALPN `h2`, else HTTP/1.1).
+    async fn start_speaking(tls: Option<rustls::ServerConfig>, http2: bool) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let scheme = if tls.is_some() { "https" } else { "http" };
         let base = format!("{scheme}://{}", listener.local_addr().unwrap());
@@ -113,6 +119,19 @@ impl Server {
                     }
                 });
                 let task = tokio::spawn(async move {
+                    if http2 {
+                        let builder = hyper_util::server::conn::auto::Builder::new(
+                            hyper_util::rt::TokioExecutor::new(),
+                        );
+                        if let Some(a) = acceptor
+                            && let Ok(stream) = a.accept(tcp).await
+                        {
+                            let _ = builder
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await;
+                        }
+                        return;
+                    }
                     let builder = hyper::server::conn::http1::Builder::new();
                     match acceptor {
                         Some(a) => {
@@ -416,6 +435,119 @@ async fn a_kept_connection_that_answers_nothing_is_left_for_reads_and_never_rese
     assert_eq!((server.accepted(), server.requests()), (2, 3));
     // A write on a kept connection that answers nothing is not sent again: it may have
     // been done. It fails at the request's timeout.
+    server
+        .silent_before
+        .store(server.accepted(), Ordering::SeqCst);
+    let e = client.call(request("POST", &url, b"x")).await.unwrap_err();
+    assert!(matches!(e, Error::Timeout(_)), "{e}");
+    assert_eq!((server.accepted(), server.requests()), (2, 4));
+}
+
+/// A TLS server offering HTTP/2 (ALPN `h2`, then `http/1.1`), and a client of its CA.
+async fn http2_server(client_http2: bool) -> (Server, Client) {
+    let pki = Pki::new("server CA");
+    let mut config = pki.server(None);
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let server = Server::start_speaking(Some(config), true).await;
+    let client = Client::new(Options {
+        roots: Roots::Only(pki.ca_pem.clone()),
+        http2: client_http2,
+        ..quick()
+    })
+    .unwrap();
+    (server, client)
+}
+
+#[tokio::test]
+async fn over_http2_every_request_at_once_shares_one_connection() {
+    let (server, client) = http2_server(true).await;
+    let url = format!("{}/x", server.base);
+    let answers = futures::future::join_all((0..20).map(|i| {
+        let (client, url) = (client.clone(), url.clone());
+        async move {
+            let (method, body): (&str, &'static [u8]) =
+                if i % 2 == 0 { ("GET", b"") } else { ("POST", b"abc") };
+            let (parts, bytes) = client.call(request(method, &url, body)).await.unwrap();
+            assert_eq!(parts.version, http::Version::HTTP_2);
+            (parts.status.as_u16(), bytes)
+        }
+    }))
+    .await;
+    for (i, (status, bytes)) in answers.iter().enumerate() {
+        let expected = if i % 2 == 0 { "GET 0" } else { "POST 3" };
+        assert_eq!((*status, &bytes[..]), (200, expected.as_bytes()), "{i}");
+    }
+    assert_eq!(
+        (server.accepted(), server.requests()),
+        (1, 20),
+        "one connection, dialed once while the others waited"
+    );
+    assert_eq!(client.idle_connections(), 1);
+}
+
+#[tokio::test]
+async fn http2_is_offered_only_when_asked_and_a_server_without_it_gets_http1() {
+    // Not asked: HTTP/1.1, whatever the server offers.
+    let (server, client) = http2_server(false).await;
+    let (parts, _) = client
+        .call(request("GET", &format!("{}/x", server.base), b""))
+        .await
+        .unwrap();
+    assert_eq!(parts.version, http::Version::HTTP_11);
+
+    // Asked, from a server that speaks only HTTP/1.1 (no ALPN): HTTP/1.1 connections, the
+    // one that found it out kept for the next request.
+    let pki = Pki::new("server CA");
+    let server = Server::start(Some(pki.server(None))).await;
+    let client = Client::new(Options {
+        roots: Roots::Only(pki.ca_pem.clone()),
+        http2: true,
+        ..quick()
+    })
+    .unwrap();
+    let url = format!("{}/x", server.base);
+    for _ in 0..3 {
+        let (parts, bytes) = client.call(request("POST", &url, b"xy")).await.unwrap();
+        assert_eq!((parts.version, &bytes[..]), (http::Version::HTTP_11, &b"POST 2"[..]));
+    }
+    assert_eq!(server.accepted(), 1);
+    // At once: each on a connection of its own.
+    let answers = futures::future::join_all(
+        (0..3).map(|_| client.call(request("GET", &url, b""))),
+    )
+    .await;
+    assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+    assert_eq!(server.accepted(), 3);
+}
+
+#[tokio::test]
+async fn a_closed_http2_connection_is_replaced_and_a_write_goes_out_once() {
+    let (server, client) = http2_server(true).await;
+    let url = format!("{}/x", server.base);
+    client.call(request("GET", &url, b"")).await.unwrap();
+    server.drop_connections();
+    until_no_idle(&client).await;
+    let (parts, bytes) = client.call(request("POST", &url, b"once")).await.unwrap();
+    assert_eq!((parts.status.as_u16(), &bytes[..]), (200, &b"POST 4"[..]));
+    assert_eq!((server.accepted(), server.requests()), (2, 2));
+}
+
+#[tokio::test]
+async fn a_silent_http2_connection_is_left_for_reads_and_never_resends_a_write() {
+    let (server, client) = http2_server(true).await;
+    let client = Client::new(Options {
+        timeout: Duration::from_secs(5),
+        ..client.options().clone()
+    })
+    .unwrap();
+    let url = format!("{}/x", server.base);
+    client.call(request("GET", &url, b"")).await.unwrap();
+    server
+        .silent_before
+        .store(server.accepted(), Ordering::SeqCst);
+    let (parts, _) = client.call(request("GET", &url, b"")).await.unwrap();
+    assert_eq!(parts.status, 200);
+    assert_eq!((server.accepted(), server.requests()), (2, 3));
     server
         .silent_before
         .store(server.accepted(), Ordering::SeqCst);

@@ -88,11 +88,95 @@ pub enum Command {
     /// Print a shell completion script.
     Completion(CompletionArgs),
 
+    /// List objects of the manifests as tables, like kubectl: clusters, hypervisors or
+    /// components (read from the manifests alone; nothing is contacted). `-o` takes a format
+    /// here: wide, yaml, json or name (yaml and json with every private key, password and
+    /// join token secret redacted); any other value is a file to write the table to.
+    ///
+    /// Examples:
+    ///
+    ///   oi get clusters -f world.yaml
+    ///   oi get hypervisors -o wide -f world.yaml
+    ///   oi get cluster c1 -o yaml -f world.yaml
+    #[command(verbatim_doc_comment)]
+    Get(GetArgs),
+
     /// Apply the world to the hypervisors: bring clusters up, scale and delete them, and print
     /// the updated manifests (status, ports, certificates; private keys included: use -o).
     /// Progress and a summary go to stderr; exits non-zero (after writing the manifests) when
     /// a cluster is not ready.
     Reconcile(ReconcileArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    /// What to list.
+    #[arg(value_enum)]
+    pub kind: GetKind,
+
+    /// Only these objects (`NAME` or `NAMESPACE/NAME`), in this order; one not found is an
+    /// error.
+    #[arg(value_name = "NAME")]
+    pub names: Vec<String>,
+
+    #[command(flatten)]
+    pub input: InputArgs,
+
+    /// Taken from `-o` when it names a format.
+    #[arg(skip)]
+    pub format: Option<GetFormat>,
+}
+
+/// The kinds `oi get` lists, by their plural, singular and short names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GetKind {
+    #[value(alias = "cluster")]
+    Clusters,
+    #[value(alias = "hypervisor", alias = "hv")]
+    Hypervisors,
+    #[value(alias = "component", alias = "comp")]
+    Components,
+}
+
+impl GetKind {
+    pub fn singular(self) -> &'static str {
+        match self {
+            GetKind::Clusters => "cluster",
+            GetKind::Hypervisors => "hypervisor",
+            GetKind::Components => "component",
+        }
+    }
+
+    pub fn plural(self) -> &'static str {
+        match self {
+            GetKind::Clusters => "clusters",
+            GetKind::Hypervisors => "hypervisors",
+            GetKind::Components => "components",
+        }
+    }
+}
+
+/// How `oi get` prints (`-o`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GetFormat {
+    Table,
+    Wide,
+    Yaml,
+    Json,
+    Name,
+}
+
+impl GetFormat {
+    /// The format `-o VALUE` names, if it names one.
+    pub fn named(value: &std::path::Path) -> Option<GetFormat> {
+        match value.to_str()? {
+            "wide" => Some(GetFormat::Wide),
+            "yaml" => Some(GetFormat::Yaml),
+            "json" => Some(GetFormat::Json),
+            "name" => Some(GetFormat::Name),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -174,6 +258,7 @@ impl Command {
             Command::Sipcluster(SipClusterCommand::Inventory(a)) => Some(&a.input),
             Command::Sipcluster(SipClusterCommand::HashPassword(_)) => None,
             Command::Reconcile(a) => Some(&a.input),
+            Command::Get(a) => Some(&a.input),
             Command::JoinToken(JoinTokenCommand::Generate)
             | Command::Hypervisor(HypervisorCommand::Join(_))
             | Command::Node(_)
@@ -215,6 +300,7 @@ impl Command {
                 SipClusterCommand::Inventory(_) | SipClusterCommand::HashPassword(_),
             )
             | Command::Node(_)
+            | Command::Get(_)
             | Command::Version(_)
             | Command::Completion(_) => false,
         }

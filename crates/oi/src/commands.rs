@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod completion;
+pub mod get;
 pub mod hypervisor;
 pub mod join_token;
 pub mod node;
@@ -159,6 +160,7 @@ pub fn dispatch(
         Command::Sipcluster(SipClusterCommand::HashPassword(args)) => {
             no_note(sipcluster::hash_password(args, input, output))
         }
+        Command::Get(args) => no_note(get::run(args, ctx, input, output)),
         Command::Version(args) => no_note(version::run(args, output)),
         Command::Completion(args) => no_note(completion::run(args, output)),
         Command::Reconcile(args) => reconcile::run(args, ctx, input, output),

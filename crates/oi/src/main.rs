@@ -38,8 +38,15 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(mut cli: Cli) -> anyhow::Result<()> {
     let ctx = cli.globals.context();
+    // `oi get -o wide|yaml|json|name`, as kubectl says it: a format, not a file.
+    if let args::Command::Get(get) = &mut cli.command
+        && let Some(format) = cli.globals.output.as_deref().and_then(args::GetFormat::named)
+    {
+        get.format = Some(format);
+        cli.globals.output = None;
+    }
     let given = cli.globals.output.as_deref();
     // Before any work: an output that cannot be written, or must not be, fails now, not
     // after a reconcile has run on the hypervisors.

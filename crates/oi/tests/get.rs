@@ -1,0 +1,115 @@
+//! `oi get`: the world's objects as tables, compared whole with golden files
+//! (`tests/golden/get-*.txt`; `OI_UPDATE_GOLDEN=1 cargo test -p oi-cli --test get` rewrites
+//! them), and its other formats checked for what they must and must not hold.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use pretty_assertions::assert_eq;
+
+#[path = "support/oi.rs"]
+mod support;
+use support::*;
+
+/// The fixture's hypervisors, one of them given a zone and a capacity, and `private-3`
+/// cordoned; a 3-replica cluster `c1` and a 1-replica `c2` with the VPN on.
+fn world() -> String {
+    let hypervisors = std::fs::read_to_string(hypervisors())
+        .unwrap()
+        .replacen(
+            "metadata:\n  name: private-1\n",
+            "metadata:\n  name: private-1\n  labels:\n    topology.kubernetes.io/zone: zone-a\n",
+            1,
+        )
+        .replacen(
+            "    high: 30999\n",
+            "    high: 30999\n  capacity:\n    components: 6\n    cpu: \"4\"\n    memory: 8Gi\n",
+            1,
+        );
+    let w = ok(
+        &["cluster", "inject", "--name", "c1", "--control-plane-replicas", "3"],
+        hypervisors.as_bytes(),
+    );
+    let w = ok(
+        &["cluster", "inject", "--name", "c2", "--vpn-enabled"],
+        w.as_bytes(),
+    );
+    ok(&["hypervisor", "cordon", "--name", "private-3"], w.as_bytes())
+}
+
+fn golden(name: &str, args: &[&str], world: &str) {
+    let mut all = vec!["get"];
+    all.extend_from_slice(args);
+    let out = ok(&all, world.as_bytes());
+    oi_testsupport::assert_golden(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/golden/get-{name}.txt")),
+        &out,
+        "cargo test -p oi-cli --test get",
+    );
+}
+
+#[test]
+fn tables_of_clusters_hypervisors_and_components() {
+    let w = world();
+    golden("clusters", &["clusters"], &w);
+    golden("clusters-wide", &["cluster", "-o", "wide"], &w);
+    golden("hypervisors", &["hypervisors"], &w);
+    golden("hypervisors-wide", &["hv", "-o", "wide"], &w);
+    golden("components-wide", &["components", "-o", "wide"], &w);
+    golden("names", &["comp", "c2-control-plane-0", "default/c1-ingress", "-o", "name"], &w);
+}
+
+#[test]
+fn yaml_and_json_hold_the_objects_without_a_secret() {
+    let w = world();
+    let world = load(&w);
+    let yaml = ok(&["get", "clusters", "c1", "-o", "yaml"], w.as_bytes());
+    let json = ok(&["get", "clusters", "-o", "json"], w.as_bytes());
+    for text in [&yaml, &json] {
+        assert!(!text.contains("PRIVATE KEY"), "{text}");
+    }
+    // Every join token's secret half is hidden; its id is kept.
+    for token in &world.clusters.values().next().unwrap().spec.join_tokens {
+        let (id, secret) = token.split_once('.').unwrap();
+        assert!(!yaml.contains(secret) && !json.contains(secret));
+        assert!(yaml.contains(&format!("{id}.<redacted>")), "{yaml}");
+    }
+    let one: serde_yaml_ng::Value = serde_yaml_ng::from_str(&yaml).unwrap();
+    assert_eq!(one["metadata"]["name"].as_str(), Some("c1"));
+    assert_eq!(
+        one["spec"]["apiServer"]["ca"]["certificate"].as_str(),
+        world.clusters.values().next().unwrap().spec.api_server.ca.as_ref().map(|c| c.certificate.as_str()),
+        "public certificates are kept"
+    );
+    let list: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(list["kind"], "List");
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["c1", "c2"]);
+}
+
+#[test]
+fn an_unknown_name_is_an_error_and_another_o_is_a_file() {
+    let w = world();
+    let out = oi(&["get", "cluster", "c1", "nope"], w.as_bytes());
+    assert!(!out.status.success());
+    assert_eq!(stdout(&out), "");
+    assert_eq!(
+        stderr(&out),
+        "error: no cluster named \"nope\" in the manifests (`oi get clusters` lists them)\n"
+    );
+    let out = oi(&["get", "widgets"], w.as_bytes());
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("invalid value 'widgets'"), "{}", stderr(&out));
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("table.txt");
+    let printed = ok(&["get", "hypervisors"], w.as_bytes());
+    assert_eq!(ok(&["get", "hypervisors", "-o", path_str(&file)], w.as_bytes()), "");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), printed);
+}

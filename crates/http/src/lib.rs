@@ -453,7 +453,9 @@ impl Client {
                     Error::Connect(format!("{}: TLS handshake: {e}", origin.authority()))
                 })?;
                 if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-                    handshake2(TokioIo::new(stream)).await.map(Connection::Http2)
+                    handshake2(TokioIo::new(stream))
+                        .await
+                        .map(Connection::Http2)
                 } else {
                     handshake(TokioIo::new(stream)).await.map(Connection::Http1)
                 }
@@ -496,7 +498,10 @@ impl Client {
         let again = replayable.then(|| parts.clone());
         let request = http::Request::from_parts(parts, body);
         let mut pending = Some(if self.options.http2 && origin.tls {
-            match self.multiplexed_exchange(&origin, request, again.as_ref()).await? {
+            match self
+                .multiplexed_exchange(&origin, request, again.as_ref())
+                .await?
+            {
                 Ok(response) => return Ok(response),
                 Err(request) => request,
             }

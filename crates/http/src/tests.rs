@@ -465,8 +465,11 @@ async fn over_http2_every_request_at_once_shares_one_connection() {
     let answers = futures::future::join_all((0..20).map(|i| {
         let (client, url) = (client.clone(), url.clone());
         async move {
-            let (method, body): (&str, &'static [u8]) =
-                if i % 2 == 0 { ("GET", b"") } else { ("POST", b"abc") };
+            let (method, body): (&str, &'static [u8]) = if i % 2 == 0 {
+                ("GET", b"")
+            } else {
+                ("POST", b"abc")
+            };
             let (parts, bytes) = client.call(request(method, &url, body)).await.unwrap();
             assert_eq!(parts.version, http::Version::HTTP_2);
             (parts.status.as_u16(), bytes)
@@ -508,14 +511,15 @@ async fn http2_is_offered_only_when_asked_and_a_server_without_it_gets_http1() {
     let url = format!("{}/x", server.base);
     for _ in 0..3 {
         let (parts, bytes) = client.call(request("POST", &url, b"xy")).await.unwrap();
-        assert_eq!((parts.version, &bytes[..]), (http::Version::HTTP_11, &b"POST 2"[..]));
+        assert_eq!(
+            (parts.version, &bytes[..]),
+            (http::Version::HTTP_11, &b"POST 2"[..])
+        );
     }
     assert_eq!(server.accepted(), 1);
     // At once: each on a connection of its own.
-    let answers = futures::future::join_all(
-        (0..3).map(|_| client.call(request("GET", &url, b""))),
-    )
-    .await;
+    let answers =
+        futures::future::join_all((0..3).map(|_| client.call(request("GET", &url, b"")))).await;
     assert!(answers.iter().all(Result::is_ok), "{answers:?}");
     assert_eq!(server.accepted(), 3);
 }

@@ -42,7 +42,11 @@ fn run(mut cli: Cli) -> anyhow::Result<()> {
     let ctx = cli.globals.context();
     // `oi get -o wide|yaml|json|name`, as kubectl says it: a format, not a file.
     if let args::Command::Get(get) = &mut cli.command
-        && let Some(format) = cli.globals.output.as_deref().and_then(args::GetFormat::named)
+        && let Some(format) = cli
+            .globals
+            .output
+            .as_deref()
+            .and_then(args::GetFormat::named)
     {
         get.format = Some(format);
         cli.globals.output = None;

@@ -28,14 +28,24 @@ fn world() -> String {
             1,
         );
     let w = ok(
-        &["cluster", "inject", "--name", "c1", "--control-plane-replicas", "3"],
+        &[
+            "cluster",
+            "inject",
+            "--name",
+            "c1",
+            "--control-plane-replicas",
+            "3",
+        ],
         hypervisors.as_bytes(),
     );
     let w = ok(
         &["cluster", "inject", "--name", "c2", "--vpn-enabled"],
         w.as_bytes(),
     );
-    ok(&["hypervisor", "cordon", "--name", "private-3"], w.as_bytes())
+    ok(
+        &["hypervisor", "cordon", "--name", "private-3"],
+        w.as_bytes(),
+    )
 }
 
 fn golden(name: &str, args: &[&str], world: &str) {
@@ -57,7 +67,17 @@ fn tables_of_clusters_hypervisors_and_components() {
     golden("hypervisors", &["hypervisors"], &w);
     golden("hypervisors-wide", &["hv", "-o", "wide"], &w);
     golden("components-wide", &["components", "-o", "wide"], &w);
-    golden("names", &["comp", "c2-control-plane-0", "default/c1-ingress", "-o", "name"], &w);
+    golden(
+        "names",
+        &[
+            "comp",
+            "c2-control-plane-0",
+            "default/c1-ingress",
+            "-o",
+            "name",
+        ],
+        &w,
+    );
 }
 
 #[test]
@@ -79,7 +99,16 @@ fn yaml_and_json_hold_the_objects_without_a_secret() {
     assert_eq!(one["metadata"]["name"].as_str(), Some("c1"));
     assert_eq!(
         one["spec"]["apiServer"]["ca"]["certificate"].as_str(),
-        world.clusters.values().next().unwrap().spec.api_server.ca.as_ref().map(|c| c.certificate.as_str()),
+        world
+            .clusters
+            .values()
+            .next()
+            .unwrap()
+            .spec
+            .api_server
+            .ca
+            .as_ref()
+            .map(|c| c.certificate.as_str()),
         "public certificates are kept"
     );
     let list: serde_json::Value = serde_json::from_str(&json).unwrap();
@@ -105,11 +134,18 @@ fn an_unknown_name_is_an_error_and_another_o_is_a_file() {
     );
     let out = oi(&["get", "widgets"], w.as_bytes());
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("invalid value 'widgets'"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("invalid value 'widgets'"),
+        "{}",
+        stderr(&out)
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("table.txt");
     let printed = ok(&["get", "hypervisors"], w.as_bytes());
-    assert_eq!(ok(&["get", "hypervisors", "-o", path_str(&file)], w.as_bytes()), "");
+    assert_eq!(
+        ok(&["get", "hypervisors", "-o", path_str(&file)], w.as_bytes()),
+        ""
+    );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), printed);
 }

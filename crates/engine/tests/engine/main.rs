@@ -527,7 +527,12 @@ async fn a_reissued_etcd_serving_or_peer_certificate_restarts_nothing() {
         |w| {
             for i in 0..3 {
                 let key = ObjectKey::new("default", format!("c-control-plane-{i}"));
-                let certs = &mut w.components.get_mut(&key).unwrap().status.server_certificates;
+                let certs = &mut w
+                    .components
+                    .get_mut(&key)
+                    .unwrap()
+                    .status
+                    .server_certificates;
                 assert!(certs.remove("etcd-server").is_some(), "{key:?}");
                 assert!(certs.remove("etcd-peer").is_some(), "{key:?}");
             }
@@ -536,9 +541,18 @@ async fn a_reissued_etcd_serving_or_peer_certificate_restarts_nothing() {
     )
     .await;
     assert_eq!(report.counts.pods_replaced, 0, "{:?}", report.counts);
-    assert!(report.counts.mutating_calls > 0, "the files are written: {:?}", report.counts);
+    assert!(
+        report.counts.mutating_calls > 0,
+        "the files are written: {:?}",
+        report.counts
+    );
     assert_eq!(log, Vec::<String>::new());
-    let calls: Vec<_> = h.connector.runtimes.values().flat_map(|r| r.calls()).collect();
+    let calls: Vec<_> = h
+        .connector
+        .runtimes
+        .values()
+        .flat_map(|r| r.calls())
+        .collect();
     let written: Vec<_> = calls
         .iter()
         .flat_map(|c| match c {
@@ -547,8 +561,17 @@ async fn a_reissued_etcd_serving_or_peer_certificate_restarts_nothing() {
         })
         .map(|p| p.rsplit('/').next().unwrap().to_string())
         .collect();
-    for f in ["etcd-server.crt", "etcd-server.key", "etcd-peer.crt", "etcd-peer.key"] {
-        assert_eq!(written.iter().filter(|w| *w == f).count(), 3, "{f}: {written:?}");
+    for f in [
+        "etcd-server.crt",
+        "etcd-server.key",
+        "etcd-peer.crt",
+        "etcd-peer.key",
+    ] {
+        assert_eq!(
+            written.iter().filter(|w| *w == f).count(),
+            3,
+            "{f}: {written:?}"
+        );
     }
 }
 

@@ -13,7 +13,9 @@
 
 use std::io::{Read, Write};
 
-use oi_api::{Cluster, Component, ComponentRole, Hypervisor, Object, ObjectKey, Resource as _, World};
+use oi_api::{
+    Cluster, Component, ComponentRole, Hypervisor, Object, ObjectKey, Resource as _, World,
+};
 
 use crate::args::{GetArgs, GetFormat, GetKind};
 use crate::commands::Context;
@@ -50,7 +52,12 @@ pub fn run(
 /// (`NAME` or `NAMESPACE/NAME`) when given, in that order.
 fn select(world: &World, kind: GetKind, names: &[String]) -> anyhow::Result<Vec<Object>> {
     let all: Vec<Object> = match kind {
-        GetKind::Clusters => world.clusters.values().cloned().map(Object::Cluster).collect(),
+        GetKind::Clusters => world
+            .clusters
+            .values()
+            .cloned()
+            .map(Object::Cluster)
+            .collect(),
         GetKind::Hypervisors => world
             .hypervisors
             .values()
@@ -100,7 +107,7 @@ fn select(world: &World, kind: GetKind, names: &[String]) -> anyhow::Result<Vec<
 }
 
 /// Left-aligned columns two spaces apart, as kubectl prints them.
-fn columns(rows: &[Vec<String>]) -> String {
+pub fn columns(rows: &[Vec<String>]) -> String {
     let width = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..width)
         .map(|i| {
@@ -151,11 +158,27 @@ fn table(world: &World, objects: &[Object], wide: bool) -> String {
 fn header(first: &Object, wide: bool) -> Vec<String> {
     let (narrow, more): (&[&str], &[&str]) = match first {
         Object::Cluster(_) => (
-            &["NAMESPACE", "NAME", "VERSION", "REPLICAS", "SUCCEEDED", "REASON", "ENDPOINT"],
+            &[
+                "NAMESPACE",
+                "NAME",
+                "VERSION",
+                "REPLICAS",
+                "SUCCEEDED",
+                "REASON",
+                "ENDPOINT",
+            ],
             &["API SERVERS", "VPN", "INGRESS", "LAST SNAPSHOT"],
         ),
         Object::Hypervisor(_) => (
-            &["NAME", "PUBLIC", "IP", "PORTS", "USED", "COMPONENTS", "STATUS"],
+            &[
+                "NAME",
+                "PUBLIC",
+                "IP",
+                "PORTS",
+                "USED",
+                "COMPONENTS",
+                "STATUS",
+            ],
             &["ZONE", "CAPACITY", "CRI ENDPOINT"],
         ),
         Object::Component(_) => (
@@ -185,7 +208,10 @@ fn components_of<'w>(world: &'w World, cluster: &ObjectKey) -> Vec<&'w Component
         .components
         .values()
         .filter(|c| {
-            c.metadata.namespace.as_deref().unwrap_or(oi_api::DEFAULT_NAMESPACE)
+            c.metadata
+                .namespace
+                .as_deref()
+                .unwrap_or(oi_api::DEFAULT_NAMESPACE)
                 == cluster.namespace
                 && c.spec.cluster == cluster.name
         })
@@ -203,7 +229,10 @@ fn cluster_row(world: &World, c: &Cluster, wide: bool) -> Vec<String> {
     {
         or_none(&c.spec.kubernetes_version)
     } else {
-        format!("{} -> {}", c.status.kubernetes_version, c.spec.kubernetes_version)
+        format!(
+            "{} -> {}",
+            c.status.kubernetes_version, c.spec.kubernetes_version
+        )
     };
     let mut row = vec![
         key.namespace.clone(),
@@ -223,7 +252,12 @@ fn cluster_row(world: &World, c: &Cluster, wide: bool) -> Vec<String> {
         let ingress: Vec<String> = components
             .iter()
             .filter(|k| k.spec.role == ComponentRole::ControlPlaneIngress)
-            .map(|k| k.spec.hypervisor.clone().unwrap_or_else(|| "<unscheduled>".into()))
+            .map(|k| {
+                k.spec
+                    .hypervisor
+                    .clone()
+                    .unwrap_or_else(|| "<unscheduled>".into())
+            })
             .collect();
         let vip = c
             .spec
@@ -431,7 +465,15 @@ mod tests {
         });
         redact(&mut v, None);
         let text = v.to_string();
-        for secret in ["KEY1", "KEY2", "KEY3", "KEY4", "KEY5", "0123456789abcdef", "\"H\""] {
+        for secret in [
+            "KEY1",
+            "KEY2",
+            "KEY3",
+            "KEY4",
+            "KEY5",
+            "0123456789abcdef",
+            "\"H\"",
+        ] {
             assert!(!text.contains(secret), "{secret} left in {text}");
         }
         for kept in ["CERT", "PUB", "abcdef.<redacted>"] {

@@ -87,10 +87,15 @@ impl ComponentRenderer<'_> {
         // etcd reads its own serving and peer certificates from disk again for every new
         // connection (since 3.2, etcd-io/etcd#7784): a reissued one restarts nothing. Its
         // trusted CA files it reads only at start (etcd-io/etcd#11555): those restart it.
-        let reloaded = ["etcd-server.crt", "etcd-server.key", "etcd-peer.crt", "etcd-peer.key"]
-            .into_iter()
-            .map(|f| self.path(f))
-            .collect();
+        let reloaded = [
+            "etcd-server.crt",
+            "etcd-server.key",
+            "etcd-peer.crt",
+            "etcd-peer.key",
+        ]
+        .into_iter()
+        .map(|f| self.path(f))
+        .collect();
         Ok(Rendered {
             pods: vec![self.etcd_pod(release)?, kube_pod],
             files,

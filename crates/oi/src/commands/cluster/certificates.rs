@@ -58,20 +58,8 @@ pub fn table(rows: &[Expiry], now: OffsetDateTime) -> String {
             e.renewal.as_str().to_string(),
         ]);
     }
-    let widths: Vec<usize> = (0..6)
-        .map(|i| cells.iter().map(|r| r[i].len()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in &cells {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        out.push_str(line.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
+    let rows: Vec<Vec<String>> = cells.into_iter().map(Vec::from).collect();
+    crate::commands::get::columns(&rows)
 }
 
 /// # Errors

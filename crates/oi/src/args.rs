@@ -88,8 +88,9 @@ pub enum Command {
     /// Print a shell completion script.
     Completion(CompletionArgs),
 
-    /// List objects of the manifests as tables, like kubectl: clusters, hypervisors or
-    /// components (read from the manifests alone; nothing is contacted). `-o` takes a format
+    /// List objects of the manifests as tables, like kubectl: clusters, hypervisors,
+    /// components, sipclusters or join-tokens (read from the manifests alone; nothing is
+    /// contacted). `-o` takes a format
     /// here: wide, yaml, json or name (yaml and json with every private key, password and
     /// join token secret redacted); any other value is a file to write the table to.
     ///
@@ -136,6 +137,11 @@ pub enum GetKind {
     Hypervisors,
     #[value(alias = "component", alias = "comp")]
     Components,
+    #[value(alias = "sipcluster", alias = "sip")]
+    Sipclusters,
+    /// Each cluster's join tokens, by id (never their secret).
+    #[value(alias = "join-token", alias = "tokens")]
+    JoinTokens,
 }
 
 impl GetKind {
@@ -144,6 +150,8 @@ impl GetKind {
             GetKind::Clusters => "cluster",
             GetKind::Hypervisors => "hypervisor",
             GetKind::Components => "component",
+            GetKind::Sipclusters => "sipcluster",
+            GetKind::JoinTokens => "cluster with join tokens",
         }
     }
 
@@ -152,6 +160,8 @@ impl GetKind {
             GetKind::Clusters => "clusters",
             GetKind::Hypervisors => "hypervisors",
             GetKind::Components => "components",
+            GetKind::Sipclusters => "sipclusters",
+            GetKind::JoinTokens => "join-tokens",
         }
     }
 }

@@ -149,3 +149,33 @@ fn an_unknown_name_is_an_error_and_another_o_is_a_file() {
     );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), printed);
 }
+
+#[test]
+fn join_tokens_by_id_and_state_never_their_secret() {
+    let w = world();
+    // The command shows the new token on stderr.
+    let inject = |w: &str, seed: &str| {
+        let out = oi(
+            &["join-token", "inject", "--cluster", "c1", "--seed", seed],
+            w.as_bytes(),
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let w = inject(&w, "7");
+    let w = inject(&w, "8");
+    // A run wrote the first into the cluster; a third, since removed from the spec, is
+    // still there.
+    let mut world = load(&w);
+    let c1 = world.clusters.values_mut().next().unwrap();
+    assert_eq!(c1.spec.join_tokens.len(), 2);
+    let first = c1.spec.join_tokens[0].clone();
+    c1.status.join_tokens = vec![first, "zzzzzz.0000000000000000".to_string()];
+    let w = world.to_yaml().unwrap();
+    golden("join-tokens", &["join-tokens"], &w);
+    let json = ok(&["get", "tokens", "c1", "-o", "json"], w.as_bytes());
+    for token in &load(&w).clusters.values().next().unwrap().spec.join_tokens {
+        let (id, secret) = token.split_once('.').unwrap();
+        assert!(json.contains(id) && !json.contains(secret), "{json}");
+    }
+}

@@ -114,6 +114,13 @@ fn reconcile_labels_upstream_hosts_and_keeps_everything_else() {
         "{err}"
     );
     let text = stdout(&out);
+    // `oi get` shows it: the hosts it holds of those it asked for, its services.
+    let table = ok(&["get", "sipclusters", "-o", "wide"], text.as_bytes());
+    oi_testsupport::assert_golden(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/get-sipclusters-wide.txt"),
+        &table,
+        "cargo test -p oi-cli --test sip",
+    );
     let world = World::load(&text, "out").unwrap();
     let held: Vec<(String, String, String)> = world
         .bare_metal_hosts

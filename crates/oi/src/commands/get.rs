@@ -1,4 +1,5 @@
-//! `oi get KIND [NAME...]`: the world's objects as kubectl-like tables, read from the
+//! `oi get KIND [NAME...]`: the world's clusters, hypervisors, components, SIPClusters (with
+//! the hosts they hold) and join tokens (by id) as kubectl-like tables, read from the
 //! manifests alone (no hypervisor or API server is contacted, so it answers at once).
 //!
 //! ```text
@@ -14,7 +15,8 @@
 use std::io::{Read, Write};
 
 use oi_api::{
-    Cluster, Component, ComponentRole, Hypervisor, Object, ObjectKey, Resource as _, World,
+    Cluster, Component, ComponentRole, Hypervisor, Object, ObjectKey, Resource as _, SipCluster,
+    World,
 };
 
 use crate::args::{GetArgs, GetFormat, GetKind};
@@ -33,61 +35,117 @@ pub fn run(
     output: &mut impl Write,
 ) -> anyhow::Result<()> {
     let world = manifests::load(&args.input, input, ctx.now)?;
-    let objects = select(&world, args.kind, &args.names)?;
+    let items = select(items(&world, args.kind)?, args.kind, &args.names)?;
     let text = match args.format.unwrap_or(GetFormat::Table) {
-        GetFormat::Table => table(&world, &objects, false),
-        GetFormat::Wide => table(&world, &objects, true),
-        GetFormat::Name => objects
-            .iter()
-            .map(|o| format!("{}/{}\n", o.kind().to_string().to_lowercase(), o.key().name))
-            .collect(),
-        GetFormat::Yaml => yaml(&objects)?,
-        GetFormat::Json => json(&objects)?,
+        GetFormat::Table => table(args.kind, &items, false),
+        GetFormat::Wide => table(args.kind, &items, true),
+        GetFormat::Name => items.iter().map(|i| format!("{}\n", i.name)).collect(),
+        GetFormat::Yaml => {
+            let mut docs = Vec::new();
+            for i in &items {
+                docs.push(serde_yaml_ng::to_string(&i.value)?);
+            }
+            docs.join("---\n")
+        }
+        GetFormat::Json => {
+            let values: Vec<&serde_json::Value> = items.iter().map(|i| &i.value).collect();
+            let list = match values.as_slice() {
+                [one] => (*one).clone(),
+                _ => serde_json::json!({"apiVersion": "v1", "kind": "List", "items": values}),
+            };
+            let mut text = serde_json::to_string_pretty(&list)?;
+            text.push('\n');
+            text
+        }
     };
     output.write_all(text.as_bytes())?;
     Ok(())
 }
 
-/// The objects of `kind`, sorted by namespace and name; only those `names` names
-/// (`NAME` or `NAMESPACE/NAME`) when given, in that order.
-fn select(world: &World, kind: GetKind, names: &[String]) -> anyhow::Result<Vec<Object>> {
-    let all: Vec<Object> = match kind {
+/// One thing `oi get` lists: what `NAME` arguments match, its `-o name` line, its table row
+/// (narrow, then the wide columns) and what `-o yaml|json` print (secrets redacted).
+struct Item {
+    key: ObjectKey,
+    name: String,
+    row: Vec<String>,
+    wide: Vec<String>,
+    value: serde_json::Value,
+}
+
+/// Every item of `kind` in `world`, sorted by namespace and name.
+fn items(world: &World, kind: GetKind) -> anyhow::Result<Vec<Item>> {
+    let object = |o: Object, row: Vec<String>, wide: Vec<String>| -> anyhow::Result<Item> {
+        let key = o.key();
+        let name = format!("{}/{}", o.kind().to_string().to_lowercase(), key.name);
+        let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&o.to_yaml()?)?;
+        let mut value = serde_json::to_value(yaml)?;
+        redact(&mut value, None);
+        Ok(Item {
+            key,
+            name,
+            row,
+            wide,
+            value,
+        })
+    };
+    match kind {
         GetKind::Clusters => world
             .clusters
             .values()
-            .cloned()
-            .map(Object::Cluster)
+            .map(|c| {
+                let (row, wide) = cluster_row(world, c);
+                object(Object::Cluster(c.clone()), row, wide)
+            })
             .collect(),
         GetKind::Hypervisors => world
             .hypervisors
             .values()
-            .cloned()
-            .map(Object::Hypervisor)
+            .map(|h| {
+                let (row, wide) = hypervisor_row(world, h);
+                object(Object::Hypervisor(h.clone()), row, wide)
+            })
             .collect(),
         GetKind::Components => world
             .components
             .values()
-            .cloned()
-            .map(Object::Component)
+            .map(|c| {
+                let (row, wide) = component_row(c);
+                object(Object::Component(c.clone()), row, wide)
+            })
             .collect(),
-    };
+        GetKind::Sipclusters => world
+            .sip_clusters
+            .values()
+            .map(|c| {
+                let (row, wide) = sip_cluster_row(world, c);
+                object(Object::SipCluster(c.clone()), row, wide)
+            })
+            .collect(),
+        GetKind::JoinTokens => Ok(join_tokens(world)),
+    }
+}
+
+/// The items `names` names (`NAME` or `NAMESPACE/NAME`; for join tokens, their cluster's),
+/// in that order; all when none.
+fn select(all: Vec<Item>, kind: GetKind, names: &[String]) -> anyhow::Result<Vec<Item>> {
     if names.is_empty() {
         return Ok(all);
     }
     let mut chosen = Vec::with_capacity(names.len());
     for name in names {
-        let matching: Vec<&Object> = all
+        let matching: Vec<usize> = all
             .iter()
-            .filter(|o| {
-                let key = o.key();
-                match name.split_once('/') {
-                    Some((ns, n)) => key.namespace == ns && key.name == n,
-                    None => key.name == *name,
-                }
+            .enumerate()
+            .filter(|(_, i)| match name.split_once('/') {
+                Some((ns, n)) => i.key.namespace == ns && i.key.name == n,
+                None => i.key.name == *name,
             })
+            .map(|(n, _)| n)
             .collect();
         match matching.as_slice() {
-            [one] => chosen.push((*one).clone()),
+            // A cluster's join tokens: all of them.
+            [_, ..] if kind == GetKind::JoinTokens => chosen.extend(matching.iter().copied()),
+            [one] => chosen.push(*one),
             [] => anyhow::bail!(
                 "no {} named {name:?} in the manifests (`oi get {}` lists them)",
                 kind.singular(),
@@ -97,13 +155,14 @@ fn select(world: &World, kind: GetKind, names: &[String]) -> anyhow::Result<Vec<
                 "{} {name:?} is ambiguous: {} (say NAMESPACE/NAME)",
                 kind.singular(),
                 many.iter()
-                    .map(|o| o.key().to_string())
+                    .map(|n| all[*n].key.to_string())
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
         }
     }
-    Ok(chosen)
+    let mut all: Vec<Option<Item>> = all.into_iter().map(Some).collect();
+    Ok(chosen.into_iter().filter_map(|n| all[n].take()).collect())
 }
 
 /// Left-aligned columns two spaces apart, as kubectl prints them.
@@ -139,25 +198,32 @@ fn or_none(s: &str) -> String {
     }
 }
 
-fn table(world: &World, objects: &[Object], wide: bool) -> String {
-    let Some(first) = objects.first() else {
+fn table(kind: GetKind, items: &[Item], wide: bool) -> String {
+    if items.is_empty() {
         return String::new();
-    };
-    let mut rows = vec![header(first, wide)];
-    for o in objects {
-        rows.push(match o {
-            Object::Cluster(c) => cluster_row(world, c, wide),
-            Object::Hypervisor(h) => hypervisor_row(world, h, wide),
-            Object::Component(c) => component_row(c, wide),
-            _ => Vec::new(),
-        });
+    }
+    let (narrow, more) = header(kind);
+    let mut rows = vec![
+        narrow
+            .iter()
+            .chain(if wide { more } else { &[] })
+            .map(|s| (*s).to_string())
+            .collect::<Vec<_>>(),
+    ];
+    for i in items {
+        let mut row = i.row.clone();
+        if wide {
+            row.extend(i.wide.iter().cloned());
+        }
+        rows.push(row);
     }
     columns(&rows)
 }
 
-fn header(first: &Object, wide: bool) -> Vec<String> {
-    let (narrow, more): (&[&str], &[&str]) = match first {
-        Object::Cluster(_) => (
+/// The columns of `kind`: always, and with `-o wide`.
+fn header(kind: GetKind) -> (&'static [&'static str], &'static [&'static str]) {
+    match kind {
+        GetKind::Clusters => (
             &[
                 "NAMESPACE",
                 "NAME",
@@ -169,7 +235,7 @@ fn header(first: &Object, wide: bool) -> Vec<String> {
             ],
             &["API SERVERS", "VPN", "INGRESS", "LAST SNAPSHOT"],
         ),
-        Object::Hypervisor(_) => (
+        GetKind::Hypervisors => (
             &[
                 "NAME",
                 "PUBLIC",
@@ -181,17 +247,24 @@ fn header(first: &Object, wide: bool) -> Vec<String> {
             ],
             &["ZONE", "CAPACITY", "CRI ENDPOINT"],
         ),
-        Object::Component(_) => (
+        GetKind::Components => (
             &["NAMESPACE", "NAME", "CLUSTER", "ROLE", "HYPERVISOR"],
             &["PORTS"],
         ),
-        _ => (&[], &[]),
-    };
-    narrow
-        .iter()
-        .chain(if wide { more } else { &[] })
-        .map(|s| (*s).to_string())
-        .collect()
+        GetKind::Sipclusters => (
+            &[
+                "NAMESPACE",
+                "NAME",
+                "READY",
+                "REASON",
+                "NODES",
+                "HOSTS",
+                "SERVICES",
+            ],
+            &["CLUSTER", "HOSTS SELECTED"],
+        ),
+        GetKind::JoinTokens => (&["NAMESPACE", "CLUSTER", "TOKEN", "STATE"], &[]),
+    }
 }
 
 /// A condition's status and reason (the last run's, for `ReconcileSucceeded`), or `Unknown`
@@ -218,7 +291,7 @@ fn components_of<'w>(world: &'w World, cluster: &ObjectKey) -> Vec<&'w Component
         .collect()
 }
 
-fn cluster_row(world: &World, c: &Cluster, wide: bool) -> Vec<String> {
+fn cluster_row(world: &World, c: &Cluster) -> (Vec<String>, Vec<String>) {
     let key = c.key();
     let (ready, reason) = condition(
         &c.status.conditions,
@@ -234,7 +307,7 @@ fn cluster_row(world: &World, c: &Cluster, wide: bool) -> Vec<String> {
             c.status.kubernetes_version, c.spec.kubernetes_version
         )
     };
-    let mut row = vec![
+    let row = vec![
         key.namespace.clone(),
         key.name.clone(),
         version,
@@ -243,7 +316,7 @@ fn cluster_row(world: &World, c: &Cluster, wide: bool) -> Vec<String> {
         reason,
         or_none(&c.status.api_server_endpoint),
     ];
-    if wide {
+    let wide = {
         let components = components_of(world, &key);
         let apiservers = components
             .iter()
@@ -267,7 +340,7 @@ fn cluster_row(world: &World, c: &Cluster, wide: bool) -> Vec<String> {
             .filter(|v| !v.is_empty())
             .map(|v| format!(" (VIP {v})"))
             .unwrap_or_default();
-        row.extend([
+        vec![
             apiservers.to_string(),
             if c.spec.vpn.enabled {
                 or_none(&c.status.vpn_server_endpoint)
@@ -283,12 +356,12 @@ fn cluster_row(world: &World, c: &Cluster, wide: bool) -> Vec<String> {
                 .last_snapshot
                 .as_ref()
                 .map_or_else(|| "<none>".to_string(), |s| or_none(&s.taken_at)),
-        ]);
-    }
-    row
+        ]
+    };
+    (row, wide)
 }
 
-fn hypervisor_row(world: &World, h: &Hypervisor, wide: bool) -> Vec<String> {
+fn hypervisor_row(world: &World, h: &Hypervisor) -> (Vec<String>, Vec<String>) {
     let name = h.metadata.name.clone();
     let range = &h.spec.port_range;
     let size = (range.high.saturating_sub(range.low) + 1) as usize;
@@ -305,7 +378,7 @@ fn hypervisor_row(world: &World, h: &Hypervisor, wide: bool) -> Vec<String> {
     } else {
         "Schedulable"
     };
-    let mut row = vec![
+    let row = vec![
         name,
         h.spec.public.to_string(),
         h.spec.ip_address.clone(),
@@ -314,7 +387,7 @@ fn hypervisor_row(world: &World, h: &Hypervisor, wide: bool) -> Vec<String> {
         components.to_string(),
         status.to_string(),
     ];
-    if wide {
+    let wide = {
         let capacity = h.spec.capacity.as_ref().map_or_else(
             || "<none>".to_string(),
             |c| {
@@ -336,7 +409,7 @@ fn hypervisor_row(world: &World, h: &Hypervisor, wide: bool) -> Vec<String> {
             (None, Some(r)) => or_none(&r.cri_endpoint_uri),
             (None, None) => "<none>".to_string(),
         };
-        row.extend([
+        vec![
             h.metadata
                 .labels
                 .get("topology.kubernetes.io/zone")
@@ -344,19 +417,19 @@ fn hypervisor_row(world: &World, h: &Hypervisor, wide: bool) -> Vec<String> {
                 .unwrap_or_else(|| "<none>".to_string()),
             capacity,
             cri,
-        ]);
-    }
-    row
+        ]
+    };
+    (row, wide)
 }
 
-fn component_row(c: &Component, wide: bool) -> Vec<String> {
+fn component_row(c: &Component) -> (Vec<String>, Vec<String>) {
     let key = c.key();
     let role = match c.spec.role {
         ComponentRole::ControlPlane => "control-plane",
         ComponentRole::ControlPlaneIngress => "control-plane-ingress",
         ComponentRole::ApiServer => "control-plane-apiserver",
     };
-    let mut row = vec![
+    let row = vec![
         key.namespace.clone(),
         key.name.clone(),
         c.spec.cluster.clone(),
@@ -366,29 +439,127 @@ fn component_row(c: &Component, wide: bool) -> Vec<String> {
             .clone()
             .unwrap_or_else(|| "<unscheduled>".to_string()),
     ];
-    if wide {
-        let ports: Vec<String> = c
-            .status
-            .allocated_host_ports
-            .iter()
-            .map(|p| format!("{}={}", p.name, p.port))
-            .collect();
-        row.push(or_none(&ports.join(",")));
-    }
-    row
+    let ports: Vec<String> = c
+        .status
+        .allocated_host_ports
+        .iter()
+        .map(|p| format!("{}={}", p.name, p.port))
+        .collect();
+    (row, vec![or_none(&ports.join(","))])
 }
 
-/// Each object as JSON, its secrets redacted.
-fn redacted_values(objects: &[Object]) -> anyhow::Result<Vec<serde_json::Value>> {
-    objects
+fn sip_cluster_row(world: &World, c: &SipCluster) -> (Vec<String>, Vec<String>) {
+    let key = c.key();
+    let (ready, reason) = c
+        .status
+        .conditions
         .iter()
-        .map(|o| {
-            let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&o.to_yaml()?)?;
-            let mut value = serde_json::to_value(yaml)?;
-            redact(&mut value, None);
-            Ok(value)
+        .find(|m| m.type_ == oi_api::sip::CONDITION_READY)
+        .map_or_else(
+            || ("Unknown".to_string(), "<none>".to_string()),
+            |c| (format!("{:?}", c.status), or_none(&c.reason)),
+        );
+    let nodes: Vec<String> = c
+        .spec
+        .nodes
+        .iter()
+        .map(|(role, set)| format!("{role}={}+{}", set.count.active, set.count.standby))
+        .collect();
+    let hosts: Vec<String> = world
+        .bare_metal_hosts
+        .values()
+        .filter(|h| {
+            h.metadata.labels.get(oi_api::sip::CLUSTER_NAME_LABEL) == Some(&key.name)
+                && h.metadata.labels.get(oi_api::sip::CLUSTER_NAMESPACE_LABEL)
+                    == Some(&key.namespace)
         })
-        .collect()
+        .map(|h| h.metadata.name.clone())
+        .collect();
+    let wanted: i64 = c
+        .spec
+        .nodes
+        .values()
+        .map(|s| s.count.active + s.count.standby)
+        .sum();
+    let s = &c.spec.services;
+    let services: Vec<String> = [
+        (
+            "loadBalancerControlPlane",
+            s.load_balancer_control_plane.len(),
+        ),
+        ("loadBalancerWorker", s.load_balancer_worker.len()),
+        ("jumpHost", s.jump_host.len()),
+        ("oidcProvider", s.oidc_provider.len()),
+    ]
+    .into_iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(name, n)| format!("{name}={n}"))
+    .collect();
+    (
+        vec![
+            key.namespace.clone(),
+            key.name.clone(),
+            ready,
+            reason,
+            or_none(&nodes.join(",")),
+            format!("{}/{wanted}", hosts.len()),
+            or_none(&services.join(",")),
+        ],
+        vec![
+            c.spec
+                .cluster_ref
+                .as_ref()
+                .map_or_else(|| "<none>".to_string(), |r| r.name.clone()),
+            or_none(&hosts.join(",")),
+        ],
+    )
+}
+
+/// Every cluster's join tokens by id (the secret half never shown): `InCluster` when the
+/// cluster holds it, `Pending` until a run writes it, `Revoking` when it left the spec but
+/// not yet the cluster.
+fn join_tokens(world: &World) -> Vec<Item> {
+    let mut items = Vec::new();
+    for c in world.clusters.values() {
+        let key = c.key();
+        let id = |t: &str| t.split('.').next().unwrap_or_default().to_string();
+        let mut states: std::collections::BTreeMap<String, &str> = c
+            .spec
+            .join_tokens
+            .iter()
+            .map(|t| {
+                let state = if c.status.join_tokens.iter().any(|s| id(s) == id(t)) {
+                    "InCluster"
+                } else {
+                    "Pending"
+                };
+                (id(t), state)
+            })
+            .collect();
+        for t in &c.status.join_tokens {
+            states.entry(id(t)).or_insert("Revoking");
+        }
+        for (token, state) in states {
+            items.push(Item {
+                key: key.clone(),
+                name: format!("jointoken/{}/{token}", key.name),
+                row: vec![
+                    key.namespace.clone(),
+                    key.name.clone(),
+                    token.clone(),
+                    state.to_string(),
+                ],
+                wide: Vec::new(),
+                value: serde_json::json!({
+                    "namespace": key.namespace,
+                    "cluster": key.name,
+                    "token": format!("{token}.{REDACTED}"),
+                    "state": state,
+                }),
+            });
+        }
+    }
+    items
 }
 
 /// Replaces in `value` every private key and password, and the secret half of every join
@@ -423,26 +594,6 @@ pub fn redact(value: &mut serde_json::Value, field: Option<&str>) {
         }
         _ => {}
     }
-}
-
-fn yaml(objects: &[Object]) -> anyhow::Result<String> {
-    let mut docs = Vec::new();
-    for v in redacted_values(objects)? {
-        docs.push(serde_yaml_ng::to_string(&v)?);
-    }
-    Ok(docs.join("---\n"))
-}
-
-fn json(objects: &[Object]) -> anyhow::Result<String> {
-    let items = redacted_values(objects)?;
-    let list = if items.len() == 1 {
-        items.into_iter().next().unwrap_or_default()
-    } else {
-        serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items})
-    };
-    let mut text = serde_json::to_string_pretty(&list)?;
-    text.push('\n');
-    Ok(text)
 }
 
 #[cfg(test)]

@@ -102,6 +102,13 @@ pub enum Command {
     #[command(verbatim_doc_comment)]
     Get(GetArgs),
 
+    /// Show one cluster or hypervisor in full, like kubectl describe (read from the manifests
+    /// alone; nothing is contacted): a cluster's endpoints, conditions, components with their
+    /// hypervisors, ports and state, the certificates expiring soonest, join tokens and VPN
+    /// peers; a hypervisor's scheduling state, ports, capacity against use, and what runs
+    /// there.
+    Describe(DescribeArgs),
+
     /// Apply the world to the hypervisors: bring clusters up, scale and delete them, and print
     /// the updated manifests (status, ports, certificates; private keys included: use -o).
     /// Progress and a summary go to stderr; exits non-zero (after writing the manifests) when
@@ -126,6 +133,29 @@ pub struct GetArgs {
     /// Taken from `-o` when it names a format.
     #[arg(skip)]
     pub format: Option<GetFormat>,
+}
+
+#[derive(Debug, Args)]
+pub struct DescribeArgs {
+    /// What to describe.
+    #[arg(value_enum)]
+    pub kind: DescribeKind,
+
+    /// Its name (a cluster's may be `NAMESPACE/NAME`).
+    #[arg(value_name = "NAME")]
+    pub name: String,
+
+    #[command(flatten)]
+    pub input: InputArgs,
+}
+
+/// The kinds `oi describe` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DescribeKind {
+    #[value(alias = "clusters")]
+    Cluster,
+    #[value(alias = "hypervisors", alias = "hv")]
+    Hypervisor,
 }
 
 /// The kinds `oi get` lists, by their plural, singular and short names.
@@ -269,6 +299,7 @@ impl Command {
             Command::Sipcluster(SipClusterCommand::HashPassword(_)) => None,
             Command::Reconcile(a) => Some(&a.input),
             Command::Get(a) => Some(&a.input),
+            Command::Describe(a) => Some(&a.input),
             Command::JoinToken(JoinTokenCommand::Generate)
             | Command::Hypervisor(HypervisorCommand::Join(_))
             | Command::Node(_)
@@ -311,6 +342,7 @@ impl Command {
             )
             | Command::Node(_)
             | Command::Get(_)
+            | Command::Describe(_)
             | Command::Version(_)
             | Command::Completion(_) => false,
         }

@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod completion;
+pub mod describe;
 pub mod get;
 pub mod hypervisor;
 pub mod join_token;
@@ -161,6 +162,7 @@ pub fn dispatch(
             no_note(sipcluster::hash_password(args, input, output))
         }
         Command::Get(args) => no_note(get::run(args, ctx, input, output)),
+        Command::Describe(args) => no_note(describe::run(args, ctx, input, output)),
         Command::Version(args) => no_note(version::run(args, output)),
         Command::Completion(args) => no_note(completion::run(args, output)),
         Command::Reconcile(args) => reconcile::run(args, ctx, input, output),

@@ -179,3 +179,49 @@ fn join_tokens_by_id_and_state_never_their_secret() {
         assert!(json.contains(id) && !json.contains(secret), "{json}");
     }
 }
+
+#[test]
+fn describe_a_cluster_and_a_hypervisor() {
+    let w = world();
+    let out = oi(
+        &["join-token", "inject", "--cluster", "c2", "--seed", "3"],
+        w.as_bytes(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    // As a run leaves it: conditions, a worker's VPN peer, the token in the cluster.
+    let mut world = load(&stdout(&out));
+    let key = oi_api::ObjectKey::new("default", "c2");
+    let c2 = world.clusters.get_mut(&key).unwrap();
+    c2.status.join_tokens = c2.spec.join_tokens.clone();
+    let at = time::macros::datetime!(2026-11-22 00:00:00 UTC);
+    oi_api::common::set_condition(
+        &mut c2.status.conditions,
+        "ReconcileSucceeded",
+        oi_api::ConditionStatus::False,
+        "IngressNotReady",
+        "haproxy answered 503",
+        at,
+    );
+    let (private_key, public_key) = oi_pki::generate_wireguard_keys();
+    c2.status.vpn_peers.push(oi_api::VpnPeer {
+        name: "worker-1".into(),
+        address: "10.0.0.9".into(),
+        private_key,
+        public_key,
+    });
+    let w = world.to_yaml().unwrap();
+    for (name, args) in [
+        ("describe-cluster", &["describe", "cluster", "c2"][..]),
+        ("describe-hypervisor", &["describe", "hv", "private-1"][..]),
+    ] {
+        let out = ok(args, w.as_bytes());
+        oi_testsupport::assert_golden(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/golden/get-{name}.txt")),
+            &out,
+            "cargo test -p oi-cli --test get",
+        );
+    }
+    let out = oi(&["describe", "cluster", "nope"], w.as_bytes());
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("nope"), "{}", stderr(&out));
+}

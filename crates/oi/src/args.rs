@@ -102,11 +102,12 @@ pub enum Command {
     #[command(verbatim_doc_comment)]
     Get(GetArgs),
 
-    /// Show one cluster or hypervisor in full, like kubectl describe (read from the manifests
-    /// alone; nothing is contacted): a cluster's endpoints, conditions, components with their
-    /// hypervisors, ports and state, the certificates expiring soonest, join tokens and VPN
-    /// peers; a hypervisor's scheduling state, ports, capacity against use, and what runs
-    /// there.
+    /// Show one cluster, hypervisor or SIPCluster in full, like kubectl describe (read from
+    /// the manifests alone; nothing is contacted): a cluster's endpoints, conditions,
+    /// components with their hypervisors, ports and state, the certificates expiring soonest,
+    /// join tokens and VPN peers; a hypervisor's scheduling state, ports, capacity against
+    /// use, and what runs there; a SIPCluster's node sets, the hosts it holds, its services
+    /// and where they run, its OIDC providers.
     Describe(DescribeArgs),
 
     /// Apply the world to the hypervisors: bring clusters up, scale and delete them, and print
@@ -141,7 +142,7 @@ pub struct DescribeArgs {
     #[arg(value_enum)]
     pub kind: DescribeKind,
 
-    /// Its name (a cluster's may be `NAMESPACE/NAME`).
+    /// Its name (a cluster's or SIPCluster's may be `NAMESPACE/NAME`).
     #[arg(value_name = "NAME")]
     pub name: String,
 
@@ -156,6 +157,8 @@ pub enum DescribeKind {
     Cluster,
     #[value(alias = "hypervisors", alias = "hv")]
     Hypervisor,
+    #[value(alias = "sipclusters", alias = "sip")]
+    Sipcluster,
 }
 
 /// The kinds `oi get` lists, by their plural, singular and short names.

@@ -5,12 +5,16 @@
 //!   result), components with hypervisor, ports and state, the certificates that expire
 //!   soonest, join tokens and VPN peers;
 //! - a hypervisor: address, CRI endpoint, labels, scheduling state, ports, declared capacity
-//!   against what its components ask, conditions, and what runs there.
+//!   against what its components ask, conditions, and what runs there;
+//! - a SIPCluster: its tenant cluster, node sets, the hosts it holds (role, state, BMC), its
+//!   services and the hypervisor ports they hold, its OIDC providers' issuers, conditions.
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 
-use oi_api::{Cluster, ComponentRole, Condition, Hypervisor, ObjectKey, World};
+use oi_api::{
+    Cluster, ComponentRole, Condition, Hypervisor, ObjectKey, Resource as _, SipCluster, World,
+};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -49,6 +53,27 @@ pub fn run(
                     )
                 })?;
             hypervisor_text(&world, hypervisor)
+        }
+        DescribeKind::Sipcluster => {
+            let found: Vec<&SipCluster> = world
+                .sip_clusters
+                .values()
+                .filter(|c| match args.name.split_once('/') {
+                    Some((ns, n)) => c.key().namespace == ns && c.metadata.name == n,
+                    None => c.metadata.name == args.name,
+                })
+                .collect();
+            match found.as_slice() {
+                [one] => sip_cluster_text(&world, one),
+                [] => anyhow::bail!(
+                    "no sipcluster named {:?} in the manifests (`oi get sipclusters` lists them)",
+                    args.name
+                ),
+                _ => anyhow::bail!(
+                    "sipcluster {:?} is ambiguous: say NAMESPACE/NAME",
+                    args.name
+                ),
+            }
         }
     };
     output.write_all(text.as_bytes())?;
@@ -408,5 +433,115 @@ fn hypervisor_text(world: &World, h: &Hypervisor) -> String {
         ]);
     }
     section(&mut out, "Components", rows);
+    out
+}
+
+fn sip_cluster_text(world: &World, c: &SipCluster) -> String {
+    use oi_api::sip::{
+        CLUSTER_NAME_LABEL, CLUSTER_NAMESPACE_LABEL, NODE_STATE_LABEL, NODE_TYPE_LABEL,
+    };
+    let mut out = String::new();
+    let key = c.key();
+    field(&mut out, "Name", &key.name);
+    field(&mut out, "Namespace", &key.namespace);
+    field(
+        &mut out,
+        "Cluster",
+        c.spec
+            .cluster_ref
+            .as_ref()
+            .map_or("<none>", |r| r.name.as_str()),
+    );
+    let mut rows = vec![
+        ["ROLE", "ACTIVE", "STANDBY", "TOPOLOGY KEY", "SELECTOR"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for (role, set) in &c.spec.nodes {
+        let selector: Vec<String> = set
+            .label_selector
+            .match_labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        rows.push(vec![
+            role.clone(),
+            set.count.active.to_string(),
+            set.count.standby.to_string(),
+            or_none(&set.topology_key).to_string(),
+            or_none(&selector.join(",")).to_string(),
+        ]);
+    }
+    section(&mut out, "Node sets", rows);
+    let mut rows = vec![["HOST", "ROLE", "STATE", "BMC"].map(String::from).to_vec()];
+    for h in world.bare_metal_hosts.values().filter(|h| {
+        h.metadata.labels.get(CLUSTER_NAME_LABEL) == Some(&key.name)
+            && h.metadata.labels.get(CLUSTER_NAMESPACE_LABEL) == Some(&key.namespace)
+    }) {
+        let label = |l: &str| {
+            h.metadata
+                .labels
+                .get(l)
+                .cloned()
+                .unwrap_or_else(|| "<none>".to_string())
+        };
+        rows.push(vec![
+            h.metadata.name.clone(),
+            label(NODE_TYPE_LABEL),
+            label(NODE_STATE_LABEL),
+            or_none(&h.spec.bmc.address).to_string(),
+        ]);
+    }
+    section(&mut out, "Hosts", rows);
+    let owner = oi_planner::sip::services::owner_cluster(&key.name);
+    let mut rows = vec![
+        ["SERVICE", "HYPERVISOR", "ADDRESS", "PORTS"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for h in world.hypervisors.values() {
+        let mut by_service: std::collections::BTreeMap<&str, Vec<String>> =
+            std::collections::BTreeMap::new();
+        for a in h
+            .status
+            .allocated_ports
+            .iter()
+            .filter(|a| a.cluster_namespace == key.namespace && a.cluster == owner)
+        {
+            by_service
+                .entry(oi_planner::sip::services::service_of(&a.component))
+                .or_default()
+                .push(a.port.to_string());
+        }
+        for (service, ports) in by_service {
+            rows.push(vec![
+                service.to_string(),
+                h.metadata.name.clone(),
+                h.spec.ip_address.clone(),
+                ports.join(","),
+            ]);
+        }
+    }
+    section(&mut out, "Services", rows);
+    let mut rows = vec![["SERVICE", "ISSUER"].map(String::from).to_vec()];
+    for p in &c.status.oidc_providers {
+        rows.push(vec![p.service.clone(), or_none(&p.issuer_url).to_string()]);
+    }
+    section(&mut out, "OIDC providers", rows);
+    let mut rows = vec![
+        ["TYPE", "STATUS", "REASON", "LAST TRANSITION", "MESSAGE"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for m in &c.status.conditions {
+        rows.push(vec![
+            m.type_.clone(),
+            format!("{:?}", m.status),
+            or_none(&m.reason).to_string(),
+            time(Some(m.last_transition_time)),
+            m.message.clone(),
+        ]);
+    }
+    section(&mut out, "Conditions", rows);
     out
 }

@@ -12,9 +12,7 @@
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 
-use oi_api::{
-    Cluster, ComponentRole, Condition, Hypervisor, ObjectKey, Resource as _, SipCluster, World,
-};
+use oi_api::{Cluster, Condition, Hypervisor, ObjectKey, Resource as _, SipCluster, World};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -124,14 +122,6 @@ fn conditions(out: &mut String, conditions: &[Condition]) {
     section(out, "Conditions", rows);
 }
 
-fn role(role: ComponentRole) -> &'static str {
-    match role {
-        ComponentRole::ControlPlane => "control-plane",
-        ComponentRole::ControlPlaneIngress => "ingress",
-        ComponentRole::ApiServer => "apiserver",
-    }
-}
-
 fn cluster_text(world: &World, key: &ObjectKey, c: &Cluster, now: OffsetDateTime) -> String {
     let mut out = String::new();
     let spec = &c.spec;
@@ -232,7 +222,7 @@ fn cluster_text(world: &World, key: &ObjectKey, c: &Cluster, now: OffsetDateTime
             .to_vec(),
     ];
     for k in &components {
-        let role = role(k.spec.role);
+        let role = k.spec.role.as_str();
         let ports: Vec<String> = k
             .status
             .allocated_host_ports
@@ -428,7 +418,7 @@ fn hypervisor_text(world: &World, h: &Hypervisor) -> String {
                 .unwrap_or_else(|| oi_api::DEFAULT_NAMESPACE.to_string()),
             k.spec.cluster.clone(),
             k.metadata.name.clone(),
-            role(k.spec.role).to_string(),
+            k.spec.role.as_str().to_string(),
             or_none(&ports.join(",")).to_string(),
         ]);
     }

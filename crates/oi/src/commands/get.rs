@@ -424,16 +424,11 @@ fn hypervisor_row(world: &World, h: &Hypervisor) -> (Vec<String>, Vec<String>) {
 
 fn component_row(c: &Component) -> (Vec<String>, Vec<String>) {
     let key = c.key();
-    let role = match c.spec.role {
-        ComponentRole::ControlPlane => "control-plane",
-        ComponentRole::ControlPlaneIngress => "control-plane-ingress",
-        ComponentRole::ApiServer => "control-plane-apiserver",
-    };
     let row = vec![
         key.namespace.clone(),
         key.name.clone(),
         c.spec.cluster.clone(),
-        role.to_string(),
+        c.spec.role.as_str().to_string(),
         c.spec
             .hypervisor
             .clone()

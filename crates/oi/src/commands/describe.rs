@@ -427,9 +427,7 @@ fn hypervisor_text(world: &World, h: &Hypervisor) -> String {
 }
 
 fn sip_cluster_text(world: &World, c: &SipCluster) -> String {
-    use oi_api::sip::{
-        CLUSTER_NAME_LABEL, CLUSTER_NAMESPACE_LABEL, NODE_STATE_LABEL, NODE_TYPE_LABEL,
-    };
+    use oi_api::sip::{NODE_STATE_LABEL, NODE_TYPE_LABEL};
     let mut out = String::new();
     let key = c.key();
     field(&mut out, "Name", &key.name);
@@ -464,10 +462,11 @@ fn sip_cluster_text(world: &World, c: &SipCluster) -> String {
     }
     section(&mut out, "Node sets", rows);
     let mut rows = vec![["HOST", "ROLE", "STATE", "BMC"].map(String::from).to_vec()];
-    for h in world.bare_metal_hosts.values().filter(|h| {
-        h.metadata.labels.get(CLUSTER_NAME_LABEL) == Some(&key.name)
-            && h.metadata.labels.get(CLUSTER_NAMESPACE_LABEL) == Some(&key.namespace)
-    }) {
+    for h in world
+        .bare_metal_hosts
+        .values()
+        .filter(|h| oi_planner::sip::select::held_by(&h.metadata.labels, &key))
+    {
         let label = |l: &str| {
             h.metadata
                 .labels

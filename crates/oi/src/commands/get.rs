@@ -463,11 +463,7 @@ fn sip_cluster_row(world: &World, c: &SipCluster) -> (Vec<String>, Vec<String>) 
     let hosts: Vec<String> = world
         .bare_metal_hosts
         .values()
-        .filter(|h| {
-            h.metadata.labels.get(oi_api::sip::CLUSTER_NAME_LABEL) == Some(&key.name)
-                && h.metadata.labels.get(oi_api::sip::CLUSTER_NAMESPACE_LABEL)
-                    == Some(&key.namespace)
-        })
+        .filter(|h| oi_planner::sip::select::held_by(&h.metadata.labels, &key))
         .map(|h| h.metadata.name.clone())
         .collect();
     let wanted: i64 = c

@@ -266,6 +266,25 @@ impl FakeRuntime {
         self.state().held_sessions.insert(server.to_string(), polls);
     }
 
+    /// Sets `backend/server`'s admin state (`DRAIN`, `MAINT`, `UP`) in every haproxy here
+    /// that answered its runtime API, as a run stopped between taking a server out and
+    /// putting it back leaves it.
+    pub fn set_haproxy_server_state(&self, server: &str, admin_state: &str) {
+        for h in self.state().haproxy.values_mut() {
+            h.servers
+                .insert(server.to_string(), admin_state.to_string());
+        }
+    }
+
+    /// The admin state of `backend/server` in each haproxy here that knows it.
+    pub fn haproxy_server_states(&self, server: &str) -> Vec<String> {
+        self.state()
+            .haproxy
+            .values()
+            .filter_map(|h| h.servers.get(server).cloned())
+            .collect()
+    }
+
     /// The servers (`backend/server`) any haproxy here was told are up since it last
     /// reloaded.
     pub fn haproxy_servers_up(&self) -> BTreeSet<String> {

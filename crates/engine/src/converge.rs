@@ -177,6 +177,19 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         //    ingress always has API servers to send requests to.
         let (control_plane, ingress): (Vec<&ComponentPlan>, Vec<&ComponentPlan>) =
             plan.components.iter().partition(|c| c.role.serves_api());
+        // A run that may restart API servers first puts back what an earlier one, stopped
+        // while a server was taken out, left out of the ingress. A run that restarts none
+        // asks nothing.
+        if running
+            && control_plane
+                .iter()
+                .any(|c| c.staged.is_some() || !c.restart.is_empty())
+        {
+            let live: Vec<&str> = control_plane.iter().map(|c| c.name()).collect();
+            for ingress in ingresses(plan) {
+                self.put_back_left_out(key, ingress, &live).await?;
+            }
+        }
         let rolled = Box::pin(async {
             // An upgrade: every replica's new API server first (beside the running version's
             // controller-manager and scheduler), one at a time, each ready before the next;

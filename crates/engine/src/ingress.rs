@@ -167,6 +167,43 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         }
     }
 
+    /// Puts back into ingress `c` those of `servers` its haproxy holds out (drained or in
+    /// maintenance): what a run stopped between [`Self::take_out`] and [`Self::put_back`]
+    /// leaves, which no later run would otherwise undo (the pod it restarted already runs as
+    /// planned). haproxy's own checks then decide whether each takes connections. Returns
+    /// the servers put back.
+    pub(crate) async fn put_back_left_out(
+        &self,
+        key: &ObjectKey,
+        c: &ComponentPlan,
+        servers: &[&str],
+    ) -> Step<Vec<String>> {
+        let Some(api) = &c.rendered.runtime_api else {
+            return Ok(Vec::new());
+        };
+        let Some(id) = self.haproxy(key, c, api).await? else {
+            return Ok(Vec::new());
+        };
+        let stats = parse_stat(&self.ask(c, api, &id, "show stat").await?)
+            .map_err(|reason| self.runtime_api_error(c, reason))?;
+        let mut back = Vec::new();
+        for server in servers {
+            if find(&stats, &api.backend, server)
+                .is_some_and(|s| s.status.contains("DRAIN") || s.status.contains("MAINT"))
+            {
+                self.put_back(key, c, server, false).await?;
+                self.emit(
+                    Some(&c.hypervisor),
+                    key,
+                    Some(c.name()),
+                    format!("{server} put back into the ingress (an earlier run left it out)"),
+                );
+                back.push((*server).to_string());
+            }
+        }
+        Ok(back)
+    }
+
     /// Tells ingress `c`'s haproxy that `servers` are up: their `/readyz` answered, so it
     /// need not wait for its own checks to rise again after they failed while the servers
     /// started (checks go on, and take a server out again if it fails). Best effort: the

@@ -665,20 +665,23 @@ async fn a_running_clusters_api_servers_are_replaced_one_at_a_time_each_ready_be
             .concat(),
         "each API server out of the ingress while it restarts"
     );
-    // Each was taken out through haproxy's runtime API and waited for, then told up and put
-    // back: no configuration written, no reload, no pod of the ingress touched.
+    // First, what an earlier run may have left out is looked for (nothing here); then each
+    // was taken out through haproxy's runtime API and waited for, then told up and put back:
+    // no configuration written, no reload, no pod of the ingress touched.
     let public = h.connector.runtimes["public-1"].calls();
     assert_eq!(
         runtime_api_commands(&public),
-        [0, 1, 2]
-            .map(|i| {
+        [vec!["show stat".to_string()]]
+            .into_iter()
+            .chain([0, 1, 2].map(|i| {
                 let s = format!("apiservers/c-control-plane-{i}");
-                [
+                vec![
                     format!("set server {s} state drain; show stat"),
                     format!("set server {s} health up; set server {s} state ready; show stat"),
                 ]
-            })
-            .concat(),
+            }))
+            .flatten()
+            .collect::<Vec<_>>(),
     );
     let writes = public
         .iter()
@@ -1934,6 +1937,50 @@ async fn an_upgrade_rolls_every_api_server_before_any_controller_manager_or_sche
         "{}",
         refused.clusters[&key].message
     );
+}
+
+#[tokio::test]
+async fn a_server_an_interrupted_upgrade_left_out_of_the_ingress_is_put_back() {
+    let h = Harness::new();
+    let key = ObjectKey::new("default", "c");
+    let mut w = world(1, &[("c", 3)]);
+    w.clusters.get_mut(&key).unwrap().spec.kubernetes_version = "1.36".into();
+    let report = h.run(w).await;
+    assert!(report.all_ready(), "{:?}", report.clusters);
+    let mut w = report.world.clone();
+    w.clusters.get_mut(&key).unwrap().spec.kubernetes_version = "1.37".into();
+    let upgraded = h.run(w.clone()).await;
+    assert!(upgraded.all_ready(), "{:?}", upgraded.clusters);
+    // Stopped after its last API server restarted, before it went back into the ingress:
+    // the world was not written, the pods run the new version, the server is drained.
+    let server = "apiservers/c-control-plane-2";
+    for rt in h.connector.runtimes.values() {
+        rt.set_haproxy_server_state(server, "DRAIN");
+    }
+    let drained: Vec<String> = h
+        .connector
+        .runtimes
+        .values()
+        .flat_map(|rt| rt.haproxy_server_states(server))
+        .collect();
+    assert_eq!(drained, ["DRAIN"], "one ingress holds it out");
+    let again = h.run(w).await;
+    assert!(again.all_ready(), "{:?}", again.clusters);
+    let states: Vec<String> = h
+        .connector
+        .runtimes
+        .values()
+        .flat_map(|rt| rt.haproxy_server_states(server))
+        .collect();
+    assert_eq!(states, ["UP"]);
+    let events = h.events.lock().unwrap().clone();
+    assert!(
+        events.iter().any(|e| e
+            .contains("c-control-plane-2 put back into the ingress (an earlier run left it out)")),
+        "{events:?}"
+    );
+    // Nothing else was restarted for it.
+    assert_eq!(again.counts.pods_replaced, 0, "{:?}", again.counts);
 }
 
 /// An etcd snapshot as etcd streams one: a database page with bbolt's magic and the

@@ -11,7 +11,8 @@
 //! ```
 //!
 //! Endpoints are tried in order, starting with the one that answered last: a call that gets
-//! no connection, `Unavailable` or no answer within the store's timeout moves on to the next;
+//! no connection, `Unavailable`, a proposal raft dropped (a leadership transfer under way) or
+//! no answer within the store's timeout moves on to the next;
 //! any other answer, a refusal included, is final. (etcd-client's own balanced channel is
 //! not used: tonic's lazy reconnect reports an endpoint that refuses connections as ready,
 //! so its balancer kept sending calls to an etcd member a drain had removed —
@@ -83,15 +84,32 @@ fn wire(r: u64) -> i64 {
     i64::try_from(r).unwrap_or(i64::MAX)
 }
 
+/// What etcd answers (gRPC `Unknown`, no error code of its own) when raft dropped a
+/// proposal: its leader is handing leadership over, or a follower knows no leader. The
+/// proposal was not appended to the log, so the call may be made again.
+const PROPOSAL_DROPPED: &str = "raft proposal dropped";
+
+/// How long a call whose proposal was dropped waits before the next endpoint: a leadership
+/// transfer takes a heartbeat or two.
+const TRANSFER_PAUSE: Duration = Duration::from_millis(50);
+
+fn proposal_dropped(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(status)
+        if status.code() == tonic::Code::Unknown && status.message() == PROPOSAL_DROPPED)
+}
+
 /// Whether a call that failed with `e` may be made again on another endpoint: it got no
-/// connection, or the member could not serve it (stopping, removed, without a leader).
+/// connection, or the member could not serve it (stopping, removed, without a leader, its
+/// proposal dropped while leadership moved).
 fn moves_on(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
-        etcd_client::Error::GRpcStatus(status) => matches!(
-            status.code(),
-            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
-        ),
+        etcd_client::Error::GRpcStatus(status) => {
+            matches!(
+                status.code(),
+                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+            ) || proposal_dropped(e)
+        }
         _ => false,
     }
 }
@@ -187,7 +205,13 @@ impl EtcdStorage {
                     self.preferred.store(index, Ordering::Relaxed);
                     return Ok(t);
                 }
-                Ok(Err(e)) if moves_on(&e) => failures.push(format!("{url}: {e}")),
+                Ok(Err(e)) if moves_on(&e) => {
+                    // A leadership transfer drops proposals for a moment: let it end.
+                    if proposal_dropped(&e) {
+                        tokio::time::sleep(TRANSFER_PAUSE).await;
+                    }
+                    failures.push(format!("{url}: {e}"));
+                }
                 Ok(Err(e)) => return Err(storage_error(what, &e)),
                 Err(_) => failures.push(format!("{url}: no answer within {:?}", self.timeout)),
             }
@@ -489,6 +513,34 @@ mod tests {
         assert_eq!(prefix_end("/registry/"), b"/registry0".to_vec());
         assert_eq!(prefix_end("a\u{7f}"), b"a\x80".to_vec());
         assert_eq!(prefix_end("\u{ff}"), b"\xc3\xc0".to_vec());
+    }
+
+    #[test]
+    fn a_dropped_proposal_and_an_unavailable_member_move_on_a_refusal_does_not() {
+        let status = |code, message: &str| {
+            etcd_client::Error::GRpcStatus(tonic::Status::new(code, message.to_string()))
+        };
+        assert!(moves_on(&status(
+            tonic::Code::Unknown,
+            "raft proposal dropped"
+        )));
+        assert!(proposal_dropped(&status(
+            tonic::Code::Unknown,
+            "raft proposal dropped"
+        )));
+        assert!(moves_on(&status(
+            tonic::Code::Unavailable,
+            "etcdserver: no leader"
+        )));
+        assert!(!moves_on(&status(tonic::Code::Unknown, "something else")));
+        assert!(!moves_on(&status(
+            tonic::Code::InvalidArgument,
+            "etcdserver: duplicate key given in txn request"
+        )));
+        assert!(!proposal_dropped(&status(
+            tonic::Code::Unavailable,
+            "raft proposal dropped"
+        )));
     }
 
     #[test]

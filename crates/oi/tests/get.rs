@@ -225,3 +225,28 @@ fn describe_a_cluster_and_a_hypervisor() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("nope"), "{}", stderr(&out));
 }
+
+#[test]
+fn a_hypervisor_being_removed_is_shown_so_by_the_schedulers_rule() {
+    let mut world = load(&world());
+    let key = oi_api::ObjectKey::cluster_scoped("private-2");
+    world
+        .hypervisors
+        .get_mut(&key)
+        .unwrap()
+        .metadata
+        .deletion_timestamp = Some(time::macros::datetime!(2026-11-22 00:00:00 UTC));
+    let w = world.to_yaml().unwrap();
+    let table = ok(&["get", "hv", "private-2", "private-3"], w.as_bytes());
+    let states: Vec<&str> = table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().last().unwrap())
+        .collect();
+    assert_eq!(states, ["Removing", "SchedulingDisabled"], "{table}");
+    let described = ok(&["describe", "hv", "private-2"], w.as_bytes());
+    assert!(
+        described.contains("Scheduling:   being removed: what ran here is replaced elsewhere"),
+        "{described}"
+    );
+}

@@ -13,13 +13,14 @@ use std::fmt::Write as _;
 use std::io::{Read, Write};
 
 use oi_api::{Cluster, Condition, Hypervisor, ObjectKey, Resource as _, SipCluster, World};
+use oi_planner::schedule::Closed;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::args::{DescribeArgs, DescribeKind};
 use crate::commands::Context;
 use crate::commands::cluster::certificates::left;
-use crate::commands::get::columns;
+use crate::commands::get::{closed, columns, cri_endpoint, join_token_states, or_none, ports};
 use crate::manifests;
 
 /// How many certificates a cluster's description lists (the soonest to expire).
@@ -83,10 +84,6 @@ fn time(t: Option<OffsetDateTime>) -> String {
         .unwrap_or_else(|| "<none>".to_string())
 }
 
-fn or_none(s: &str) -> &str {
-    if s.is_empty() { "<none>" } else { s }
-}
-
 /// `Label:` then the value, the values of a block lined up.
 fn field(out: &mut String, label: &str, value: impl std::fmt::Display) {
     let _ = writeln!(out, "{:<14}{value}", format!("{label}:"));
@@ -114,7 +111,7 @@ fn conditions(out: &mut String, conditions: &[Condition]) {
         rows.push(vec![
             c.type_.clone(),
             format!("{:?}", c.status),
-            or_none(&c.reason).to_string(),
+            or_none(&c.reason),
             time(c.last_set_time),
             c.message.clone(),
         ]);
@@ -138,18 +135,6 @@ fn cluster_text(world: &World, key: &ObjectKey, c: &Cluster, now: OffsetDateTime
             format!("{} (running {running})", spec.kubernetes_version)
         },
     );
-    let components: Vec<_> = world
-        .components
-        .values()
-        .filter(|k| {
-            k.metadata
-                .namespace
-                .as_deref()
-                .unwrap_or(oi_api::DEFAULT_NAMESPACE)
-                == key.namespace
-                && k.spec.cluster == key.name
-        })
-        .collect();
     field(
         &mut out,
         "Replicas",
@@ -221,14 +206,8 @@ fn cluster_text(world: &World, key: &ObjectKey, c: &Cluster, now: OffsetDateTime
             .map(String::from)
             .to_vec(),
     ];
-    for k in &components {
+    for k in world.components_of(key) {
         let role = k.spec.role.as_str();
-        let ports: Vec<String> = k
-            .status
-            .allocated_host_ports
-            .iter()
-            .map(|p| format!("{}={}", p.name, p.port))
-            .collect();
         let state = if k.metadata.deletion_timestamp.is_some() {
             "Deleting".to_string()
         } else {
@@ -251,14 +230,14 @@ fn cluster_text(world: &World, key: &ObjectKey, c: &Cluster, now: OffsetDateTime
                 .hypervisor
                 .clone()
                 .unwrap_or_else(|| "<unscheduled>".into()),
-            or_none(&ports.join(",")).to_string(),
+            ports(k),
             state,
         ]);
     }
     section(&mut out, "Components", rows);
 
-    let mut certificates = oi_planner::expiry::certificates(world, key);
-    certificates.sort_by_key(|e| e.not_after);
+    // Soonest first.
+    let certificates = oi_planner::expiry::certificates(world, key);
     let total = certificates.len();
     let mut rows = vec![
         ["OBJECT", "CERTIFICATE", "EXPIRES IN", "RENEWAL"]
@@ -282,20 +261,16 @@ fn cluster_text(world: &World, key: &ObjectKey, c: &Cluster, now: OffsetDateTime
         rows,
     );
 
-    let applied = |t: &str| {
-        let id = t.split('.').next().unwrap_or_default();
-        status
-            .join_tokens
-            .iter()
-            .any(|s| s.split('.').next() == Some(id))
-    };
     field(
         &mut out,
         "Join tokens",
         format!(
             "{} ({} in the cluster; `oi get join-tokens {}`)",
             spec.join_tokens.len(),
-            spec.join_tokens.iter().filter(|t| applied(t)).count(),
+            join_token_states(c)
+                .values()
+                .filter(|s| **s == "InCluster")
+                .count(),
             key.name
         ),
     );
@@ -324,10 +299,10 @@ fn hypervisor_text(world: &World, h: &Hypervisor) -> String {
     field(
         &mut out,
         "CRI endpoint",
-        match (&h.spec.local_cri_endpoint, &h.spec.remote_cri_endpoint) {
-            (Some(l), _) => format!("unix://{}", l.cri_endpoint_path),
-            (None, Some(r)) => format!("{} (mutual TLS)", r.cri_endpoint_uri),
-            (None, None) => "<none>".to_string(),
+        if h.spec.local_cri_endpoint.is_none() && h.spec.remote_cri_endpoint.is_some() {
+            format!("{} (mutual TLS)", cri_endpoint(h))
+        } else {
+            cri_endpoint(h)
         },
     );
     let labels: Vec<String> = h
@@ -340,12 +315,13 @@ fn hypervisor_text(world: &World, h: &Hypervisor) -> String {
     field(
         &mut out,
         "Scheduling",
-        if h.spec.drain {
-            "draining: what runs here moves away (`oi hypervisor uncordon` ends it)"
-        } else if h.spec.unschedulable {
-            "cordoned: nothing new is placed here"
-        } else {
-            "schedulable"
+        match closed(h) {
+            None => "schedulable",
+            Some(Closed::Cordoned) => "cordoned: nothing new is placed here",
+            Some(Closed::Drained) => {
+                "draining: what runs here moves away (`oi hypervisor uncordon` ends it)"
+            }
+            Some(Closed::Lost) => "being removed: what ran here is replaced elsewhere",
         },
     );
     let range = &h.spec.port_range;
@@ -405,21 +381,12 @@ fn hypervisor_text(world: &World, h: &Hypervisor) -> String {
         .values()
         .filter(|k| k.spec.hypervisor.as_deref() == Some(name.as_str()))
     {
-        let ports: Vec<String> = k
-            .status
-            .allocated_host_ports
-            .iter()
-            .map(|p| p.port.to_string())
-            .collect();
         rows.push(vec![
-            k.metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| oi_api::DEFAULT_NAMESPACE.to_string()),
+            k.metadata.namespace_or_default().to_string(),
             k.spec.cluster.clone(),
             k.metadata.name.clone(),
             k.spec.role.as_str().to_string(),
-            or_none(&ports.join(",")).to_string(),
+            ports(k),
         ]);
     }
     section(&mut out, "Components", rows);
@@ -456,8 +423,8 @@ fn sip_cluster_text(world: &World, c: &SipCluster) -> String {
             role.clone(),
             set.count.active.to_string(),
             set.count.standby.to_string(),
-            or_none(&set.topology_key).to_string(),
-            or_none(&selector.join(",")).to_string(),
+            or_none(&set.topology_key),
+            or_none(&selector.join(",")),
         ]);
     }
     section(&mut out, "Node sets", rows);
@@ -478,7 +445,7 @@ fn sip_cluster_text(world: &World, c: &SipCluster) -> String {
             h.metadata.name.clone(),
             label(NODE_TYPE_LABEL),
             label(NODE_STATE_LABEL),
-            or_none(&h.spec.bmc.address).to_string(),
+            or_none(&h.spec.bmc.address),
         ]);
     }
     section(&mut out, "Hosts", rows);
@@ -514,7 +481,7 @@ fn sip_cluster_text(world: &World, c: &SipCluster) -> String {
     section(&mut out, "Services", rows);
     let mut rows = vec![["SERVICE", "ISSUER"].map(String::from).to_vec()];
     for p in &c.status.oidc_providers {
-        rows.push(vec![p.service.clone(), or_none(&p.issuer_url).to_string()]);
+        rows.push(vec![p.service.clone(), or_none(&p.issuer_url)]);
     }
     section(&mut out, "OIDC providers", rows);
     let mut rows = vec![
@@ -526,7 +493,7 @@ fn sip_cluster_text(world: &World, c: &SipCluster) -> String {
         rows.push(vec![
             m.type_.clone(),
             format!("{:?}", m.status),
-            or_none(&m.reason).to_string(),
+            or_none(&m.reason),
             time(Some(m.last_transition_time)),
             m.message.clone(),
         ]);

@@ -35,7 +35,7 @@ pub fn run(
     output: &mut impl Write,
 ) -> anyhow::Result<()> {
     let world = manifests::load(&args.input, input, ctx.now)?;
-    let items = select(items(&world, args.kind)?, args.kind, &args.names)?;
+    let items = select(items(&world, args.kind), args.kind, &args.names)?;
     let text = match args.format.unwrap_or(GetFormat::Table) {
         GetFormat::Table => table(args.kind, &items, false),
         GetFormat::Wide => table(args.kind, &items, true),
@@ -43,14 +43,17 @@ pub fn run(
         GetFormat::Yaml => {
             let mut docs = Vec::new();
             for i in &items {
-                docs.push(serde_yaml_ng::to_string(&i.value)?);
+                docs.push(serde_yaml_ng::to_string(&i.value()?)?);
             }
             docs.join("---\n")
         }
         GetFormat::Json => {
-            let values: Vec<&serde_json::Value> = items.iter().map(|i| &i.value).collect();
-            let list = match values.as_slice() {
-                [one] => (*one).clone(),
+            let mut values = items
+                .iter()
+                .map(Item::value)
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let list = match values.len() {
+                1 => values.remove(0),
                 _ => serde_json::json!({"apiVersion": "v1", "kind": "List", "items": values}),
             };
             let mut text = serde_json::to_string_pretty(&list)?;
@@ -63,30 +66,49 @@ pub fn run(
 }
 
 /// One thing `oi get` lists: what `NAME` arguments match, its `-o name` line, its table row
-/// (narrow, then the wide columns) and what `-o yaml|json` print (secrets redacted).
+/// (narrow, then the wide columns) and what `-o yaml|json` print.
 struct Item {
     key: ObjectKey,
     name: String,
     row: Vec<String>,
     wide: Vec<String>,
-    value: serde_json::Value,
+    shown: Shown,
+}
+
+/// What `-o yaml|json` print of an item, made only when asked for.
+enum Shown {
+    /// An object of the world, its secrets redacted when shown.
+    Object(Box<Object>),
+    /// What stands for something that is not an object (a join token).
+    Plain(serde_json::Value),
+}
+
+impl Item {
+    fn value(&self) -> anyhow::Result<serde_json::Value> {
+        match &self.shown {
+            Shown::Object(o) => {
+                let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&o.to_yaml()?)?;
+                let mut value = serde_json::to_value(yaml)?;
+                redact(&mut value, None);
+                Ok(value)
+            }
+            Shown::Plain(value) => Ok(value.clone()),
+        }
+    }
 }
 
 /// Every item of `kind` in `world`, sorted by namespace and name.
-fn items(world: &World, kind: GetKind) -> anyhow::Result<Vec<Item>> {
-    let object = |o: Object, row: Vec<String>, wide: Vec<String>| -> anyhow::Result<Item> {
+fn items(world: &World, kind: GetKind) -> Vec<Item> {
+    let object = |o: Object, row: Vec<String>, wide: Vec<String>| {
         let key = o.key();
         let name = format!("{}/{}", o.kind().to_string().to_lowercase(), key.name);
-        let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&o.to_yaml()?)?;
-        let mut value = serde_json::to_value(yaml)?;
-        redact(&mut value, None);
-        Ok(Item {
+        Item {
             key,
             name,
             row,
             wide,
-            value,
-        })
+            shown: Shown::Object(Box::new(o)),
+        }
     };
     match kind {
         GetKind::Clusters => world
@@ -121,7 +143,7 @@ fn items(world: &World, kind: GetKind) -> anyhow::Result<Vec<Item>> {
                 object(Object::SipCluster(c.clone()), row, wide)
             })
             .collect(),
-        GetKind::JoinTokens => Ok(join_tokens(world)),
+        GetKind::JoinTokens => join_tokens(world),
     }
 }
 
@@ -190,7 +212,8 @@ pub fn columns(rows: &[Vec<String>]) -> String {
     out
 }
 
-fn or_none(s: &str) -> String {
+/// `s`, or `<none>` when empty.
+pub fn or_none(s: &str) -> String {
     if s.is_empty() {
         "<none>".to_string()
     } else {
@@ -276,21 +299,6 @@ fn condition(conditions: &[oi_api::Condition], type_: &str) -> (String, String) 
     )
 }
 
-fn components_of<'w>(world: &'w World, cluster: &ObjectKey) -> Vec<&'w Component> {
-    world
-        .components
-        .values()
-        .filter(|c| {
-            c.metadata
-                .namespace
-                .as_deref()
-                .unwrap_or(oi_api::DEFAULT_NAMESPACE)
-                == cluster.namespace
-                && c.spec.cluster == cluster.name
-        })
-        .collect()
-}
-
 fn cluster_row(world: &World, c: &Cluster) -> (Vec<String>, Vec<String>) {
     let key = c.key();
     let (ready, reason) = condition(
@@ -317,7 +325,7 @@ fn cluster_row(world: &World, c: &Cluster) -> (Vec<String>, Vec<String>) {
         or_none(&c.status.api_server_endpoint),
     ];
     let wide = {
-        let components = components_of(world, &key);
+        let components: Vec<&Component> = world.components_of(&key).collect();
         let apiservers = components
             .iter()
             .filter(|k| k.spec.role != ComponentRole::ControlPlaneIngress)
@@ -371,13 +379,6 @@ fn hypervisor_row(world: &World, h: &Hypervisor) -> (Vec<String>, Vec<String>) {
         .values()
         .filter(|c| c.spec.hypervisor.as_deref() == Some(name.as_str()))
         .count();
-    let status = if h.spec.drain {
-        "Draining"
-    } else if h.spec.unschedulable {
-        "SchedulingDisabled"
-    } else {
-        "Schedulable"
-    };
     let row = vec![
         name,
         h.spec.public.to_string(),
@@ -385,7 +386,7 @@ fn hypervisor_row(world: &World, h: &Hypervisor) -> (Vec<String>, Vec<String>) {
         format!("{}-{}", range.low, range.high),
         format!("{used}/{size}"),
         components.to_string(),
-        status.to_string(),
+        scheduling(h).to_string(),
     ];
     let wide = {
         let capacity = h.spec.capacity.as_ref().map_or_else(
@@ -404,11 +405,6 @@ fn hypervisor_row(world: &World, h: &Hypervisor) -> (Vec<String>, Vec<String>) {
                 or_none(&parts.join(","))
             },
         );
-        let cri = match (&h.spec.local_cri_endpoint, &h.spec.remote_cri_endpoint) {
-            (Some(l), _) => format!("unix://{}", l.cri_endpoint_path),
-            (None, Some(r)) => or_none(&r.cri_endpoint_uri),
-            (None, None) => "<none>".to_string(),
-        };
         vec![
             h.metadata
                 .labels
@@ -416,7 +412,7 @@ fn hypervisor_row(world: &World, h: &Hypervisor) -> (Vec<String>, Vec<String>) {
                 .cloned()
                 .unwrap_or_else(|| "<none>".to_string()),
             capacity,
-            cri,
+            cri_endpoint(h),
         ]
     };
     (row, wide)
@@ -434,13 +430,44 @@ fn component_row(c: &Component) -> (Vec<String>, Vec<String>) {
             .clone()
             .unwrap_or_else(|| "<unscheduled>".to_string()),
     ];
+    (row, vec![ports(c)])
+}
+
+/// A component's host ports, `name=port` each, or `<none>`.
+pub fn ports(c: &Component) -> String {
     let ports: Vec<String> = c
         .status
         .allocated_host_ports
         .iter()
         .map(|p| format!("{}={}", p.name, p.port))
         .collect();
-    (row, vec![or_none(&ports.join(","))])
+    or_none(&ports.join(","))
+}
+
+/// Where a hypervisor's CRI answers: `unix://PATH`, or its remote URI.
+pub fn cri_endpoint(h: &Hypervisor) -> String {
+    match (&h.spec.local_cri_endpoint, &h.spec.remote_cri_endpoint) {
+        (Some(l), _) => format!("unix://{}", l.cri_endpoint_path),
+        (None, Some(r)) => or_none(&r.cri_endpoint_uri),
+        (None, None) => "<none>".to_string(),
+    }
+}
+
+/// Why a hypervisor takes no new components, by the scheduler's own rule (a hypervisor being
+/// removed counts as lost), or `None` when it takes them.
+pub fn closed(h: &Hypervisor) -> Option<oi_planner::schedule::Closed> {
+    oi_planner::schedule::Closed::of(h, h.metadata.is_being_deleted())
+}
+
+/// [`closed`] as kubectl says it of nodes.
+fn scheduling(h: &Hypervisor) -> &'static str {
+    use oi_planner::schedule::Closed;
+    match closed(h) {
+        None => "Schedulable",
+        Some(Closed::Cordoned) => "SchedulingDisabled",
+        Some(Closed::Drained) => "Draining",
+        Some(Closed::Lost) => "Removing",
+    }
 }
 
 fn sip_cluster_row(world: &World, c: &SipCluster) -> (Vec<String>, Vec<String>) {
@@ -513,24 +540,7 @@ fn join_tokens(world: &World) -> Vec<Item> {
     let mut items = Vec::new();
     for c in world.clusters.values() {
         let key = c.key();
-        let id = |t: &str| t.split('.').next().unwrap_or_default().to_string();
-        let mut states: std::collections::BTreeMap<String, &str> = c
-            .spec
-            .join_tokens
-            .iter()
-            .map(|t| {
-                let state = if c.status.join_tokens.iter().any(|s| id(s) == id(t)) {
-                    "InCluster"
-                } else {
-                    "Pending"
-                };
-                (id(t), state)
-            })
-            .collect();
-        for t in &c.status.join_tokens {
-            states.entry(id(t)).or_insert("Revoking");
-        }
-        for (token, state) in states {
+        for (token, state) in join_token_states(c) {
             items.push(Item {
                 key: key.clone(),
                 name: format!("jointoken/{}/{token}", key.name),
@@ -541,16 +551,39 @@ fn join_tokens(world: &World) -> Vec<Item> {
                     state.to_string(),
                 ],
                 wide: Vec::new(),
-                value: serde_json::json!({
+                shown: Shown::Plain(serde_json::json!({
                     "namespace": key.namespace,
                     "cluster": key.name,
                     "token": format!("{token}.{REDACTED}"),
                     "state": state,
-                }),
+                })),
             });
         }
     }
     items
+}
+
+/// Cluster `c`'s join tokens by id: `InCluster`, `Pending` or `Revoking` (see
+/// [`join_tokens`]).
+pub fn join_token_states(c: &Cluster) -> std::collections::BTreeMap<String, &'static str> {
+    let id = |t: &str| t.split('.').next().unwrap_or_default().to_string();
+    let mut states: std::collections::BTreeMap<String, &str> = c
+        .spec
+        .join_tokens
+        .iter()
+        .map(|t| {
+            let state = if c.status.join_tokens.iter().any(|s| id(s) == id(t)) {
+                "InCluster"
+            } else {
+                "Pending"
+            };
+            (id(t), state)
+        })
+        .collect();
+    for t in &c.status.join_tokens {
+        states.entry(id(t)).or_insert("Revoking");
+    }
+    states
 }
 
 /// Replaces in `value` every private key and password, and the secret half of every join

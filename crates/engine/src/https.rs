@@ -108,8 +108,8 @@ pub trait Network: crate::etcd::Etcd + Send + Sync {
 /// HTTPS through [`oi_http`], each request bounded by `timeout`: one pooled client per
 /// trust and identity (its TLS configuration built once), over HTTP/2 where the server
 /// takes it (one connection per server carrying every request at once), whose kept
-/// connections every method reuses; a read a kept connection leaves unanswered is asked again on a new one,
-/// a write is never sent twice. etcd is reached over gRPC ([`Etcd`](crate::etcd::Etcd)),
+/// connections every method reuses; a read a kept connection leaves unanswered is asked
+/// again on a new one, a write is never sent twice. etcd is reached over gRPC ([`Etcd`](crate::etcd::Etcd)),
 /// one kept client per endpoint and identity.
 #[derive(Clone)]
 pub struct RealNetwork {

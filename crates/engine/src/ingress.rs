@@ -154,11 +154,10 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             .await?;
         match parse_stat(&answer) {
             Ok(stats) => match find(&stats, &api.backend, server) {
-                Some(s) if s.status.contains("DRAIN") || s.status.contains("MAINT") => Err(self
-                    .runtime_api_error(
-                        c,
-                        format!("{server} is still {} after `state ready`", s.status),
-                    )),
+                Some(s) if s.held_out() => Err(self.runtime_api_error(
+                    c,
+                    format!("{server} is still {} after `state ready`", s.status),
+                )),
                 _ => Ok(()),
             },
             // Gone from the running configuration: nothing to put back.
@@ -170,27 +169,23 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
     /// Puts back into ingress `c` those of `servers` its haproxy holds out (drained or in
     /// maintenance): what a run stopped between [`Self::take_out`] and [`Self::put_back`]
     /// leaves, which no later run would otherwise undo (the pod it restarted already runs as
-    /// planned). haproxy's own checks then decide whether each takes connections. Returns
-    /// the servers put back.
+    /// planned). haproxy's own checks then decide whether each takes connections.
     pub(crate) async fn put_back_left_out(
         &self,
         key: &ObjectKey,
         c: &ComponentPlan,
         servers: &[&str],
-    ) -> Step<Vec<String>> {
+    ) -> Step {
         let Some(api) = &c.rendered.runtime_api else {
-            return Ok(Vec::new());
+            return Ok(());
         };
         let Some(id) = self.haproxy(key, c, api).await? else {
-            return Ok(Vec::new());
+            return Ok(());
         };
         let stats = parse_stat(&self.ask(c, api, &id, "show stat").await?)
             .map_err(|reason| self.runtime_api_error(c, reason))?;
-        let mut back = Vec::new();
         for server in servers {
-            if find(&stats, &api.backend, server)
-                .is_some_and(|s| s.status.contains("DRAIN") || s.status.contains("MAINT"))
-            {
+            if find(&stats, &api.backend, server).is_some_and(ServerStat::held_out) {
                 self.put_back(key, c, server, false).await?;
                 self.emit(
                     Some(&c.hypervisor),
@@ -198,10 +193,9 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                     Some(c.name()),
                     format!("{server} put back into the ingress (an earlier run left it out)"),
                 );
-                back.push((*server).to_string());
             }
         }
-        Ok(back)
+        Ok(())
     }
 
     /// Tells ingress `c`'s haproxy that `servers` are up: their `/readyz` answered, so it

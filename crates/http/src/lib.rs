@@ -170,8 +170,8 @@ fn pem_certs(pem: &str, what: &str) -> Result<Vec<CertificateDer<'static>>, Erro
 }
 
 /// The rustls configuration of `options` (over ring; ALPN `http/1.1`, after `h2` with
-/// [`Options::http2`]): [`Error::Settings`] names
-/// the part that does not parse (never the key's content).
+/// [`Options::http2`]): [`Error::Settings`] names the part that does not parse (never the
+/// key's content).
 fn tls_config(options: &Options) -> Result<ClientConfig, Error> {
     let mut roots = rustls::RootCertStore::empty();
     if matches!(options.roots, Roots::System | Roots::SystemAnd(_)) {

@@ -202,6 +202,14 @@ pub struct ServerStat {
     pub status: String,
 }
 
+impl ServerStat {
+    /// Whether an administrator (a `set server ... state`) holds it out: drained or in
+    /// maintenance, whatever its health checks say.
+    pub fn held_out(&self) -> bool {
+        self.status.contains("DRAIN") || self.status.contains("MAINT")
+    }
+}
+
 /// The servers' lines of a `show stat` answer (frontend and backend totals left out), its
 /// columns found by the header's names. Any line before the header is a command's refusal
 /// ("No such server."), returned as the error.

@@ -466,27 +466,27 @@ async fn reissue_all(
     certificate: &str,
     step: impl Fn(&str) -> bool,
 ) -> (Report, Vec<String>, Vec<String>) {
-    rerun_after(
-        h,
-        |w| {
-            for i in 0..3 {
-                let key = ObjectKey::new("default", format!("c-control-plane-{i}"));
-                let removed = w
-                    .components
-                    .get_mut(&key)
-                    .unwrap()
-                    .status
-                    .server_certificates
-                    .remove(certificate);
-                assert!(
-                    removed.is_some(),
-                    "{key:?} had no {certificate} certificate"
-                );
-            }
-        },
-        step,
-    )
-    .await
+    rerun_after(h, |w| drop_server_certificates(w, &[certificate]), step).await
+}
+
+/// `certificates` dropped from the status of each of cluster `c`'s three replicas, so that
+/// the next run reissues them; each must have been there.
+fn drop_server_certificates(w: &mut World, certificates: &[&str]) {
+    for i in 0..3 {
+        let key = ObjectKey::new("default", format!("c-control-plane-{i}"));
+        let held = &mut w
+            .components
+            .get_mut(&key)
+            .unwrap()
+            .status
+            .server_certificates;
+        for certificate in certificates {
+            assert!(
+                held.remove(*certificate).is_some(),
+                "{key:?} had no {certificate} certificate"
+            );
+        }
+    }
 }
 
 /// A converged 3-replica cluster `c`, then a run over it once `change` has been made to its
@@ -524,19 +524,7 @@ async fn a_reissued_etcd_serving_or_peer_certificate_restarts_nothing() {
     // files are rewritten, no pod is touched, no member goes unhealthy.
     let (report, log, _) = rerun_after(
         &h,
-        |w| {
-            for i in 0..3 {
-                let key = ObjectKey::new("default", format!("c-control-plane-{i}"));
-                let certs = &mut w
-                    .components
-                    .get_mut(&key)
-                    .unwrap()
-                    .status
-                    .server_certificates;
-                assert!(certs.remove("etcd-server").is_some(), "{key:?}");
-                assert!(certs.remove("etcd-peer").is_some(), "{key:?}");
-            }
-        },
+        |w| drop_server_certificates(w, &["etcd-server", "etcd-peer"]),
         |_| false,
     )
     .await;

@@ -8,7 +8,7 @@
 #     component (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, haproxy, the
 #     VPN endpoint, containerd and its shims, pause), summed.
 # Writes a table on stdout, and OUT.tsv and OUT.png (default target/density) with the plot.
-# The API server, controller-manager and scheduler are the stand-in (crates/kube-standin): their
+# The API server, controller-manager and scheduler are the stand-in (testing/kube-standin): their
 # memory says nothing of the real binaries'. etcd, haproxy, containerd are real.
 # Usage: cargo build --release -p oi-cli -p oi-local-hypervisor-set && benches/density.sh [COUNTS...]
 # BIN_DIR (default target/release) holds `oi` and `oi-local-hypervisor-set`; OUT the output

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../crates/kube-standin/tests/support/kubectl.rs"]
+#[path = "../../testing/kube-standin/tests/support/kubectl.rs"]
 mod kubectl;
 
 mod api_servers;

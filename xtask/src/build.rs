@@ -23,7 +23,7 @@ pub const MANAGER_BINARY: &str = "oi-manager";
 /// The package and binary of the VPN endpoint.
 pub const VPN_PACKAGE: &str = "oi-vpn";
 pub const VPN_BINARY: &str = "oi-vpn-endpoint";
-pub const HOST_TOOL_PACKAGE: &str = "oi-redfish";
+pub const HOST_TOOL_PACKAGE: &str = "oi-host";
 pub const HOST_TOOL_BINARY: &str = "oi-host";
 /// The OIDC provider's package and binary.
 pub const OIDC_PACKAGE: &str = "oi-oidc";
@@ -95,7 +95,7 @@ struct Helpers<'a> {
 
 impl Helpers<'_> {
     fn standin_crate(&self) -> PathBuf {
-        self.workspace_root.join("crates/kube-standin/Cargo.toml")
+        self.workspace_root.join("testing/kube-standin/Cargo.toml")
     }
 }
 

@@ -13,6 +13,7 @@
 
 pub mod build;
 pub mod catalog;
+pub mod layout;
 pub mod ldd;
 pub mod oci;
 pub mod rootfs;

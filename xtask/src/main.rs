@@ -18,6 +18,8 @@ struct Cli {
 enum Task {
     /// Build the offline image set: OCI image-layout tarballs, no registry, no Docker.
     Images(ImagesArgs),
+    /// Check that no product crate (crates/) ships test support (testing/).
+    CheckLayout,
 }
 
 #[derive(clap::Args)]
@@ -55,6 +57,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
         Task::Images(args) => images(args),
+        Task::CheckLayout => xtask::layout::check(&xtask::workspace_root()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -105,7 +105,7 @@ pub struct InfraImages {
     /// address).
     pub keepalived: Image,
     /// A SIP tenant's jump host: sshd and the ssh client (OpenSSH), `host` (`oi-host`, this
-    /// project's Redfish power tool, crates/redfish) and a POSIX shell with `install`.
+    /// project's Redfish power tool, crates/host) and a POSIX shell with `install`.
     pub jump_host: Image,
     /// A SIP tenant's OpenID Connect provider: `oi-oidc-provider` (this project's,
     /// crates/oidc).

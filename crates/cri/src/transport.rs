@@ -68,7 +68,7 @@ impl Dialer {
         // The authority is never used for routing (the connector decides where to go); it is
         // only the :authority of the HTTP/2 requests.
         // HTTP/2 pings while idle: a mutual-TLS front closes a connection that says nothing
-        // for a while (`oi_hypervisor::FRONT_IDLE_TIMEOUT`), so that idle connections from
+        // for a while (`oi_cri_front::FRONT_IDLE_TIMEOUT`), so that idle connections from
         // anybody cannot hold it.
         let endpoint = Endpoint::from_static("http://cri.invalid")
             .connect_timeout(timeout)

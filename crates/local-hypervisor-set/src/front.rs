@@ -1,5 +1,5 @@
 //! The mutual-TLS CRI front of a `--tcp` hypervisor, made as `oi hypervisor join` makes one
-//! (`oi_hypervisor::ensure_front`): haproxy in TCP mode as a host-network pod through the
+//! (`oi_cri_front::ensure_front`): haproxy in TCP mode as a host-network pod through the
 //! hypervisor's own containerd, terminating TLS (client certificate required) and forwarding
 //! the raw HTTP/2 stream to containerd's unix socket. Its CAs, certificates and keys live in
 //! the hypervisor's `tls` directory (keys 0600).
@@ -43,7 +43,7 @@ pub fn start(
         .build()
         .map_err(Error::AsyncRuntime)?;
     let front = runtime
-        .block_on(oi_hypervisor::ensure_front(&oi_hypervisor::FrontOptions {
+        .block_on(oi_cri_front::ensure_front(&oi_cri_front::FrontOptions {
             name: hypervisor,
             ip: ip.into(),
             port,

@@ -329,7 +329,7 @@ fn tcp_sets_get_a_front_per_hypervisor_and_destroy_removes_it() {
             remote.cri_endpoint_uri,
             format!("tcp://{}:27000", h.spec.ip_address)
         );
-        // The manifest carries what the front gave (its PKI: oi_hypervisor's tests).
+        // The manifest carries what the front gave (its PKI: oi_cri_front's tests).
         let name = &h.metadata.name;
         let client = remote.client_certificate.as_ref().unwrap();
         assert_eq!(remote.ca_certificate, format!("server ca of {name}"));

@@ -22,7 +22,7 @@
 //! ```
 //!
 //! Idempotent: a second run with the same flags changes nothing and prints the same manifest.
-//! Steps 1 to 5 are `oi_hypervisor::ensure_front`, which the local hypervisor set's `--tcp`
+//! Steps 1 to 5 are `oi_cri_front::ensure_front`, which the local hypervisor set's `--tcp`
 //! hypervisors use too.
 
 use std::io::Write;
@@ -32,7 +32,7 @@ use anyhow::{Context as _, bail};
 use oi_api::{
     Certificate, Hypervisor, HypervisorSpec, ObjectMeta, PortRange, RemoteCriEndpoint, World,
 };
-use oi_hypervisor::{FrontOptions, ensure_front};
+use oi_cri_front::{FrontOptions, ensure_front};
 
 use crate::args::HypervisorJoinArgs;
 use crate::commands::Context;

@@ -63,7 +63,7 @@ impl RedfishEmulator {
             return None;
         }
         let port = crate::free_loopback_port();
-        let dir = std::env::temp_dir().join(format!("oi-redfish-{}-{port}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("oi-host-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         let python = crate::workspace_root().join(".tools/venv/bin/python");
         // bcrypt is the only digest the emulator takes; 4 rounds keep each request cheap.

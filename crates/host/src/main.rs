@@ -1,6 +1,6 @@
 //! `oi-host`: the SIP jump host's `host` tool. Lists the tenant cluster's hosts with the
 //! power state their BMC reports, and power-cycles one by name through Redfish; see
-//! [`oi_redfish`].
+//! [`oi_host`].
 //!
 //! ```text
 //! oi-host [--inventory FILE] list            NAME  IP  BMC  POWER, one host per line
@@ -18,7 +18,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 use oi_api::JumpHostInventory;
-use oi_redfish::Bmc;
+use oi_host::Bmc;
 
 #[derive(Parser)]
 #[command(

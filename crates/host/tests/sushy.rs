@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use oi_api::{InventoryBmc, InventoryHost, JumpHostInventory};
-use oi_redfish::Bmc;
+use oi_host::Bmc;
 use oi_testsupport::redfish::RedfishEmulator;
 
 const NODE1: &str = "11111111-1111-1111-1111-111111111111";

@@ -85,6 +85,11 @@ done
 kubectl_demo get nodes -o wide
 kubectl_demo get --raw /api/v1/nodes/worker-1/proxy/healthz
 echo >&2
+# The fleet as the world file has it (oi get reads the world alone: nothing is contacted).
+echo "demo: oi get clusters,hypervisors" >&2
+"$bin/oi" get clusters -f "$dir/world.yaml" >&2
+"$bin/oi" get hypervisors -f "$dir/world.yaml" >&2
+echo >&2
 
 cat >&2 <<EOT
 demo: hypervisors   $dir/hypervisors.yaml

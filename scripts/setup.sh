@@ -97,6 +97,18 @@ else
     "oauth2-mock-server@$OIDC_PROVIDER_VERSION"
 fi
 
+# mdbook renders the docs book (docs/); scripts/test.sh builds it. From crates.io, without its
+# server and file watcher (not needed to build), under .tools/mdbook.
+MDBOOK_VERSION=0.5.4
+MDBOOK=.tools/mdbook/bin/mdbook
+if [ "$("$MDBOOK" --version 2>/dev/null)" = "mdbook v$MDBOOK_VERSION" ]; then
+  echo "setup: mdbook $MDBOOK_VERSION present in .tools/mdbook"
+else
+  echo "setup: installing mdbook $MDBOOK_VERSION into .tools/mdbook (cargo install, about 2 min)"
+  cargo install --locked --quiet --no-default-features --features search \
+    mdbook --version "$MDBOOK_VERSION" --root .tools/mdbook
+fi
+
 echo "setup: building the offline image set (cargo xtask images)"
 cargo xtask images
 echo "setup: done"

@@ -11,6 +11,16 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --locked --workspace --all-targets -- -D warnings
+echo "== docs: the book builds, no relative link is broken"
+# Warnings (an unclosed HTML tag, a missing chapter) fail too: mdbook only prints them.
+mdbook=.tools/mdbook/bin/mdbook
+[[ -x $mdbook ]] || { echo "mdbook missing: run scripts/setup.sh" >&2; exit 1; }
+book_log=$("$mdbook" build docs 2>&1) || { echo "$book_log" >&2; exit 1; }
+if grep -E "WARN|ERROR" <<<"$book_log" >&2; then
+  echo "mdbook warned: fix the pages above" >&2
+  exit 1
+fi
+cargo xtask check-links
 echo "== cargo build --bins"
 # The e2e tests run the workspace's binaries; nextest builds only those of packages with
 # integration tests, so a binary could otherwise be missing on a fresh clone (or stale here).

@@ -15,6 +15,7 @@ pub mod build;
 pub mod catalog;
 pub mod layout;
 pub mod ldd;
+pub mod links;
 pub mod oci;
 pub mod rootfs;
 

@@ -20,6 +20,8 @@ enum Task {
     Images(ImagesArgs),
     /// Check that no product crate (crates/) ships test support (testing/).
     CheckLayout,
+    /// Check that every relative link of the README, HACKING.md and the docs book resolves.
+    CheckLinks,
 }
 
 #[derive(clap::Args)]
@@ -58,6 +60,7 @@ fn main() -> ExitCode {
     let result = match cli.task {
         Task::Images(args) => images(args),
         Task::CheckLayout => xtask::layout::check(&xtask::workspace_root()),
+        Task::CheckLinks => xtask::links::check(&xtask::workspace_root()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -146,3 +146,23 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod reference {
+    use clap::CommandFactory as _;
+
+    /// The book's reference is `oi-local-hypervisor-set --help` of every command.
+    #[test]
+    fn the_books_cli_reference_is_the_help_of_every_command() {
+        let page = oi_testsupport::reference::cli_markdown(
+            super::Cli::command().name("oi-local-hypervisor-set"),
+            "`oi-local-hypervisor-set` makes real hypervisors on this machine (a network \
+             namespace and a containerd each) for the demo, the benchmarks and the tests.",
+        );
+        oi_testsupport::assert_golden(
+            &oi_testsupport::workspace_root().join("docs/src/reference/oi-local-hypervisor-set.md"),
+            &page,
+            "cargo nextest run -p oi-local-hypervisor-set the_books_cli_reference",
+        );
+    }
+}

@@ -593,3 +593,18 @@ async fn without_leader_election_it_leads_at_once_in_its_namespace() {
     let status = manager.exit(Duration::from_secs(15)).await;
     assert_eq!(status.code(), Some(0), "{}", manager.log());
 }
+
+/// The book's reference of `oi-manager` is its `--help` of every command, so it cannot drift.
+#[test]
+fn the_books_cli_reference_is_the_help_of_every_command() {
+    use clap::CommandFactory as _;
+    let page = oi_testsupport::reference::cli_markdown(
+        oi_manager::args::Cli::command(),
+        "`oi-manager` runs the controllers over custom resources on a management cluster.",
+    );
+    oi_testsupport::assert_golden(
+        &oi_testsupport::workspace_root().join("docs/src/reference/oi-manager.md"),
+        &page,
+        "cargo nextest run -p oi-manager the_books_cli_reference",
+    );
+}

@@ -111,3 +111,23 @@ fn holder() -> String {
     let words: Vec<String> = std::env::args().take(4).collect();
     format!("pid {}: {}", std::process::id(), words.join(" "))
 }
+
+#[cfg(test)]
+mod reference {
+    use clap::CommandFactory as _;
+
+    /// The book's CLI reference is `oi --help` of every command, so it cannot drift.
+    #[test]
+    fn the_books_cli_reference_is_the_help_of_every_command() {
+        let page = oi_testsupport::reference::cli_markdown(
+            crate::args::Cli::command(),
+            "`oi` runs clusters from a world file: every command reads manifests (`-f FILE`, or \
+             stdin) and writes the world (`-o FILE`, or stdout) only when it succeeded.",
+        );
+        oi_testsupport::assert_golden(
+            &oi_testsupport::workspace_root().join("docs/src/reference/oi.md"),
+            &page,
+            "cargo nextest run -p oi-cli the_books_cli_reference",
+        );
+    }
+}

@@ -10,6 +10,7 @@
 use std::path::Path;
 
 pub mod redfish;
+pub mod reference;
 
 /// The environment variable that turns a missing prerequisite into a test failure.
 pub const REQUIRE_ENV: &str = "OI_REQUIRE_REAL";

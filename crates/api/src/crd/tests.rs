@@ -305,6 +305,143 @@ fn crds_golden() {
     );
 }
 
+/// The book's CRD reference (`docs/src/reference/crds.md`) is generated from the CRDs
+/// [`crds_yaml`] writes: every field of every kind with its type and constraints, so it cannot
+/// drift from what the manager installs.
+#[test]
+fn the_books_crd_reference_is_every_field_of_the_generated_crds() {
+    let page = crd_reference(&crds_yaml().unwrap());
+    oi_testsupport::assert_golden(
+        &oi_testsupport::workspace_root().join("docs/src/reference/crds.md"),
+        &page,
+        "cargo nextest run -p oi-api the_books_crd_reference",
+    );
+    // What a reader relies on, from the CRDs themselves rather than the golden page.
+    assert!(
+        page.contains(
+            "## Cluster (`clusters.cluster.oneinfra.ereslibre.es`, v1alpha1, namespaced)"
+        ),
+        "{page}"
+    );
+    assert!(
+        page.contains("| `spec.controlPlaneReplicas` | integer | 1 ≤ n ≤ 4294967295 |"),
+        "{page}"
+    );
+    assert!(page.contains("| `spec.role` | string | required; one of `control-plane`, `control-plane-ingress`, `control-plane-apiserver` |"), "{page}");
+}
+
+/// The reference page of a multi-document CRD stream: one section per CRD, a row per field.
+fn crd_reference(crds: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::from(
+        "# Custom resources\n\n\
+         Every field of the custom resources `oi-manager crds` installs, with its type and what the \
+         API server checks. The same objects are the documents of a world file for `oi`. This page \
+         is generated from the CRDs (`oi_api::crd`); a test fails when it differs, and \
+         `OI_UPDATE_GOLDEN=1 scripts/test.sh` rewrites it.\n",
+    );
+    for document in serde_yaml_ng::Deserializer::from_str(crds) {
+        let crd = Value::deserialize(document).unwrap();
+        let spec = &crd["spec"];
+        let version = &spec["versions"][0];
+        let kind = spec["names"]["kind"].as_str().unwrap();
+        let _ = write!(
+            out,
+            "\n## {kind} (`{}`, {}, {})\n\n",
+            crd["metadata"]["name"].as_str().unwrap(),
+            version["name"].as_str().unwrap(),
+            if spec["scope"].as_str() == Some("Namespaced") {
+                "namespaced"
+            } else {
+                "cluster-scoped"
+            },
+        );
+        if let Some(columns) = version["additionalPrinterColumns"].as_sequence()
+            && !columns.is_empty()
+        {
+            let names: Vec<String> = columns
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{} (`{}`)",
+                        c["name"].as_str().unwrap(),
+                        c["jsonPath"].as_str().unwrap()
+                    )
+                })
+                .collect();
+            let _ = writeln!(out, "`kubectl get` columns: {}.\n", names.join(", "));
+        }
+        out.push_str("| field | type | constraints |\n|---|---|---|\n");
+        let root = &version["schema"]["openAPIV3Schema"];
+        for name in ["spec", "status"] {
+            if !root["properties"][name].is_null() {
+                fields(&mut out, name, &root["properties"][name], false);
+            }
+        }
+    }
+    out
+}
+
+/// One row per field under `schema`, depth first in the schema's (sorted) order.
+fn fields(out: &mut String, path: &str, schema: &Value, required: bool) {
+    use std::fmt::Write as _;
+    let kind = schema["type"].as_str().unwrap_or("any");
+    let mut shown = kind.to_string();
+    let mut element = schema;
+    if kind == "array" {
+        element = &schema["items"];
+        shown = format!("array of {}", element["type"].as_str().unwrap_or("any"));
+    } else if kind == "object" && schema["additionalProperties"].is_mapping() {
+        element = &schema["additionalProperties"];
+        shown = format!("map of {}", element["type"].as_str().unwrap_or("any"));
+    }
+    let mut constraints = Vec::new();
+    if required {
+        constraints.push("required".to_string());
+    }
+    let scalar = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        Value::Bool(b) => b.to_string(),
+        other => format!("{other:?}"),
+    };
+    match (element.get("minimum"), element.get("maximum")) {
+        (Some(lo), Some(hi)) => constraints.push(format!("{} ≤ n ≤ {}", scalar(lo), scalar(hi))),
+        (Some(lo), None) => constraints.push(format!("n ≥ {}", scalar(lo))),
+        (None, Some(hi)) => constraints.push(format!("n ≤ {}", scalar(hi))),
+        (None, None) => {}
+    }
+    if let Some(values) = element["enum"].as_sequence() {
+        let values: Vec<String> = values.iter().map(|v| format!("`{}`", scalar(v))).collect();
+        constraints.push(format!("one of {}", values.join(", ")));
+    }
+    if let Some(format) = element["format"].as_str() {
+        constraints.push(format!("format `{format}`"));
+    }
+    let _ = writeln!(out, "| `{path}` | {shown} | {} |", constraints.join("; "));
+    let (child_path, children) = match kind {
+        "array" => (format!("{path}[]"), element),
+        "object" if schema["additionalProperties"].is_mapping() => (format!("{path}.*"), element),
+        _ => (path.to_string(), schema),
+    };
+    let Some(properties) = children["properties"].as_mapping() else {
+        return;
+    };
+    let required: Vec<&str> = children["required"]
+        .as_sequence()
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for (name, property) in properties {
+        let name = name.as_str().unwrap();
+        fields(
+            out,
+            &format!("{child_path}.{name}"),
+            property,
+            required.contains(&name),
+        );
+    }
+}
+
 mod full {
     //! One instance of each kind with every field set, written as exhaustive struct literals
     //! (no `..Default::default()`): a field added to a type fails to compile here until it is

@@ -4,8 +4,8 @@
 //!
 //! ```text
 //! $ oi get clusters -f world.yaml
-//! NAMESPACE  NAME  VERSION  REPLICAS  SUCCEEDED  REASON              ENDPOINT
-//! default    c1    1.37.1   3         True       ReconcileSucceeded  https://10.0.0.4:30000
+//! NAMESPACE  NAME  VERSION  REPLICAS  STATUS  ENDPOINT
+//! default    c1    1.37.1   3         Ready   https://10.0.0.4:30000
 //! ```
 //!
 //! `-o wide` adds columns, `-o name` prints `kind/name` lines, `-o yaml` and `-o json` the
@@ -252,8 +252,7 @@ fn header(kind: GetKind) -> (&'static [&'static str], &'static [&'static str]) {
                 "NAME",
                 "VERSION",
                 "REPLICAS",
-                "SUCCEEDED",
-                "REASON",
+                "STATUS",
                 "ENDPOINT",
             ],
             &["API SERVERS", "VPN", "INGRESS", "LAST SNAPSHOT"],
@@ -290,21 +289,26 @@ fn header(kind: GetKind) -> (&'static [&'static str], &'static [&'static str]) {
     }
 }
 
-/// A condition's status and reason (the last run's, for `ReconcileSucceeded`), or `Unknown`
-/// and `<none>` before any run.
-fn condition(conditions: &[oi_api::Condition], type_: &str) -> (String, String) {
-    oi_api::find_condition(conditions, type_).map_or_else(
-        || ("Unknown".to_string(), "<none>".to_string()),
-        |c| (format!("{:?}", c.status), or_none(&c.reason)),
-    )
+/// A cluster's state in one word, as kubectl's STATUS column gives a pod's: `Deleting` once
+/// marked for deletion, `Pending` before any run, `Ready` when the last run succeeded, else
+/// the reason it failed (`IngressNotReady`, `EtcdNotReady`, ...).
+pub fn cluster_status(c: &Cluster) -> String {
+    if c.metadata.is_being_deleted() {
+        return "Deleting".into();
+    }
+    match oi_api::find_condition(
+        &c.status.conditions,
+        oi_api::common::condition_types::RECONCILE_SUCCEEDED,
+    ) {
+        None => "Pending".into(),
+        Some(c) if c.status == oi_api::ConditionStatus::True => "Ready".into(),
+        Some(c) if c.reason.is_empty() => "NotReady".into(),
+        Some(c) => c.reason.clone(),
+    }
 }
 
 fn cluster_row(world: &World, c: &Cluster) -> (Vec<String>, Vec<String>) {
     let key = c.key();
-    let (ready, reason) = condition(
-        &c.status.conditions,
-        oi_api::common::condition_types::RECONCILE_SUCCEEDED,
-    );
     let version = if c.status.kubernetes_version.is_empty()
         || c.status.kubernetes_version == c.spec.kubernetes_version
     {
@@ -320,8 +324,7 @@ fn cluster_row(world: &World, c: &Cluster) -> (Vec<String>, Vec<String>) {
         key.name.clone(),
         version,
         c.spec.control_plane_replicas.unwrap_or(1).to_string(),
-        ready,
-        reason,
+        cluster_status(c),
         or_none(&c.status.api_server_endpoint),
     ];
     let wide = {
@@ -654,6 +657,32 @@ mod tests {
         for kept in ["CERT", "PUB", "abcdef.<redacted>"] {
             assert!(text.contains(kept), "{kept} missing from {text}");
         }
+    }
+
+    #[test]
+    fn a_clusters_status_is_ready_pending_deleting_or_why_it_is_not_ready() {
+        use oi_api::ConditionStatus;
+        let at = time::macros::datetime!(2026-11-22 00:00:00 UTC);
+        let mut c = Cluster::new(oi_api::ObjectMeta::default(), Default::default());
+        assert_eq!(cluster_status(&c), "Pending");
+        let set = |c: &mut Cluster, status, reason: &str| {
+            oi_api::common::set_condition(
+                &mut c.status.conditions,
+                oi_api::common::condition_types::RECONCILE_SUCCEEDED,
+                status,
+                reason,
+                "",
+                at,
+            );
+        };
+        set(&mut c, ConditionStatus::True, "ReconcileSucceeded");
+        assert_eq!(cluster_status(&c), "Ready");
+        set(&mut c, ConditionStatus::False, "IngressNotReady");
+        assert_eq!(cluster_status(&c), "IngressNotReady");
+        set(&mut c, ConditionStatus::Unknown, "");
+        assert_eq!(cluster_status(&c), "NotReady");
+        c.metadata.deletion_timestamp = Some(at);
+        assert_eq!(cluster_status(&c), "Deleting");
     }
 
     #[test]

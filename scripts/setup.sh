@@ -80,6 +80,18 @@ else
   "$VENV/bin/pip" install --quiet --disable-pip-version-check "sushy-tools==$SUSHY_VERSION"
 fi
 
+# The official Kubernetes Python client, a client we did not write, run against the API
+# stand-in by its tests; in a virtual environment of its own (its pins differ from moto's).
+K8S_CLIENT_VERSION=37.0.2
+K8S_VENV=.tools/venv-k8s
+if [ "$("$K8S_VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("kubernetes"))' 2>/dev/null)" = "$K8S_CLIENT_VERSION" ]; then
+  echo "setup: the kubernetes Python client $K8S_CLIENT_VERSION present in $K8S_VENV"
+else
+  echo "setup: installing kubernetes==$K8S_CLIENT_VERSION into $K8S_VENV"
+  /usr/bin/python3 -m venv "$K8S_VENV"
+  "$K8S_VENV/bin/pip" install --quiet --disable-pip-version-check "kubernetes==$K8S_CLIENT_VERSION"
+fi
+
 # An OpenID Connect provider for the OIDC tests: oauth2-mock-server from the npm registry,
 # under .tools/npm (never installed globally). Node comes with machines of this kind.
 OIDC_PROVIDER_VERSION=9.3.0

@@ -47,7 +47,12 @@
 //! - **Lists at an old resourceVersion** (`continue`, `resourceVersionMatch=Exact`) are exact
 //!   within the history kept (etcd's, or the memory store's last changes), `410 Gone` beyond.
 //! - **Aggregated discovery, OpenAPI v3**: served with paths and the `fieldValidation`
-//!   parameter (what `kubectl` needs); schemas only for custom resources.
+//!   parameter (what `kubectl` needs), categories (`all`, `api-extensions`), the schemas of
+//!   custom resources and, for the built-in kinds, their top-level fields and the metadata's
+//!   (`openapi.rs`: enough for `kubectl explain configmap.data`; a workload's spec is one
+//!   undescribed object).
+//! - **Boolean query parameters** are read as kube-apiserver reads them: absent, `0` or
+//!   `false` (any case) is false, anything else true (`request::query_bool`).
 //! - Not served: protobuf, `kubectl exec`/`logs`/`port-forward` streams, API aggregation,
 //!   legacy secret-based service-account tokens, the `scale` subresource, Table output for
 //!   kinds beyond those served.
@@ -64,6 +69,7 @@ pub mod kinds;
 pub mod maintenance;
 pub mod meta;
 pub mod oidc;
+pub mod openapi;
 pub mod patch;
 pub mod policy;
 pub mod protobuf;

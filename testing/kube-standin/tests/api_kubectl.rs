@@ -970,3 +970,116 @@ fn lists_page_and_select() {
             == 4
     });
 }
+
+/// `kubectl explain` finds the built-in kinds' schemas in OpenAPI v3, and `kubectl get all`
+/// finds the resources of the `all` category in discovery, as against kube-apiserver.
+#[test]
+fn explain_and_get_all() {
+    let Some(Setup {
+        admin,
+        server: _server,
+    }) = setup("kubectl: explain and get all")
+    else {
+        return;
+    };
+    let out = admin.ok(&["explain", "configmap.data"]);
+    assert!(out.contains("KIND:") && out.contains("ConfigMap"), "{out}");
+    assert!(out.contains("FIELD:") && out.contains("data"), "{out}");
+    assert!(out.contains("map[string]string"), "{out}");
+    assert!(out.contains("configuration data"), "{out}");
+    let out = admin.ok(&["explain", "secret"]);
+    for field in ["stringData", "immutable", "metadata"] {
+        assert!(out.contains(field), "{field}: {out}");
+    }
+    let out = admin.ok(&["explain", "deployment.metadata.labels"]);
+    assert!(out.contains("map[string]string"), "{out}");
+    // a field that does not exist is refused, as kubectl refuses it against a real server
+    let err = admin.fails(&["explain", "configmap.nosuchfield"]);
+    assert!(err.contains("nosuchfield"), "{err}");
+
+    admin.ok(&["create", "namespace", "app"]);
+    admin.ok_with(
+        &["-n", "app", "apply", "-f", "-"],
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: localhost/oneinfra/pause:3.10}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {selector: {app: web}, ports: [{port: 80}]}\n",
+    );
+    admin.ok(&[
+        "-n",
+        "app",
+        "create",
+        "configmap",
+        "settings",
+        "--from-literal=a=b",
+    ]);
+    let out = admin.ok(&["-n", "app", "get", "all", "-o", "name"]);
+    let names: Vec<&str> = out.lines().collect();
+    assert!(names.contains(&"service/web"), "{out}");
+    assert!(names.contains(&"deployment.apps/web"), "{out}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("configmap/")),
+        "not in `all`: {out}"
+    );
+}
+
+/// The steps `support/python_client.py` takes, each printed as `ok <step>` once it passed.
+const PYTHON_STEPS: [&str; 7] = [
+    "create",
+    "label selectors",
+    "pagination",
+    "strategic merge patch",
+    "watch from a resourceVersion",
+    "409 on a stale update",
+    "delete and 404",
+];
+
+/// The official Python client (PyPI `kubernetes`, installed by scripts/setup.sh into
+/// `.tools/venv-k8s`), a client we did not write, against the stand-in: create, label
+/// selectors, pagination, strategic merge patch, a watch from a resourceVersion (it sends
+/// `watch=True`), a 409 on a stale update, delete and 404.
+#[test]
+fn the_official_python_client_works_as_against_kube_apiserver() {
+    let test = "the official Python client";
+    let python = oi_testsupport::workspace_root().join(".tools/venv-k8s/bin/python");
+    if !oi_testsupport::require(
+        test,
+        "the kubernetes Python client in .tools/venv-k8s (scripts/setup.sh)",
+        python.is_file(),
+    ) {
+        return;
+    }
+    let server = LocalApiServer::start(LocalOptions::default()).unwrap();
+    let kubeconfig = server.dir().join("python.kubeconfig");
+    oi_kube_standin::local::write_private(&kubeconfig, &server.admin_kubeconfig().unwrap())
+        .unwrap();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/python_client.py");
+    let mut child = std::process::Command::new(&python)
+        .arg(&script)
+        .arg(&kubeconfig)
+        .arg("python-client")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Bounded: a watch the server never answers must fail the test, not hang it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{test}: the script did not end within 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(status.success(), "{test}: {status}\n{stdout}\n{stderr}");
+    let done: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ok "))
+        .collect();
+    assert_eq!(done, PYTHON_STEPS, "{stdout}\n{stderr}");
+}

@@ -510,6 +510,11 @@ fn openapi_document(served: &[&Served]) -> Value {
             let mut schema = schema.clone();
             schema["x-kubernetes-group-version-kind"] = json!([gvk]);
             schemas.insert(name, schema);
+        } else if let Some(schema) = super::openapi::builtin_schema(&r.group, &r.version, &r.kind) {
+            schemas.insert(
+                super::openapi::schema_name(&r.group, &r.version, &r.kind),
+                schema,
+            );
         }
     }
     json!({

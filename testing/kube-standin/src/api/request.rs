@@ -42,9 +42,20 @@ impl RequestInfo {
         self.query.get(name).map(String::as_str)
     }
 
-    /// A boolean query parameter (`true`/`1`).
+    /// A boolean query parameter, read as kube-apiserver reads one ([`query_bool`]).
     pub fn flag(&self, name: &str) -> bool {
-        matches!(self.param(name), Some("true" | "1"))
+        query_bool(self.param(name))
+    }
+}
+
+/// A boolean query parameter as kube-apiserver decodes one (apimachinery's
+/// `Convert_Slice_string_To_bool`): absent, `0` or `false` in any case is false, and any other
+/// value, the empty one included, is true. Clients send `true`, `True` (the official Python
+/// client), `1` or `t`, and all of them mean true.
+pub fn query_bool(value: Option<&str>) -> bool {
+    match value {
+        None => false,
+        Some(v) => !(v == "0" || v.eq_ignore_ascii_case("false")),
     }
 }
 
@@ -148,7 +159,7 @@ fn finish(
     query: BTreeMap<String, String>,
     resource: ResourcePath,
 ) -> RequestInfo {
-    let watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
+    let watch = query_bool(query.get("watch").map(String::as_str));
     let verb = match *method {
         Method::GET | Method::HEAD if resource.subresource.as_deref() == Some("proxy") => "get",
         Method::GET | Method::HEAD if watch => "watch",
@@ -181,6 +192,28 @@ mod tests {
     fn info(method: Method, uri: &str) -> RequestInfo {
         let (path, query) = uri.split_once('?').unwrap_or((uri, ""));
         parse(&method, path, query)
+    }
+
+    #[test]
+    fn boolean_query_parameters_are_read_as_kube_apiserver_reads_them() {
+        for truthy in ["true", "True", "TRUE", "1", "t", "T", "yes", ""] {
+            assert!(query_bool(Some(truthy)), "{truthy:?}");
+            let r = info(Method::GET, &format!("/api/v1/pods?watch={truthy}"));
+            assert_eq!(r.verb, "watch", "watch={truthy:?}");
+        }
+        for falsy in ["false", "False", "FALSE", "0"] {
+            assert!(!query_bool(Some(falsy)), "{falsy:?}");
+            let r = info(Method::GET, &format!("/api/v1/pods?watch={falsy}"));
+            assert_eq!(r.verb, "list", "watch={falsy:?}");
+        }
+        assert!(!query_bool(None));
+        assert!(
+            info(
+                Method::GET,
+                "/api/v1/pods?watch=True&allowWatchBookmarks=True"
+            )
+            .flag("allowWatchBookmarks")
+        );
     }
 
     #[test]

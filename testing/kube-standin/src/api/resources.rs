@@ -261,9 +261,25 @@ pub fn builtins() -> Vec<Resource> {
             short_names: b.short_names.iter().map(|s| (*s).to_string()).collect(),
             status: b.status,
             review: b.review,
-            categories: Vec::new(),
+            categories: categories(b.group, b.plural)
+                .iter()
+                .map(|c| (*c).to_string())
+                .collect(),
         })
         .collect()
+}
+
+/// The categories kube-apiserver gives a built-in resource in discovery: `all` for the
+/// workloads and services `kubectl get all` lists, `api-extensions` for CRDs.
+fn categories(group: &str, plural: &str) -> &'static [&'static str] {
+    match (group, plural) {
+        ("", "pods" | "services" | "replicationcontrollers")
+        | ("apps", "deployments" | "daemonsets" | "replicasets" | "statefulsets")
+        | ("batch", "jobs" | "cronjobs")
+        | ("autoscaling", "horizontalpodautoscalers") => &["all"],
+        (APIEXTENSIONS, "customresourcedefinitions") => &["api-extensions"],
+        _ => &[],
+    }
 }
 
 /// The resources a CustomResourceDefinition serves (one per served version), if it is well

@@ -105,6 +105,89 @@ fn a_joined_hypervisor_runs_a_cluster_through_its_mutual_tls_front() {
         second.stderr
     );
 
+    // `oi hypervisor check` on the joined hypervisor, through its front: ready.
+    let check = |manifest: &str, extra: &[&str]| {
+        let mut args = vec!["hypervisor", "check", "--name", "joined-1"];
+        args.extend(extra);
+        oi_e2e::oi(&args, manifest).unwrap()
+    };
+    let ready = check(&first.stdout, &["--image-repository", IMAGE_REPOSITORY]);
+    assert!(ready.success, "{ready:?}");
+    let line = |report: &str, name: &str| -> String {
+        report
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} line in {report}"))
+            .to_string()
+    };
+    assert!(
+        line(&ready.stdout, "cri").contains("ok      containerd"),
+        "{}",
+        ready.stdout
+    );
+    assert!(
+        line(&ready.stdout, "tls").contains("server CA until"),
+        "{}",
+        ready.stdout
+    );
+    assert!(
+        line(&ready.stdout, "images").contains("ok      all 6 present"),
+        "{}",
+        ready.stdout
+    );
+    assert!(
+        line(&ready.stdout, "ports")
+            .contains("31000-32000 (1001 ports): 0 held by components, none taken"),
+        "{}",
+        ready.stdout
+    );
+    assert!(
+        line(&ready.stdout, "capacity").contains("warn"),
+        "{}",
+        ready.stdout
+    );
+    // This machine's /dev/kvm, seen through the hypervisor's runtime (TCG machines have none).
+    let kvm = if std::path::Path::new("/dev/kvm").exists() {
+        "/dev/kvm present"
+    } else {
+        "/dev/kvm absent"
+    };
+    assert!(line(&ready.stdout, "kvm").contains(kvm), "{}", ready.stdout);
+    // Images of another repository are missing, and a range holding the front's own port
+    // (another program, for the components) is taken: both named, exit 1 after the report.
+    let taken = first
+        .stdout
+        .replace("low: 31000", "low: 26990")
+        .replace("high: 32000", "high: 27010");
+    assert_ne!(
+        taken, first.stdout,
+        "the manifest's port range was not found"
+    );
+    let not_ready = check(&taken, &["--image-repository", "localhost/nowhere"]);
+    assert_eq!(not_ready.code, Some(1), "{not_ready:?}");
+    assert!(
+        line(&not_ready.stdout, "images").contains("FAIL    missing 6 of 6: localhost/nowhere/"),
+        "{}",
+        not_ready.stdout
+    );
+    assert!(
+        line(&not_ready.stdout, "ports").contains("1 taken by another program: 27000"),
+        "{}",
+        not_ready.stdout
+    );
+    assert!(
+        not_ready.stdout.contains("-> free those ports"),
+        "{}",
+        not_ready.stdout
+    );
+    assert!(
+        not_ready
+            .stderr
+            .contains("hypervisor joined-1 is not ready: images, ports, kvm failed"),
+        "{}",
+        not_ready.stderr
+    );
+
     // The joined hypervisor and the set's public one: a cluster comes up through the front.
     let public = set
         .manifests

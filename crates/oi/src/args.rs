@@ -296,6 +296,7 @@ impl Command {
             Command::Hypervisor(HypervisorCommand::Drain(a) | HypervisorCommand::Remove(a)) => {
                 Some(&a.input)
             }
+            Command::Hypervisor(HypervisorCommand::Check(a)) => Some(&a.input),
             Command::JoinToken(JoinTokenCommand::Inject(a)) => Some(&a.input),
             Command::Sipcluster(SipClusterCommand::Delete(a)) => Some(&a.input),
             Command::Sipcluster(SipClusterCommand::Inventory(a)) => Some(&a.input),
@@ -339,7 +340,7 @@ impl Command {
                 | ClusterCommand::Snapshot(_),
             )
             | Command::JoinToken(JoinTokenCommand::Generate)
-            | Command::Hypervisor(HypervisorCommand::Join(_))
+            | Command::Hypervisor(HypervisorCommand::Join(_) | HypervisorCommand::Check(_))
             | Command::Sipcluster(
                 SipClusterCommand::Inventory(_) | SipClusterCommand::HashPassword(_),
             )
@@ -746,6 +747,29 @@ pub enum HypervisorCommand {
     /// still answers, `drain` moves things with no downtime instead. Prints all manifests,
     /// as far as it got.
     Remove(HypervisorDrainArgs),
+
+    /// Check that a registered hypervisor is ready before anything is placed on it (ours):
+    /// its CRI runtime answers (and its version), the mutual-TLS certificates of its manifest
+    /// are in force, the images of the Kubernetes versions in use are present, no other
+    /// program holds a port of its range, its capacity is declared, and whether it has
+    /// /dev/kvm (ViNO's virtual machines). Read-only. Prints a report; exits 1 when a check
+    /// failed (a warning does not), each failure saying what to do.
+    Check(HypervisorCheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct HypervisorCheckArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+
+    /// Name of the hypervisor.
+    #[arg(long)]
+    pub name: String,
+
+    /// Image repository override for every component image (air-gapped mirrors, tests):
+    /// the images looked for, and the toolbox image the /dev/kvm probe runs.
+    #[arg(long, value_name = "REPO", env = "OI_IMAGE_REPOSITORY")]
+    pub image_repository: Option<String>,
 }
 
 #[derive(Debug, Args)]

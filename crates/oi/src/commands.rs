@@ -145,6 +145,9 @@ pub fn dispatch(
         Command::Hypervisor(HypervisorCommand::Remove(args)) => {
             hypervisor::remove::run(args, ctx, input, output)
         }
+        Command::Hypervisor(HypervisorCommand::Check(args)) => {
+            hypervisor::check::run(args, ctx, input, output)
+        }
         Command::JoinToken(JoinTokenCommand::Inject(args)) => {
             join_token::inject::run(args, ctx, input, output).map(Some)
         }

@@ -1056,3 +1056,72 @@ fn other_unprepared_clusters_are_warned_about() {
         "https://10.0.0.2:30000"
     );
 }
+
+/// `oi hypervisor check` on a hypervisor whose runtime does not answer: the report names
+/// what failed and what to do, what needs the runtime is not checked, the exit code is 1;
+/// an unknown name is an error. (A ready hypervisor, a taken port and missing images, with
+/// a real runtime: e2e `hypervisor_join`.)
+#[test]
+fn hypervisor_check_names_each_failure_and_exits_1() {
+    let world = ok(
+        &[
+            "hypervisor",
+            "inject",
+            "-f",
+            "/dev/null",
+            "--name",
+            "h1",
+            "--ip-address",
+            "127.0.0.1",
+            "--local-cri-endpoint",
+            "/nonexistent/cri.sock",
+            "--port-range",
+            "1-2",
+        ],
+        b"",
+    );
+    let out = oi(&["hypervisor", "check", "--name", "h1"], world.as_bytes());
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report = stdout(&out);
+    let lines: Vec<&str> = report.lines().collect();
+    assert_eq!(lines[0], "CHECK     RESULT  DETAIL", "{report}");
+    assert!(
+        lines[1].starts_with("cri       FAIL    the CRI runtime does not answer: "),
+        "{report}"
+    );
+    assert!(
+        lines[1].contains("unix:///nonexistent/cri.sock"),
+        "{report}"
+    );
+    assert!(lines[2].contains("-> start the runtime"), "{report}");
+    assert_eq!(
+        lines[3], "tls       ok      a local unix socket: no TLS",
+        "{report}"
+    );
+    assert!(
+        lines[4].starts_with("images    FAIL    not checked"),
+        "{report}"
+    );
+    assert!(
+        lines[6].starts_with("ports     ok      1-2 (2 ports)"),
+        "{report}"
+    );
+    assert!(
+        lines[7].starts_with("capacity  warn    none declared"),
+        "{report}"
+    );
+    assert!(
+        lines[9].starts_with("kvm       FAIL    not checked"),
+        "{report}"
+    );
+    assert_eq!(
+        stderr(&out).trim(),
+        "error: hypervisor h1 is not ready: cri, images, kvm failed"
+    );
+    let out = oi(&["hypervisor", "check", "--name", "h2"], world.as_bytes());
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out).trim(),
+        "error: hypervisor h2 not found in the manifests"
+    );
+}

@@ -322,7 +322,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         outcome.ready = true;
         outcome.reason = Reason::Succeeded;
         outcome.message = String::new();
-        self.emit(None, key, None, "ready".to_string());
+        // `ready` is said by `Executor::cluster`, as the run's end.
         Ok(())
     }
 

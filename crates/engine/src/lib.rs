@@ -80,7 +80,7 @@ pub use dry_run::{DryRun, HypervisorPlan, diff_services, dry_run};
 pub use error::StepError;
 pub use etcd::{EtcdClient, EtcdError, Member};
 pub use https::{HttpsError, HttpsRequest, HttpsResponse, Network, RealNetwork, Tls};
-pub use progress::{Counts, Event};
+pub use progress::{Counts, Ended, Event};
 pub use restore::{SnapshotOf, SnapshotStream, Taken, take_snapshot};
 
 use connect::{Runtimes, connect_all, remove_leftover_throwaway_pods};
@@ -234,6 +234,23 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                 }
             }
         }
+        let (ended, message) = if result.outcome.ready {
+            (Ended::Ready, "ready".to_string())
+        } else if result.outcome.deleted {
+            (Ended::Deleted, "deleted".to_string())
+        } else {
+            (
+                Ended::Failed,
+                format!("not ready: {}", result.outcome.message),
+            )
+        };
+        (self.progress)(&Event {
+            hypervisor: None,
+            cluster: key.clone(),
+            component: None,
+            message,
+            ended: Some(ended),
+        });
         result
     }
 
@@ -249,6 +266,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             cluster: cluster.clone(),
             component: component.map(str::to_string),
             message,
+            ended: None,
         });
     }
 

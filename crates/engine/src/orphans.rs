@@ -199,6 +199,7 @@ async fn prune_on<R: HypervisorRuntime>(
             cluster: o.cluster.clone(),
             component: o.component.clone(),
             message: format!("removed orphan pod {} (--prune)", o.pod),
+            ended: None,
         });
         let (ns, name) = (&o.cluster.namespace, &o.cluster.name);
         match &o.component {

@@ -14,6 +14,27 @@ pub struct Event {
     /// The component, if the event concerns one.
     pub component: Option<String>,
     pub message: String,
+    /// Set on the last event of a cluster's run: how it ended (a live display counts them).
+    pub ended: Option<Ended>,
+}
+
+/// How a cluster's run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Converged and ready: the event's message is `ready`, the line runs have always shown.
+    Ready,
+    /// Torn down.
+    Deleted,
+    /// Not ready, or not planned; the run's summary says why.
+    Failed,
+}
+
+impl Event {
+    /// Whether a plain (line by line) display shows this event: every event but the ends
+    /// that only a live display counts (a failure is in the run's summary already).
+    pub fn shown_as_line(&self) -> bool {
+        matches!(self.ended, None | Some(Ended::Ready))
+    }
 }
 
 impl fmt::Display for Event {

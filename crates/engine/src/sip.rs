@@ -74,6 +74,7 @@ fn emit(
         cluster: oi_api::ObjectKey::new(key.namespace.clone(), format!("sipcluster/{}", key.name)),
         component: service.map(str::to_string),
         message,
+        ended: None,
     });
 }
 

@@ -18,6 +18,7 @@
 mod args;
 mod commands;
 mod manifests;
+mod progress;
 
 use std::io::{IsTerminal as _, Read};
 use std::process::ExitCode;

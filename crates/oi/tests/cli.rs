@@ -1125,3 +1125,194 @@ fn hypervisor_check_names_each_failure_and_exits_1() {
         "error: hypervisor h2 not found in the manifests"
     );
 }
+
+/// A CRI endpoint that takes connections and never answers: a run over it waits for the
+/// connect timeout (5 s), long enough for a live display to draw. Stops when dropped.
+struct SilentSocket {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SilentSocket {
+    fn bind(path: &Path) -> SilentSocket {
+        let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((stream, _)) => held.push(stream),
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        SilentSocket {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for SilentSocket {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// `oi reconcile` with stderr on a terminal shows a live line (the step, clusters done of the
+/// run's, the elapsed time), cleared at the end; off a terminal, the plain lines alone, and
+/// with `--quiet` nothing but errors.
+#[test]
+fn a_long_command_shows_a_live_line_on_a_terminal_and_plain_lines_off_one() {
+    use std::io::Read as _;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("cri.sock");
+    let _silent = SilentSocket::bind(&socket);
+    let socket_text = path_str(&socket);
+    let world = ok(
+        &[
+            "hypervisor",
+            "inject",
+            "-f",
+            "/dev/null",
+            "--name",
+            "p1",
+            "--ip-address",
+            "127.0.0.1",
+            "--local-cri-endpoint",
+            socket_text,
+            "--port-range",
+            "30000-30010",
+        ],
+        b"",
+    );
+    let world = ok(
+        &[
+            "hypervisor",
+            "inject",
+            "--name",
+            "i1",
+            "--public",
+            "--ip-address",
+            "127.0.0.2",
+            "--local-cri-endpoint",
+            socket_text,
+            "--port-range",
+            "30000-30010",
+        ],
+        world.as_bytes(),
+    );
+    let world = ok(&["cluster", "inject", "--name", "c1"], world.as_bytes());
+    let input = dir.path().join("world.yaml");
+    fs::write(&input, &world).unwrap();
+    fs::set_permissions(&input, fs::Permissions::from_mode(0o600)).unwrap();
+    let args = |out: &str| -> Vec<String> {
+        [
+            "reconcile",
+            "--image-repository",
+            "localhost/oneinfra",
+            "--max-wait",
+            "10s",
+            "-f",
+            path_str(&input),
+            "-o",
+            out,
+        ]
+        .iter()
+        .map(|s| (*s).to_string())
+        .collect()
+    };
+
+    // On a terminal (a pseudo-terminal of 120 columns).
+    let pty = pty();
+    rustix::termios::tcsetwinsize(
+        &pty.master,
+        rustix::termios::Winsize {
+            ws_row: 40,
+            ws_col: 120,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        },
+    )
+    .unwrap();
+    let slave = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&pty.slave)
+        .unwrap();
+    let out_path = dir.path().join("out-terminal.yaml");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_oi"))
+        .args(args(path_str(&out_path)))
+        .env("TERM", "xterm")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(slave))
+        .spawn()
+        .unwrap();
+    let mut master = fs::File::from(pty.master.try_clone().unwrap());
+    let reader = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        // Ends with EIO once the child, the last holder of the terminal, is gone.
+        while let Ok(n) = master.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            seen.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&seen).into_owned()
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("oi reconcile did not end within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    drop(pty);
+    let shown = reader.join().unwrap();
+    assert_eq!(status.code(), Some(1), "{shown}");
+    assert!(
+        shown.contains("reconcile  0/1 clusters  [00:00:0"),
+        "no live line: {shown:?}"
+    );
+    assert!(shown.contains('\u{1b}'), "no terminal control: {shown:?}");
+    assert!(
+        shown.contains("reconciled 1 clusters: 0 ready, 1 not ready"),
+        "{shown:?}"
+    );
+
+    // Off a terminal: the lines only, no control sequences, no live line. (A runtime that
+    // is not there at all: the run ends at once.)
+    fs::write(&input, world.replace(socket_text, "/nonexistent/cri.sock")).unwrap();
+    let out_path = dir.path().join("out-pipe.yaml");
+    let args_pipe = args(path_str(&out_path));
+    let args_pipe: Vec<&str> = args_pipe.iter().map(String::as_str).collect();
+    let piped = oi(&args_pipe, b"");
+    assert_eq!(piped.status.code(), Some(1));
+    let lines = stderr(&piped);
+    assert!(!lines.contains('\u{1b}'), "{lines:?}");
+    assert!(!lines.contains("clusters  ["), "{lines:?}");
+    assert!(
+        lines.contains("reconciled 1 clusters: 0 ready, 1 not ready"),
+        "{lines}"
+    );
+
+    // Quiet: the error alone.
+    let out_path = dir.path().join("out-quiet.yaml");
+    let mut args_quiet = args(path_str(&out_path));
+    args_quiet.push("--quiet".into());
+    let args_quiet: Vec<&str> = args_quiet.iter().map(String::as_str).collect();
+    let quiet = oi(&args_quiet, b"");
+    assert_eq!(quiet.status.code(), Some(1));
+    assert!(!stderr(&quiet).contains("reconciled"), "{}", stderr(&quiet));
+}

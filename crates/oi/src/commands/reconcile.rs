@@ -213,6 +213,8 @@ pub struct Runner {
     pub connector: CriConnector,
     pub runtime: tokio::runtime::Runtime,
     pub quiet: bool,
+    /// How runs show their progress (live on a terminal, lines, or nothing when quiet).
+    pub progress: crate::progress::Progress,
     /// Remove orphans ([`oi_engine::orphans`]) and forget their ports and files: the world
     /// is taken to hold every cluster (`oi reconcile --prune`).
     pub prune: bool,
@@ -253,6 +255,7 @@ impl Runner {
                 .build()
                 .context("cannot start the async runtime")?,
             quiet,
+            progress: crate::progress::Progress::new(crate::progress::Mode::detect(quiet)),
             prune: false,
         })
     }
@@ -412,11 +415,8 @@ impl Runner {
         Vec<oi_planner::sip::services::ServicesOutcome>,
     ) {
         let quiet = self.quiet;
-        let progress = move |e: &Event| {
-            if !quiet {
-                eprintln!("{e}");
-            }
-        };
+        let display = self.progress.run(plan.clusters.len());
+        let progress = |e: &Event| display.event(e);
         let executed = self.runtime.block_on(oi_engine::execute(
             &plan,
             &self.options,
@@ -424,6 +424,7 @@ impl Runner {
             &RealNetwork::default(),
             &progress,
         ));
+        drop(display);
         let recorded = oi_planner::record_run(
             plan.world,
             &plan.sip,

@@ -61,6 +61,9 @@ pub fn run(
         ctx.now,
         &runner.plan_options,
     )?;
+    runner
+        .progress
+        .set_step(format!("recover {key} from {}", args.from_member));
     let (mut world, executed) = runner.execute(plan, ctx.now);
     for h in oi_planner::forget_removed_hypervisors(&mut world) {
         if !args.quiet {

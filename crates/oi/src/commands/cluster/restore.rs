@@ -78,6 +78,9 @@ pub fn run(
             }
         );
     }
+    runner
+        .progress
+        .set_step(format!("restore {key} from {name}"));
     let plan = plan_restore(world, &key, &snapshot, ctx.now, &runner.plan_options);
     let (world, executed) = runner.execute(plan, ctx.now);
     manifests::finish(&world, output)?;

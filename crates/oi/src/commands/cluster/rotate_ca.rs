@@ -63,6 +63,20 @@ pub fn run(
         }
     }
     loop {
+        let phase = manifests::select_cluster(&world, Some(&key.to_string()))?
+            .1
+            .status
+            .ca_rotation
+            .as_ref()
+            .map(|r| match r.phase.as_str() {
+                rotation::TRUST => 1,
+                rotation::REISSUE => 2,
+                _ => 3,
+            });
+        runner.progress.set_step(match phase {
+            Some(n) => format!("rotate-ca {key}: phase {n} of 3"),
+            None => format!("rotate-ca {key}: the old CAs dropped"),
+        });
         let (after, executed) = runner.run(world, ctx.now);
         world = after;
         say(summary(&executed));

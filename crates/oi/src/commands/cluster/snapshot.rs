@@ -121,19 +121,27 @@ pub fn run(
         cluster: &cluster,
         taken_at: ctx.now,
     };
+    // On a terminal, the bytes written so far and the rate, live.
+    let display = crate::progress::Progress::new(crate::progress::Mode::detect(false))
+        .transfer(&format!("snapshot {key} to {location}"));
     let taken = runtime
         .block_on(oi_engine::take_snapshot(
             &network,
             &convergence.etcd,
             of,
             |stream| async {
+                display.say("etcd streams its snapshot");
+                let counted = futures::TryStreamExt::inspect_ok(stream, |chunk| {
+                    display.add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
+                });
                 store
-                    .put_stream(&location, stream)
+                    .put_stream(&location, counted)
                     .await
                     .map_err(|e| format!("cannot write the snapshot: {e}"))
             },
         ))
         .map_err(|e| anyhow::anyhow!("cluster {key}: {e}"))?;
+    drop(display);
     let (revision, member, version) = (taken.revision, &taken.member, &taken.version);
     let written = usize::try_from(taken.written).unwrap_or(usize::MAX);
     Ok(Some(format!(

@@ -91,7 +91,12 @@ pub fn run(
     if walk.is_empty() {
         walk.push(None);
     }
-    for step in walk {
+    let total = walk.len();
+    for (n, step) in walk.into_iter().enumerate() {
+        runner.progress.set_step(match step {
+            Some(version) => format!("upgrade {key} {at} -> {version} ({} of {total})", n + 1),
+            None => format!("upgrade {key}: reconcile at {at}"),
+        });
         if let Some(version) = step {
             eprintln!("oi: cluster {key}: Kubernetes {at} -> {version}");
             manifests::select_cluster_mut(&mut world, Some(&key.to_string()))?

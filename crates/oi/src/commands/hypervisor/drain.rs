@@ -102,7 +102,11 @@ pub fn run(
     // SIPClusters' services move in one run each.
     let left: usize = left_on(&world, name).values().map(Vec::len).sum();
     let runs = 2 * left + 2;
-    for _ in 0..runs {
+    for run in 1..=runs {
+        let left: usize = left_on(&world, name).values().map(Vec::len).sum();
+        runner.progress.set_step(format!(
+            "drain {name}: run {run}, {left} component(s) still there"
+        ));
         let (after, executed, sip) = runner.run_all(world, ctx.now);
         world = after;
         if !args.quiet {

@@ -54,7 +54,10 @@ pub fn run(
         hypervisor.metadata.deletion_timestamp = Some(ctx.now);
     }
     let runner = Runner::new(args.image_repository.clone(), args.max_wait, args.quiet)?;
-    for _ in 0..RUNS {
+    for run in 1..=RUNS {
+        runner
+            .progress
+            .set_step(format!("remove {name}: run {run}"));
         let (after, executed, sip) = runner.run_all(world, ctx.now);
         world = after;
         if !args.quiet {

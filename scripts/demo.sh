@@ -85,9 +85,13 @@ done
 kubectl_demo get nodes -o wide
 kubectl_demo get --raw /api/v1/nodes/worker-1/proxy/healthz
 echo >&2
-# The fleet as the world file has it (oi get reads the world alone: nothing is contacted).
-echo "demo: oi get clusters,hypervisors" >&2
+# One more reconcile notes the worker's Node registered; then the fleet as the world file has
+# it (oi get reads the world alone: nothing is contacted).
+"$bin/oi" reconcile --image-repository localhost/oneinfra --quiet \
+  -f "$dir/world.yaml" -o "$dir/world.yaml"
+echo "demo: oi get clusters,nodes,hypervisors" >&2
 "$bin/oi" get clusters -f "$dir/world.yaml" >&2
+"$bin/oi" get nodes -f "$dir/world.yaml" >&2
 "$bin/oi" get hypervisors -f "$dir/world.yaml" >&2
 echo >&2
 

@@ -481,6 +481,25 @@ fn workers_behind_nat_join_a_vpn_cluster_and_are_reached_through_the_tunnel() {
     assert_eq!(summary.pods_unchanged, 8);
     assert_eq!((handshake(&w1), handshake(&w2)), before);
     let world = run.stdout;
+    // `oi get nodes` shows both workers registered, at their VPN addresses, from the world.
+    let nodes = oi_e2e::oi(&["get", "nodes", "c1"], &world)
+        .unwrap()
+        .ok("oi get nodes")
+        .unwrap()
+        .stdout;
+    let rows: Vec<Vec<&str>> = nodes
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{nodes}");
+    for (row, name) in rows.iter().zip(["w1", "w2"]) {
+        assert_eq!(&row[..4], ["default", "c1", name, "Registered"], "{nodes}");
+        assert!(
+            row[4].starts_with("10.") && row[4].ends_with("/16"),
+            "{nodes}"
+        );
+    }
 
     // The endpoint's pod goes: the reconcile replaces it and the tunnels come back with
     // nothing done on the workers.

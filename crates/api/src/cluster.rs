@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
 
 use crate::common::{Certificate, Condition, KeyPair, redacted};
 use crate::meta::{Kind, ObjectMeta, is_default, null_as_default, resource};
@@ -486,6 +487,10 @@ pub struct ClusterStatus {
     pub join_tokens: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vpn_peers: Vec<VpnPeer>,
+    /// Ours, optional: the workers that joined through a NodeJoinRequest, as the last run
+    /// that reached the cluster's API found them (`oi get nodes`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub joined_nodes: Vec<JoinedNode>,
     /// Ours, optional: the last snapshot `spec.snapshots` took.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_snapshot: Option<SnapshotRecord>,
@@ -494,6 +499,28 @@ pub struct ClusterStatus {
     pub ca_rotation: Option<CaRotation>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// A worker that joined the cluster: its NodeJoinRequest was answered (`Issued=True`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JoinedNode {
+    /// The Node's name (and its request's).
+    #[serde(default)]
+    pub name: String,
+    /// Whether its Node has registered with the API servers.
+    #[serde(default)]
+    pub registered: bool,
+    /// Its address inside the cluster VPN, with prefix; empty without the VPN.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub vpn_address: String,
+    /// When its request was answered.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "time::serde::rfc3339::option"
+    )]
+    pub issued_at: Option<OffsetDateTime>,
 }
 
 /// A VPN peer of the cluster. `Debug` never shows the private key.

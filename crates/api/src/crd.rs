@@ -359,6 +359,15 @@ fn cluster_status() -> Value {
             ])),
         ),
         (
+            "joinedNodes",
+            array(object(&[
+                ("name", string()),
+                ("registered", boolean()),
+                ("vpnAddress", string()),
+                ("issuedAt", date_time()),
+            ])),
+        ),
+        (
             "lastSnapshot",
             object(&[
                 ("takenAt", string()),

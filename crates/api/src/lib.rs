@@ -43,8 +43,8 @@ pub mod world;
 
 pub use cluster::{
     ApiServerOidc, CaRotation, CertificateAuthorities, Cluster, ClusterIngress, ClusterNetworking,
-    ClusterSpec, ClusterStatus, EtcdServer, KubeApiServer, ROTATE_CA_ANNOTATION, SnapshotRecord,
-    SnapshotSchedule, Vpn, VpnPeer,
+    ClusterSpec, ClusterStatus, EtcdServer, JoinedNode, KubeApiServer, ROTATE_CA_ANNOTATION,
+    SnapshotRecord, SnapshotSchedule, Vpn, VpnPeer,
 };
 pub use common::{
     Certificate, Condition, ConditionStatus, KeyPair, condition_is_true, condition_types,

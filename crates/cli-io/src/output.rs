@@ -43,8 +43,10 @@ fn descriptor(path: &Path) -> Option<String> {
 }
 
 /// Whether the regular file at `path` holds Kubernetes manifests: within its first 64 KiB, a
-/// line starting with `apiVersion:` and one starting with `kind:` (as every manifest has).
-/// A file that cannot be read holds none.
+/// line starting with `apiVersion:` and one starting with `kind:` (as every manifest has),
+/// a kind other than `Config`: a kubeconfig (`kind: Config`, what `oi cluster
+/// admin-kubeconfig` writes) is not manifests, so writing it again may replace it. A file
+/// that cannot be read holds none.
 pub fn holds_manifests(path: &Path) -> bool {
     use std::io::Read as _;
     let Ok(file) = fs::File::open(path) else {
@@ -62,7 +64,12 @@ pub fn holds_manifests(path: &Path) -> bool {
         text.lines()
             .any(|l| l.trim_start_matches("- ").starts_with(key))
     };
-    starts("apiVersion:") && starts("kind:")
+    let kind_not_config = text.lines().any(|l| {
+        l.trim_start_matches("- ")
+            .strip_prefix("kind:")
+            .is_some_and(|kind| kind.trim().trim_matches(['"', '\'']) != "Config")
+    });
+    starts("apiVersion:") && kind_not_config
 }
 
 /// The directory a file is (or would be) in.

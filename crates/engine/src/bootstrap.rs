@@ -159,6 +159,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                 .any(|p| oi_planner::vpn::peer_node(&p.name).is_some())
         });
         if requests.is_empty() && !worker_peers {
+            result.joined_nodes = Some(Vec::new());
             return Ok(());
         }
         let answerer = match &in_cluster.join {
@@ -184,6 +185,12 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         };
         let now = time::OffsetDateTime::now_utc();
         let step = oi_planner::join::join_step(answerer, vpn, &requests, &nodes, now);
+        let peers = step
+            .peers
+            .as_deref()
+            .or_else(|| vpn.map(|v| v.peers.as_slice()))
+            .unwrap_or_default();
+        result.joined_nodes = Some(oi_planner::join::joined_nodes(&requests, &step, peers, now));
 
         // 1. The endpoint's peers.
         if let (Some(vpn), Some(peers)) = (vpn, &step.peers) {

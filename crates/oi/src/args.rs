@@ -175,6 +175,9 @@ pub enum GetKind {
     /// Each cluster's join tokens, by id (never their secret).
     #[value(alias = "join-token", alias = "tokens")]
     JoinTokens,
+    /// The workers that joined each cluster (`oi node join`), as the last run found them.
+    #[value(alias = "node", alias = "no")]
+    Nodes,
 }
 
 impl GetKind {
@@ -185,6 +188,7 @@ impl GetKind {
             GetKind::Components => "component",
             GetKind::Sipclusters => "sipcluster",
             GetKind::JoinTokens => "cluster with join tokens",
+            GetKind::Nodes => "cluster",
         }
     }
 
@@ -195,6 +199,7 @@ impl GetKind {
             GetKind::Components => "components",
             GetKind::Sipclusters => "sipclusters",
             GetKind::JoinTokens => "join-tokens",
+            GetKind::Nodes => "nodes",
         }
     }
 }

@@ -209,10 +209,21 @@ fn describe_a_cluster_and_a_hypervisor() {
         private_key,
         public_key,
     });
+    for (name, registered, address) in [("worker-1", true, "10.0.0.9/16"), ("worker-2", false, "")]
+    {
+        c2.status.joined_nodes.push(oi_api::JoinedNode {
+            name: name.into(),
+            registered,
+            vpn_address: address.into(),
+            issued_at: Some(at),
+        });
+    }
     let w = world.to_yaml().unwrap();
     for (name, args) in [
         ("describe-cluster", &["describe", "cluster", "c2"][..]),
         ("describe-hypervisor", &["describe", "hv", "private-1"][..]),
+        ("nodes", &["get", "nodes"][..]),
+        ("nodes-wide", &["get", "nodes", "c2", "-o", "wide"][..]),
     ] {
         let out = ok(args, w.as_bytes());
         oi_testsupport::assert_golden(
@@ -221,6 +232,19 @@ fn describe_a_cluster_and_a_hypervisor() {
             "cargo test -p oi-cli --test get",
         );
     }
+    // A cluster no worker joined lists none; an unknown cluster is an error.
+    assert_eq!(ok(&["get", "nodes", "c1"], w.as_bytes()), "");
+    let out = oi(&["get", "nodes", "nope"], w.as_bytes());
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("no cluster named \"nope\" in the manifests"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        ok(&["get", "nodes", "-o", "name"], w.as_bytes()),
+        "node/c2/worker-1\nnode/c2/worker-2\n"
+    );
     let out = oi(&["describe", "cluster", "nope"], w.as_bytes());
     assert!(!out.status.success());
     assert!(stderr(&out).contains("nope"), "{}", stderr(&out));

@@ -174,6 +174,26 @@ fn outputs_that_are_not_manifests_never_replace_a_file_of_manifests() {
         fs::read_to_string(dir.path().join("token.txt")).unwrap(),
         "old\n"
     );
+    // A kubeconfig (`kind: Config`) is not manifests: writing a new one over it works (a
+    // second `scripts/demo.sh` does), and so does doing it again.
+    for _ in 0..2 {
+        let out = run(
+            dir.path(),
+            &[
+                "cluster",
+                "admin-kubeconfig",
+                "-f",
+                "world.yaml",
+                "-o",
+                "admin.kubeconfig",
+            ],
+            Input::Bytes(b""),
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        let written = fs::read_to_string(dir.path().join("admin.kubeconfig")).unwrap();
+        assert!(written.contains("kind: Config"), "{written}");
+    }
+    unchanged(&world, &before);
 }
 
 #[test]

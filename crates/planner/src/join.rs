@@ -539,6 +539,49 @@ pub fn join_step(
     step
 }
 
+/// The workers joined once `step` is done over `requests`: every request answered
+/// (`Issued=True`, before or in this pass) whose Node was not deleted, by name, with whether
+/// its Node registered, its VPN address among `peers`, and when it was answered.
+pub fn joined_nodes(
+    requests: &[NodeJoinRequest],
+    step: &JoinStep,
+    peers: &[VpnPeer],
+    now: OffsetDateTime,
+) -> Vec<oi_api::JoinedNode> {
+    let mut joined: Vec<oi_api::JoinedNode> = requests
+        .iter()
+        .filter(|r| !step.forget.contains(&r.metadata.name))
+        .filter_map(|r| {
+            let name = &r.metadata.name;
+            let issued_at = if condition_is(r, ISSUED, ConditionStatus::True) {
+                find_condition(&r.status.conditions, ISSUED)
+                    .and_then(|c| c.last_transition_time.or(c.last_set_time))
+            } else if step
+                .answers
+                .iter()
+                .any(|(n, a)| n == name && a.refused.is_none())
+            {
+                Some(now)
+            } else {
+                return None;
+            };
+            Some(oi_api::JoinedNode {
+                name: name.clone(),
+                registered: condition_is(r, NODE_REGISTERED, ConditionStatus::True)
+                    || step.registered.contains(name),
+                vpn_address: peers
+                    .iter()
+                    .find(|p| vpn::peer_node(&p.name) == Some(name.as_str()))
+                    .map(|p| p.address.clone())
+                    .unwrap_or_default(),
+                issued_at,
+            })
+        })
+        .collect();
+    joined.sort_by(|a, b| a.name.cmp(&b.name));
+    joined
+}
+
 /// The kubelet's configuration on a joined node: oneinfra's, with authentication and
 /// authorization stated (no anonymous requests; the API server decides who may use the
 /// kubelet's API) and certificate rotation off (its certificates come from this answer).

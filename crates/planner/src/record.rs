@@ -181,6 +181,10 @@ pub struct ClusterResult {
     /// The workers that joined through a NodeJoinRequest answered (`Issued=True`), as the
     /// run found them inside the cluster: what a CA rotation's last phase names.
     pub joined: Option<Vec<String>>,
+    /// The joined workers after the run's pass over join requests, with whether each Node
+    /// registered and its VPN address (`status.joinedNodes`); `None` when the run did not
+    /// reach the cluster's API (what was recorded stays).
+    pub joined_nodes: Option<Vec<oi_api::JoinedNode>>,
     /// Replicas whose etcd member lost its data and joined again, with how it was started
     /// (their `status.etcdMember` from now on).
     pub etcd_rejoined: Vec<(String, oi_api::EtcdMemberStart)>,
@@ -196,6 +200,7 @@ impl ClusterResult {
             join_tokens: None,
             vpn_peers: None,
             joined: None,
+            joined_nodes: None,
             etcd_rejoined: Vec::new(),
         }
     }
@@ -347,6 +352,9 @@ fn record_cluster(world: &mut World, result: &ClusterResult, now: OffsetDateTime
         }
         if let Some(peers) = &result.vpn_peers {
             cluster.status.vpn_peers.clone_from(peers);
+        }
+        if let Some(nodes) = &result.joined_nodes {
+            cluster.status.joined_nodes.clone_from(nodes);
         }
         // Ready: the whole control plane runs the spec's version (an upgrade is done).
         if outcome.ready {

@@ -600,6 +600,12 @@ mod full {
                 private_key: "k".into(),
                 public_key: "p".into(),
             }],
+            joined_nodes: vec![crate::JoinedNode {
+                name: "w".into(),
+                registered: true,
+                vpn_address: "10.0.0.2/16".into(),
+                issued_at: Some(datetime!(2026-11-25 00:00:00 UTC)),
+            }],
             last_snapshot: Some(crate::SnapshotRecord {
                 taken_at: "2026-11-25T00:00:00Z".into(),
                 location: "s3://b/p/x.oisnap".into(),

@@ -3,7 +3,7 @@
 //! - a cluster: version (and what runs, mid-upgrade), replicas, endpoints (ingress, VIP, VPN),
 //!   snapshots, a CA rotation under way, conditions with reasons and times (the last run's
 //!   result), components with hypervisor, ports and state, the certificates that expire
-//!   soonest, join tokens and VPN peers;
+//!   soonest, join tokens, joined nodes and VPN peers;
 //! - a hypervisor: address, CRI endpoint, labels, scheduling state, ports, declared capacity
 //!   against what its components ask, conditions, and what runs there;
 //! - a SIPCluster: its tenant cluster, node sets, the hosts it holds (role, state, BMC), its
@@ -274,6 +274,20 @@ fn cluster_text(world: &World, key: &ObjectKey, c: &Cluster, now: OffsetDateTime
             key.name
         ),
     );
+    let mut rows = vec![
+        ["NAME", "STATUS", "VPN ADDRESS", "JOINED"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for n in &status.joined_nodes {
+        rows.push(vec![
+            n.name.clone(),
+            crate::commands::get::node_status(n).to_string(),
+            or_none(&n.vpn_address),
+            time(n.issued_at),
+        ]);
+    }
+    section(&mut out, "Joined nodes", rows);
     let mut rows = vec![["NAME", "ADDRESS"].map(String::from).to_vec()];
     for p in &status.vpn_peers {
         rows.push(vec![p.name.clone(), p.address.clone()]);

@@ -35,7 +35,21 @@ pub fn run(
     output: &mut impl Write,
 ) -> anyhow::Result<()> {
     let world = manifests::load(&args.input, input, ctx.now)?;
-    let items = select(items(&world, args.kind), args.kind, &args.names)?;
+    let items = if args.kind == GetKind::Nodes {
+        // NAMEs are clusters: each must exist; a cluster no worker joined lists nothing.
+        let clusters = select(
+            items(&world, GetKind::Clusters),
+            GetKind::Clusters,
+            &args.names,
+        )?;
+        let wanted: Vec<&ObjectKey> = clusters.iter().map(|c| &c.key).collect();
+        items(&world, GetKind::Nodes)
+            .into_iter()
+            .filter(|n| args.names.is_empty() || wanted.contains(&&n.key))
+            .collect()
+    } else {
+        select(items(&world, args.kind), args.kind, &args.names)?
+    };
     let text = match args.format.unwrap_or(GetFormat::Table) {
         GetFormat::Table => table(args.kind, &items, false),
         GetFormat::Wide => table(args.kind, &items, true),
@@ -144,6 +158,7 @@ fn items(world: &World, kind: GetKind) -> Vec<Item> {
             })
             .collect(),
         GetKind::JoinTokens => join_tokens(world),
+        GetKind::Nodes => nodes(world),
     }
 }
 
@@ -286,6 +301,10 @@ fn header(kind: GetKind) -> (&'static [&'static str], &'static [&'static str]) {
             &["CLUSTER", "HOSTS SELECTED"],
         ),
         GetKind::JoinTokens => (&["NAMESPACE", "CLUSTER", "TOKEN", "STATE"], &[]),
+        GetKind::Nodes => (
+            &["NAMESPACE", "CLUSTER", "NAME", "STATUS", "VPN ADDRESS"],
+            &["JOINED"],
+        ),
     }
 }
 
@@ -564,6 +583,51 @@ fn join_tokens(world: &World) -> Vec<Item> {
         }
     }
     items
+}
+
+/// The workers that joined each cluster: `Registered` once their Node registered, `Joined`
+/// before; recorded by the last run that reached the cluster's API (`status.joinedNodes`).
+fn nodes(world: &World) -> Vec<Item> {
+    let mut items = Vec::new();
+    for c in world.clusters.values() {
+        let key = c.key();
+        for n in &c.status.joined_nodes {
+            let status = node_status(n);
+            let joined = n.issued_at.map_or_else(
+                || "<unknown>".to_string(),
+                |t| {
+                    t.format(&time::format_description::well_known::Rfc3339)
+                        .unwrap_or_default()
+                },
+            );
+            items.push(Item {
+                key: key.clone(),
+                name: format!("node/{}/{}", key.name, n.name),
+                row: vec![
+                    key.namespace.clone(),
+                    key.name.clone(),
+                    n.name.clone(),
+                    status.to_string(),
+                    or_none(&n.vpn_address),
+                ],
+                wide: vec![joined.clone()],
+                shown: Shown::Plain(serde_json::json!({
+                    "namespace": key.namespace,
+                    "cluster": key.name,
+                    "name": n.name,
+                    "status": status,
+                    "vpnAddress": n.vpn_address,
+                    "joined": joined,
+                })),
+            });
+        }
+    }
+    items
+}
+
+/// A joined worker's state in one word.
+pub fn node_status(n: &oi_api::JoinedNode) -> &'static str {
+    if n.registered { "Registered" } else { "Joined" }
 }
 
 /// Cluster `c`'s join tokens by id: `InCluster`, `Pending` or `Revoking` (see

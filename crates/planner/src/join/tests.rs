@@ -322,6 +322,18 @@ fn a_pass_answers_marks_registered_nodes_and_forgets_deleted_ones() {
     let r1 = with_status(r1, &step.answers[0].1);
     let r2 = with_status(r2, &step.answers[1].1);
 
+    // Both joined, neither registered yet, at their addresses.
+    let joined = joined_nodes(&[r1.clone(), r2.clone()], &step, &peers, NOW);
+    let seen: Vec<(&str, bool, &str)> = joined
+        .iter()
+        .map(|n| (n.name.as_str(), n.registered, n.vpn_address.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [("w1", false, "10.0.0.2/16"), ("w2", false, "10.0.0.3/16")]
+    );
+    assert!(joined.iter().all(|n| n.issued_at == Some(NOW)));
+
     // Their Nodes register: each request is marked once, nothing else happens.
     let mut c2 = c.clone();
     c2.status.vpn_peers = peers;
@@ -336,6 +348,8 @@ fn a_pass_answers_marks_registered_nodes_and_forgets_deleted_ones() {
     );
     assert_eq!(step.registered, ["w1", "w2"]);
     assert!(step.answers.is_empty() && step.forget.is_empty());
+    let joined = joined_nodes(&[r1.clone(), r2.clone()], &step, &plan.peers, NOW);
+    assert!(joined.iter().all(|n| n.registered), "{joined:?}");
     assert_eq!(step.peers.as_ref().unwrap(), &plan.peers);
     let mark = |mut r: NodeJoinRequest| {
         set_condition(
@@ -354,8 +368,36 @@ fn a_pass_answers_marks_registered_nodes_and_forgets_deleted_ones() {
     // w1's address.
     let (r3, _, _) = vpn_request(&c, "w3");
     let nodes: BTreeSet<String> = ["w2".to_string()].into();
-    let step = join_step(&answerer, Some(&plan), &[r1, r2.clone(), r3], &nodes, NOW);
+    let step = join_step(
+        &answerer,
+        Some(&plan),
+        &[r1.clone(), r2.clone(), r3.clone()],
+        &nodes,
+        NOW,
+    );
     assert_eq!(step.forget, ["w1"]);
+    // w1 is no longer joined; w3 is, answered now, not registered.
+    let later = NOW + time::Duration::hours(1);
+    let joined = joined_nodes(
+        &[r1, r2.clone(), r3],
+        &step,
+        step.peers.as_deref().unwrap(),
+        later,
+    );
+    let seen: Vec<(&str, bool, &str)> = joined
+        .iter()
+        .map(|n| (n.name.as_str(), n.registered, n.vpn_address.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [("w2", true, "10.0.0.3/16"), ("w3", false, "10.0.0.2/16")]
+    );
+    assert_eq!(
+        joined[0].issued_at,
+        Some(NOW),
+        "answered before: its Issued time"
+    );
+    assert_eq!(joined[1].issued_at, Some(later), "answered in this pass");
     assert!(step.registered.is_empty());
     let peers = step.peers.unwrap();
     let names: Vec<(&str, &str)> = peers

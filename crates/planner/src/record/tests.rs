@@ -77,6 +77,7 @@ fn a_failure_is_the_condition_with_its_reason_and_message() {
         join_tokens: None,
         vpn_peers: None,
         joined: None,
+        joined_nodes: None,
         etcd_rejoined: Vec::new(),
     };
     let w = record(prepared(3), &results(result), NOW);
@@ -108,6 +109,7 @@ fn a_failure_is_the_condition_with_its_reason_and_message() {
         join_tokens: None,
         vpn_peers: None,
         joined: None,
+        joined_nodes: None,
         etcd_rejoined: Vec::new(),
     };
     let w = record(prepared(1), &results(result), NOW);
@@ -181,6 +183,7 @@ fn a_cluster_being_deleted_whose_teardown_failed_is_not_started() {
         join_tokens: None,
         vpn_peers: None,
         joined: None,
+        joined_nodes: None,
         etcd_rejoined: Vec::new(),
     };
     let after = record(w, &results(result), NOW);
@@ -234,4 +237,26 @@ fn the_vpn_peers_a_run_leaves_are_the_clusters() {
     result.vpn_peers = Some(vec![peer.clone()]);
     let w = record(w, &results(result), NOW);
     assert_eq!(w.clusters[&key("c")].status.vpn_peers, [peer]);
+}
+
+#[test]
+fn the_joined_nodes_a_run_found_are_recorded_and_kept_when_it_found_none() {
+    let node = |name: &str, registered: bool| oi_api::JoinedNode {
+        name: name.into(),
+        registered,
+        vpn_address: String::new(),
+        issued_at: Some(NOW),
+    };
+    let mut result = ClusterResult::new(&key("c"));
+    result.outcome.ready = true;
+    result.joined_nodes = Some(vec![node("w1", true), node("w2", false)]);
+    let w = record(prepared(1), &results(result), NOW);
+    assert_eq!(
+        w.clusters[&key("c")].status.joined_nodes,
+        [node("w1", true), node("w2", false)]
+    );
+    // A run that did not reach the cluster's API says nothing of them: they stay.
+    let result = ClusterResult::new(&key("c"));
+    let w = record(w, &results(result), NOW);
+    assert_eq!(w.clusters[&key("c")].status.joined_nodes.len(), 2);
 }

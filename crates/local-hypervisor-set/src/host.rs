@@ -58,15 +58,23 @@ where
 fn ip_remove(args: &[&str]) -> Result<()> {
     match ip(args) {
         Ok(_) => Ok(()),
-        Err(Error::CommandFailed { stderr, .. })
-            if stderr.contains("Cannot find device")
-                || stderr.contains("No such file or directory")
-                || stderr.contains("does not exist") =>
-        {
-            Ok(())
-        }
+        Err(Error::CommandFailed { stderr, .. }) if already_gone(&stderr) => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Whether `ip`'s complaint says that what was to be removed is gone already: a link, route
+/// or namespace removed meanwhile (a veth's host end goes by itself when its peer's namespace
+/// is deleted, between our check and our `ip link del`).
+fn already_gone(stderr: &str) -> bool {
+    [
+        "Cannot find device",
+        "No such device",
+        "No such file or directory",
+        "does not exist",
+    ]
+    .iter()
+    .any(|m| stderr.contains(m))
 }
 
 #[derive(Deserialize)]
@@ -485,6 +493,26 @@ pub fn delete_netns(name: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_is_gone_already_is_not_a_failure_to_remove_it() {
+        // What `ip` prints when a link, a namespace or a route is gone (a CI run once
+        // failed on the second: a veth's end went with its peer's namespace).
+        for gone in [
+            "Cannot find device \"ohs1v1\"",
+            "RTNETLINK answers: No such device",
+            "Cannot remove namespace file \"/run/netns/x\": No such file or directory",
+            "RTNETLINK answers: No such process\nroute does not exist",
+        ] {
+            assert!(already_gone(gone), "{gone}");
+        }
+        for failure in [
+            "RTNETLINK answers: Operation not permitted",
+            "RTNETLINK answers: Device or resource busy",
+        ] {
+            assert!(!already_gone(failure), "{failure}");
+        }
+    }
 
     #[test]
     fn parses_ip_json() {

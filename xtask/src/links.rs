@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Context, bail};
+use oi_testsupport::reference::anchor;
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 
 /// The book's sources, relative to the repository root.
@@ -40,19 +41,6 @@ struct Page {
     links: Vec<Link>,
 }
 
-/// The anchor a heading gets (mdBook's and GitHub's rule for ASCII headings).
-pub fn slug(heading: &str) -> String {
-    heading
-        .trim()
-        .chars()
-        .filter_map(|c| match c {
-            ' ' => Some('-'),
-            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c.to_lowercase().next()?),
-            _ => None,
-        })
-        .collect()
-}
-
 fn read_page(text: &str) -> Page {
     let mut page = Page::default();
     let line_of = |offset: usize| text[..offset].matches('\n').count() + 1;
@@ -70,7 +58,7 @@ fn read_page(text: &str) -> Page {
             }
             Event::End(TagEnd::Heading(_)) => {
                 if let Some(text) = heading.take() {
-                    let base = slug(&text);
+                    let base = anchor(&text);
                     // A repeated heading gets `-1`, `-2`, ... as on GitHub and in mdBook.
                     let n = repeated.entry(base.clone()).or_insert(0);
                     page.anchors.insert(if *n == 0 {
@@ -337,7 +325,7 @@ mod tests {
                 page.anchors
             );
         }
-        assert_eq!(slug("`oi get` and -o"), "oi-get-and--o");
+        assert_eq!(anchor("`oi get` and -o"), "oi-get-and--o");
     }
 
     #[test]

@@ -56,14 +56,16 @@ fn collect(command: &mut clap::Command, path: &str, pages: &mut Vec<(String, Str
     }
 }
 
-/// The anchor mdBook gives a heading of this text in backticks: lower case, spaces as `-`,
-/// other punctuation dropped.
+/// The anchor mdBook (and GitHub) gives a heading of this text, backticks dropped: trimmed,
+/// lower case, spaces as `-`, other punctuation dropped. The pages generated here link to
+/// their headings with it, and `cargo xtask check-links` checks every link's anchor with it.
 pub fn anchor(heading: &str) -> String {
     heading
+        .trim()
         .chars()
         .filter_map(|c| match c {
             ' ' => Some('-'),
-            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c.to_ascii_lowercase()),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => c.to_lowercase().next(),
             _ => None,
         })
         .collect()

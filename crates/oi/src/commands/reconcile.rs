@@ -206,6 +206,17 @@ pub struct SipRun {
     pub orphans: oi_engine::orphans::Orphans,
 }
 
+/// What reaches hypervisors' runtimes for `oi`, its throwaway pods (file writers, path
+/// probes) of the toolbox image under the image repository override `repository`.
+pub fn connector(repository: Option<&str>) -> CriConnector {
+    CriConnector {
+        options: ClientOptions {
+            toolbox_image: INFRA.toolbox.reference(repository),
+            ..ClientOptions::default()
+        },
+    }
+}
+
 /// How a run is made: what `oi reconcile` and `oi cluster upgrade` share.
 pub struct Runner {
     pub plan_options: PlanOptions,
@@ -243,12 +254,7 @@ impl Runner {
                 max_wait,
                 ..ExecuteOptions::default()
             },
-            connector: CriConnector {
-                options: ClientOptions {
-                    toolbox_image: INFRA.toolbox.reference(repository.as_deref()),
-                    ..ClientOptions::default()
-                },
-            },
+            connector: connector(repository.as_deref()),
             runtime: tokio::runtime::Builder::new_multi_thread()
                 .thread_stack_size(oi_engine::RUNTIME_STACK_BYTES)
                 .enable_all()

@@ -24,8 +24,8 @@ use std::time::Duration;
 use oi_api::hypervisor::CriEndpoint as ApiEndpoint;
 use oi_api::versions::{INFRA, Image};
 use oi_api::{Hypervisor, ObjectKey, World};
-use oi_cri::{ClientOptions, CriClient, HypervisorRuntime as _};
-use oi_engine::{Connector as _, CriConnector};
+use oi_cri::{CriClient, HypervisorRuntime as _};
+use oi_engine::Connector as _;
 use time::OffsetDateTime;
 
 use crate::args::HypervisorCheckArgs;
@@ -128,12 +128,7 @@ pub async fn check(
     now: OffsetDateTime,
 ) -> Vec<Check> {
     let mut checks = Vec::new();
-    let connector = CriConnector {
-        options: ClientOptions {
-            toolbox_image: INFRA.toolbox.reference(repository),
-            ..ClientOptions::default()
-        },
-    };
+    let connector = crate::commands::reconcile::connector(repository);
     let endpoint = crate::commands::get::cri_endpoint(hypervisor);
     let client = match connector.connect(hypervisor).await {
         Ok(client) => match client.version().await {

@@ -100,12 +100,11 @@ pub fn run(
     // Two runs per component (replacement, then retirement), one more for components that
     // never took part in a ready run (what lets them be moved), and one that finds nothing.
     // SIPClusters' services move in one run each.
-    let left: usize = left_on(&world, name).values().map(Vec::len).sum();
-    let runs = 2 * left + 2;
+    let mut still_there: usize = left_on(&world, name).values().map(Vec::len).sum();
+    let runs = 2 * still_there + 2;
     for run in 1..=runs {
-        let left: usize = left_on(&world, name).values().map(Vec::len).sum();
         runner.progress.set_step(format!(
-            "drain {name}: run {run}, {left} component(s) still there"
+            "drain {name}: run {run}, {still_there} component(s) still there"
         ));
         let (after, executed, sip) = runner.run_all(world, ctx.now);
         world = after;
@@ -113,6 +112,7 @@ pub fn run(
             eprintln!("{}", summary(&executed));
         }
         let left = left_on(&world, name);
+        still_there = left.values().map(Vec::len).sum();
         let services = services_left_on(&world, name);
         // A SIPCluster whose services are still here and do not run elsewhere: stuck.
         let stuck_services: Vec<String> = sip

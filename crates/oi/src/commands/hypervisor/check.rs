@@ -258,7 +258,8 @@ fn day(t: OffsetDateTime) -> String {
 }
 
 /// The images this hypervisor's components would need: a private one the control plane of
-/// every Kubernetes version in use (the default when no cluster is declared), a public one
+/// every Kubernetes version in use (each cluster's wanted one and, mid-upgrade, the one it
+/// runs; the default when no cluster is declared), a public one
 /// the ingress's (and SIP's services' when the world holds SIPClusters); the pause and
 /// toolbox images both.
 pub fn needed_images(
@@ -273,17 +274,17 @@ pub fn needed_images(
             images.extend(INFRA.sip_service_only());
         }
     } else {
+        // The spec's version (empty is the default) is the next run's; the status's, when set,
+        // is what runs until an upgrade is done.
         let mut releases: Vec<&oi_api::versions::KubernetesRelease> = world
             .clusters
             .values()
-            .filter_map(|c| {
-                let version = if c.status.kubernetes_version.is_empty() {
-                    &c.spec.kubernetes_version
-                } else {
-                    &c.status.kubernetes_version
-                };
-                oi_api::versions::find_release(version)
+            .flat_map(|c| {
+                let running = &c.status.kubernetes_version;
+                std::iter::once(&c.spec.kubernetes_version)
+                    .chain((!running.is_empty()).then_some(running))
             })
+            .filter_map(|v| oi_api::versions::find_release(v))
             .collect();
         if releases.is_empty() {
             releases.push(oi_api::versions::default_release());
@@ -619,6 +620,29 @@ mod tests {
             !public.contains(&INFRA.jump_host.reference(None)),
             "no SIPCluster: {public:?}"
         );
+        // Mid-upgrade, both the release that runs and the one wanted.
+        let releases = oi_api::versions::RELEASES;
+        let (old, new) = (&releases[0], &releases[releases.len() - 1]);
+        let mut cluster = oi_api::Cluster::new(
+            ObjectMeta::named("c1"),
+            oi_api::ClusterSpec {
+                kubernetes_version: new.version.to_string(),
+                ..oi_api::ClusterSpec::default()
+            },
+        );
+        cluster.status.kubernetes_version = old.version.to_string();
+        let mut world = World::default();
+        world
+            .clusters
+            .insert(ObjectKey::new("default", "c1"), cluster);
+        let upgrading = needed_images(&world, &hypervisor(false), None);
+        for release in [old, new] {
+            assert!(
+                upgrading.contains(&release.kube_apiserver.reference(None)),
+                "{}: {upgrading:?}",
+                release.version
+            );
+        }
     }
 
     #[test]

@@ -108,6 +108,21 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             .collect();
         let answered = self.first_answer(members, &etcd).await.ok();
         let running = answered.is_some();
+        // A run that may restart an API server, or the etcd member one stores in, first puts
+        // back what an earlier one, stopped while a server was taken out, left out of the
+        // ingress. A run that restarts none asks nothing.
+        let (control_plane, ingress): (Vec<&ComponentPlan>, Vec<&ComponentPlan>) =
+            plan.components.iter().partition(|c| c.role.serves_api());
+        if running
+            && control_plane
+                .iter()
+                .any(|c| c.staged.is_some() || !c.restart.is_empty())
+        {
+            let live: Vec<&str> = control_plane.iter().map(|c| c.name()).collect();
+            for ingress in ingresses(plan) {
+                self.put_back_left_out(key, ingress, &live).await?;
+            }
+        }
         // A new cluster's founders, when nothing else waits for their etcd: their quorum is
         // waited for while the other pods start (an API server waits for etcd by itself).
         let mut founding = Vec::new();
@@ -131,7 +146,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                 replicas.into_iter().partition(|r| voting(r));
             // Started voting members only need their pods, one at a time.
             for replica in voters {
-                self.etcd_voter(key, replica, members, &etcd, result)
+                self.etcd_voter(key, plan, replica, members, &etcd, result)
                     .await?;
             }
             // What could not leave before, now that the voting members run.
@@ -175,21 +190,6 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         //    running cluster, control plane pods are created or replaced one replica at a
         //    time (replica order), a replaced one's API server ready before the next, so the
         //    ingress always has API servers to send requests to.
-        let (control_plane, ingress): (Vec<&ComponentPlan>, Vec<&ComponentPlan>) =
-            plan.components.iter().partition(|c| c.role.serves_api());
-        // A run that may restart API servers first puts back what an earlier one, stopped
-        // while a server was taken out, left out of the ingress. A run that restarts none
-        // asks nothing.
-        if running
-            && control_plane
-                .iter()
-                .any(|c| c.staged.is_some() || !c.restart.is_empty())
-        {
-            let live: Vec<&str> = control_plane.iter().map(|c| c.name()).collect();
-            for ingress in ingresses(plan) {
-                self.put_back_left_out(key, ingress, &live).await?;
-            }
-        }
         let rolled = Box::pin(async {
             // An upgrade: every replica's new API server first (beside the running version's
             // controller-manager and scheduler), one at a time, each ready before the next;
@@ -211,7 +211,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                         if self.staged_pod(key, c, staged).await? == Outcome::Replaced {
                             self.apiserver_ready(key, c, &plan.apiserver_ca).await?;
                         }
-                        Ok(())
+                        Ok(((), true))
                     }),
                 )
                 .await?;
@@ -234,7 +234,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                         if self.pod(key, c, spec).await? == Outcome::Replaced {
                             self.apiserver_ready(key, c, &plan.apiserver_ca).await?;
                         }
-                        Ok(())
+                        Ok(((), true))
                     }),
                 )
                 .await?;
@@ -326,17 +326,17 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         Ok(())
     }
 
-    /// Runs `step` (a replica's API server restarting) with that replica taken out of every
-    /// ingress that has it (see [`crate::ingress`]), and put back after, whatever `step` did:
-    /// told it is up when `step` succeeded (its `/readyz` answered), otherwise left to
-    /// haproxy's own checks.
-    async fn drained(
+    /// Runs `step` (a replica's API server, or the etcd member it stores in, restarting)
+    /// with that replica taken out of every ingress that has it (see [`crate::ingress`]),
+    /// and put back after, whatever `step` did: told it is up when `step` succeeded saying
+    /// the API server answered, otherwise left to haproxy's own checks.
+    async fn drained<T>(
         &self,
         key: &ObjectKey,
         plan: &Convergence,
         replica: &ComponentPlan,
-        step: impl std::future::Future<Output = Step>,
-    ) -> Step {
+        step: impl std::future::Future<Output = Step<(T, bool)>>,
+    ) -> Step<T> {
         let mut out = Vec::new();
         for ingress in ingresses(plan) {
             match self.take_out(key, ingress, replica.name()).await {
@@ -360,12 +360,10 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             }
         }
         let stepped = step.await;
+        let ready = matches!(stepped, Ok((_, true)));
         let mut back = Ok(());
         for ingress in out {
-            match self
-                .put_back(key, ingress, replica.name(), stepped.is_ok())
-                .await
-            {
+            match self.put_back(key, ingress, replica.name(), ready).await {
                 Ok(()) => self.emit(
                     Some(&ingress.hypervisor),
                     key,
@@ -375,7 +373,8 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                 Err(e) => back = back.and(Err(e)),
             }
         }
-        stepped.and(back)
+        let (t, _) = stepped?;
+        back.map(|()| t)
     }
 
     /// Refuses a plan that would take a component's kube-apiserver or etcd more than one
@@ -433,6 +432,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
     async fn etcd_voter(
         &self,
         key: &ObjectKey,
+        plan: &Convergence,
         c: &ComponentPlan,
         members: &[oi_planner::EtcdMember],
         etcd: &EtcdClient<'_, N>,
@@ -444,24 +444,66 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         let pods = rt.list_pods(&selector(key, Some(c.name()))).await?;
         let stopped = !container_in(&pods, &spec.name, "etcd")
             .is_some_and(|k| k.state == oi_cri::ContainerState::Running);
-        if !stopped
-            && (c.restart.contains(&spec.name)
-                || oi_cri::pod_decision(spec, &pods).outcome() != Outcome::Unchanged)
+        let rejoined = if stopped {
+            // Its API server, which stores in this member only, already fails; haproxy's
+            // checks took it out, and bring it back once both serve again.
+            self.etcd_restarted(key, c, spec, members, etcd, true)
+                .await?
+        } else if c.restart.contains(&spec.name)
+            || oi_cri::pod_decision(spec, &pods).outcome() != Outcome::Unchanged
         {
-            // A leader about to restart hands its leadership over first: the others would
-            // otherwise wait out an election timeout before anything is written again.
-            self.lead_elsewhere(key, c, members, etcd).await;
+            // A running member about to restart: its API server is taken out of the ingress
+            // until it serves again from the restarted member.
+            self.drained(
+                key,
+                plan,
+                c,
+                Box::pin(async {
+                    // A leader about to restart hands its leadership over first: the others
+                    // would otherwise wait out an election timeout before anything is
+                    // written again.
+                    self.lead_elsewhere(key, c, members, etcd).await;
+                    let rejoined = self
+                        .etcd_restarted(key, c, spec, members, etcd, false)
+                        .await?;
+                    let serves = self.apiserver_serves(key, c, plan).await?;
+                    Ok((rejoined, serves))
+                }),
+            )
+            .await?
+        } else {
+            self.pod(key, c, spec).await?;
+            None
+        };
+        if let Some(start) = rejoined {
+            result.etcd_rejoined.push((c.name().to_string(), start));
         }
+        Ok(())
+    }
+
+    /// Starts (`stopped`) or replaces member `c`'s etcd pod, and waits for it to be healthy.
+    /// A member that cannot use its data (it exited before, or exits now) rejoins on an
+    /// empty one: the time it started doing so is returned.
+    async fn etcd_restarted(
+        &self,
+        key: &ObjectKey,
+        c: &ComponentPlan,
+        spec: &PodSpec,
+        members: &[oi_planner::EtcdMember],
+        etcd: &EtcdClient<'_, N>,
+        stopped: bool,
+    ) -> Step<Option<oi_api::EtcdMemberStart>> {
         if stopped {
             let exited = self.etcd_exited(key, c).await?;
             if let Some(cause) = self.etcd_data_unusable(key, c, exited).await? {
-                let start = self.etcd_rejoin(key, c, members, etcd, &cause).await?;
-                result.etcd_rejoined.push((c.name().to_string(), start));
-                return Ok(());
+                return self
+                    .etcd_rejoin(key, c, members, etcd, &cause)
+                    .await
+                    .map(Some);
             }
         }
         if self.pod(key, c, spec).await? == Outcome::Unchanged {
-            return Ok(());
+            return Ok(None);
         }
         match self.etcd_healthy(key, c, members, etcd).await {
             Err(StepError::EtcdExited { exit_code, log, .. }) => {
@@ -470,11 +512,10 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                     .etcd_data_unusable(key, c, Some((exit_code, log.clone())))
                     .await?
                 {
-                    Some(cause) => {
-                        let start = self.etcd_rejoin(key, c, members, etcd, &cause).await?;
-                        result.etcd_rejoined.push((c.name().to_string(), start));
-                        Ok(())
-                    }
+                    Some(cause) => self
+                        .etcd_rejoin(key, c, members, etcd, &cause)
+                        .await
+                        .map(Some),
                     None => Err(StepError::EtcdExited {
                         member: c.name().to_string(),
                         hypervisor: c.hypervisor.clone(),
@@ -483,7 +524,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                     }),
                 }
             }
-            other => other,
+            other => other.map(|()| None),
         }
     }
 

@@ -20,7 +20,9 @@
 //!                 and its data replaced; the etcd step starts them together
 //!   3. etcd       etcd answers: members no replica owns removed (quorum      (membership)
 //!                 allowing); each voting member's pod, one at a time, healthy
-//!                 again if it changed (one whose data is lost or unusable joins
+//!                 again if it changed, its replica's API server (which stores
+//!                 in it alone) out of the ingress until a read through it
+//!                 answers (one whose data is lost or unusable joins
 //!                 again with fresh data); then each other replica joins (learner,
 //!                 pod, promote); no answer: the founders' pods together, then
 //!                 each joiner

@@ -87,6 +87,84 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         }
     }
 
+    /// Waits (until the deadline) for replica `c`'s API server to answer a read from its
+    /// storage after the etcd member it stores in restarted: a GET of the `default`
+    /// Namespace with the run's identity, which kube-apiserver serves with a quorum read
+    /// from etcd (an answer of 200 or 404 came from storage). Its `/readyz` may still say
+    /// ready from before the restart. `true` once it answered; `false` when its API server
+    /// does not run (the control plane step and haproxy's checks see to it then).
+    pub(crate) async fn apiserver_serves(
+        &self,
+        key: &ObjectKey,
+        c: &ComponentPlan,
+        plan: &Convergence,
+    ) -> Step<bool> {
+        let Some(url) = c.apiserver_url.as_deref() else {
+            return Ok(false);
+        };
+        let runs = self
+            .container_of(key, c, c.name(), "kube-apiserver")
+            .await?
+            .is_some_and(|k| k.state == oi_cri::ContainerState::Running);
+        if !runs {
+            return Ok(false);
+        }
+        let Some(identity) = plan
+            .in_cluster
+            .as_ref()
+            .ok()
+            .and_then(|i| i.client.as_ref().ok())
+        else {
+            // No identity to read with (its planning failed, and says so later): ready is
+            // all that can be asked.
+            self.apiserver_ready(key, c, &plan.apiserver_ca).await?;
+            return Ok(true);
+        };
+        let tls = Tls {
+            ca_pem: plan.apiserver_ca.clone(),
+            identity: Some((identity.certificate.clone(), identity.private_key.clone())),
+        };
+        loop {
+            let reason = match self
+                .network
+                .request(HttpsRequest {
+                    base: url,
+                    method: &Method::GET,
+                    path: "/api/v1/namespaces/default",
+                    body: None,
+                    tls: &tls,
+                    bearer: None,
+                })
+                .await
+            {
+                Ok(r) if r.status == 200 || r.status == 404 => {
+                    self.emit(
+                        Some(&c.hypervisor),
+                        key,
+                        Some(c.name()),
+                        "kube-apiserver reads from its etcd member again".to_string(),
+                    );
+                    return Ok(true);
+                }
+                Ok(r) => format!(
+                    "a read answered {}: {}",
+                    r.status,
+                    String::from_utf8_lossy(&r.body).trim()
+                ),
+                Err(e) => e.reason,
+            };
+            if self.out_of_time() {
+                return Err(StepError::ApiServerNotReadyAfterChange {
+                    component: c.name().to_string(),
+                    hypervisor: c.hypervisor.clone(),
+                    url: url.to_string(),
+                    reason,
+                });
+            }
+            self.pause().await;
+        }
+    }
+
     /// One look at the cluster: its etcd membership, each API server and the ingress.
     pub(crate) async fn observe(&self, plan: &Convergence, etcd: &EtcdClient<'_, N>) -> Observed {
         let members = &plan.etcd.members;

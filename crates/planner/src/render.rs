@@ -31,7 +31,9 @@
 //! replica's `status.etcdMember`, recorded when it was planned and never changed (see
 //! `prepare`): the replicas of a new cluster found it together (`new`); a replica added
 //! later joins as the learner the engine added (`existing`). etcd ignores both flags once
-//! its data directory exists.
+//! its data directory exists. A replica's kube-apiserver names only its own member in
+//! `--etcd-servers`, so no replica's flags change when another is added or removed; an API
+//! server beyond the replicas names every member.
 
 use std::collections::BTreeMap;
 

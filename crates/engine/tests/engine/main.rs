@@ -382,11 +382,11 @@ async fn scaling_down_removes_the_member_before_its_pod_and_frees_its_ports() {
             "set server apiservers/c-control-plane-2 state drain; show stat",
             "show info",
             "show info",
-            // The one replica left: its API server's --etcd-servers changed.
-            "set server apiservers/c-control-plane-0 state drain; show stat",
-            "set server apiservers/c-control-plane-0 health up; set server apiservers/c-control-plane-0 state ready; show stat",
         ]
     );
+    // The one replica left is not restarted: its API server stores in its own etcd member
+    // only, so the others leaving changed none of its flags.
+    assert_eq!(report.counts.pods_replaced, 0, "{:?}", report.counts);
     assert!(
         public
             .iter()
@@ -623,6 +623,68 @@ async fn a_running_clusters_etcd_pods_are_replaced_one_at_a_time_each_healthy_be
     assert!(again.all_ready());
     assert_eq!(h.network.log(), Vec::<String>::new());
     assert_eq!(again.counts.mutating_calls, 0, "{:?}", again.counts);
+}
+
+#[tokio::test]
+async fn a_members_etcd_restart_takes_its_api_server_out_of_the_ingress_until_it_reads_from_it() {
+    let h = Harness::new();
+    let default = "/api/v1/namespaces/default";
+    // Every etcd pod restarts to trust a new etcd peer CA (a rotation's first phase). Each
+    // replica's API server stores in its own member only, so it is out of the ingress while
+    // that member restarts, and back only once a read through it reached etcd again: the
+    // first such read (c-control-plane-0's) fails, as one would while its storage reconnects.
+    let (report, _, steps) = rerun_after(
+        &h,
+        |w| {
+            h.network
+                .script_api("GET", default, 503, "etcd reconnecting", 1);
+            let c = w.clusters.get_mut(&ObjectKey::new("default", "c")).unwrap();
+            let selection = oi_planner::rotation::Selection {
+                cas: vec![oi_pki::CaKind::EtcdPeer],
+                service_account: false,
+            };
+            oi_planner::rotation::start(c, &selection, NOW, &Default::default()).unwrap();
+        },
+        |e| e.contains("-etcd") || e.contains("the ingress") || e.contains("reads from"),
+    )
+    .await;
+    assert_eq!(report.counts.pods_replaced, 3, "{:?}", report.counts);
+    assert_eq!(
+        steps,
+        [0, 1, 2]
+            .map(|i| [
+                format!("c/c-ingress: c-control-plane-{i} taken out of the ingress"),
+                format!("c/c-control-plane-{i}: replaced pod c-control-plane-{i}-etcd"),
+                format!("c/c-control-plane-{i}: kube-apiserver reads from its etcd member again"),
+                format!("c/c-ingress: c-control-plane-{i} back in the ingress"),
+            ])
+            .concat(),
+    );
+    // Asked with the run's identity until it answered from storage: 1 refusal, then one
+    // read per replica.
+    let reads = h
+        .network
+        .api_reads()
+        .into_iter()
+        .filter(|r| r == &format!("GET {default}"))
+        .count();
+    assert_eq!(reads, 4);
+    // Taken out and waited for, told up and put back, through haproxy's runtime API.
+    let public = h.connector.runtimes["public-1"].calls();
+    assert_eq!(
+        runtime_api_commands(&public),
+        [vec!["show stat".to_string()]]
+            .into_iter()
+            .chain([0, 1, 2].map(|i| {
+                let s = format!("apiservers/c-control-plane-{i}");
+                vec![
+                    format!("set server {s} state drain; show stat"),
+                    format!("set server {s} health up; set server {s} state ready; show stat"),
+                ]
+            }))
+            .flatten()
+            .collect::<Vec<_>>(),
+    );
 }
 
 #[tokio::test]

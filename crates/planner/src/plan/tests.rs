@@ -259,6 +259,68 @@ fn scaling_down_retires_the_last_replica_and_the_ingress_forgets_it() {
 }
 
 #[test]
+fn scaling_changes_neither_pods_nor_files_of_the_replicas_that_stay() {
+    // A replica's API server stores in its own etcd member only (kubeadm's stacked layout):
+    // the members of the others are in none of its flags.
+    let pods_and_files = |p: &Plan, name: &str| {
+        let c = converge(p, "c");
+        let replica = c.component(name).unwrap();
+        (replica.rendered.pods.clone(), replica.changed_files())
+    };
+    let one = plan(
+        world(basic(), vec![cluster("c", 1, false)]),
+        NOW,
+        &PlanOptions::default(),
+    );
+    let apiserver = &converge(&one, "c")
+        .component("c-control-plane-0")
+        .unwrap()
+        .main_pod()
+        .unwrap()
+        .containers[0];
+    assert!(
+        apiserver
+            .args
+            .contains(&"--etcd-servers=https://10.0.0.1:30001".to_string()),
+        "{:?}",
+        apiserver.args
+    );
+    let mut w = recorded(&one);
+    w.clusters
+        .get_mut(&key("c"))
+        .unwrap()
+        .spec
+        .control_plane_replicas = Some(3);
+    let three = plan(w, LATER, &PlanOptions::default());
+    assert_eq!(
+        pods_and_files(&three, "c-control-plane-0"),
+        (pods_and_files(&one, "c-control-plane-0").0, 0),
+        "scaling up"
+    );
+    let mut w = recorded(&three);
+    w.clusters
+        .get_mut(&key("c"))
+        .unwrap()
+        .spec
+        .control_plane_replicas = Some(2);
+    let two = plan(w, LATER, &PlanOptions::default());
+    for name in ["c-control-plane-0", "c-control-plane-1"] {
+        assert_eq!(
+            pods_and_files(&two, name),
+            (pods_and_files(&three, name).0, 0),
+            "scaling down: {name}"
+        );
+        assert!(
+            converge(&two, "c")
+                .component(name)
+                .unwrap()
+                .restart
+                .is_empty()
+        );
+    }
+}
+
+#[test]
 fn a_cluster_marked_for_deletion_is_torn_down_where_it_has_anything() {
     let first = plan(
         world(basic(), vec![cluster("c", 1, false)]),

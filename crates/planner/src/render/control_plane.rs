@@ -35,11 +35,26 @@ impl ComponentRenderer<'_> {
                 spec.kubernetes_version
             ))
         })?;
+        // etcd membership (see the module documentation of `render`).
+        if whole
+            && !self
+                .replicas()
+                .iter()
+                .any(|r| r.metadata.name == c.metadata.name)
+        {
+            return Err(self.missing("live control plane replica (it is being deleted)"));
+        }
         let mut files = self.control_plane_files(whole)?;
-        // Every replica's etcd member serves the API servers.
+        // A replica's API server stores in its own etcd member only (kubeadm's stacked
+        // layout), so a replica added or removed restarts no other API server; the engine
+        // takes it out of the ingress while that member restarts. An API server alone uses
+        // every replica's member.
         let replicas = self.replicas();
         let mut etcd_servers = Vec::new();
-        for r in &replicas {
+        for r in replicas
+            .iter()
+            .filter(|r| !whole || r.metadata.name == c.metadata.name)
+        {
             etcd_servers.push(format!(
                 "https://{}:{}",
                 self.ip_of(r)?,
@@ -80,10 +95,6 @@ impl ComponentRenderer<'_> {
                 ),
             ],
         );
-        // etcd membership (see the module documentation of `render`).
-        if !replicas.iter().any(|r| r.metadata.name == c.metadata.name) {
-            return Err(self.missing("live control plane replica (it is being deleted)"));
-        }
         // etcd reads its own serving and peer certificates from disk again for every new
         // connection (since 3.2, etcd-io/etcd#7784): a reissued one restarts nothing. Its
         // trusted CA files it reads only at start (etcd-io/etcd#11555): those restart it.

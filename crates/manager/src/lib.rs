@@ -18,3 +18,8 @@ pub mod metrics;
 pub mod run;
 pub mod store;
 pub mod wiring;
+
+/// The allocator `oi-manager` runs with (and the manager-scale benchmark, which stands for
+/// it): under several threads, glibc's malloc spent about half of the manager's CPU of a
+/// 1,000-cluster resync in its own locks and consolidation (see docs/src/benchmarks.md).
+pub use mimalloc::MiMalloc as Allocator;

@@ -12,6 +12,9 @@ use anyhow::Context as _;
 use oi_manager::args::{self, Cli, Command, RunArgs};
 use oi_manager::run;
 
+#[global_allocator]
+static ALLOCATOR: oi_manager::Allocator = oi_manager::Allocator;
+
 fn main() -> ExitCode {
     let cli = match args::parse_args(std::env::args_os()) {
         Ok(cli) => cli,

@@ -28,6 +28,11 @@ use oi_cli_io::Target;
 
 use crate::args::Cli;
 
+/// The same allocator as `oi-manager`'s (see `oi_manager::Allocator`): a run over many
+/// clusters plans and checks them on several threads at once.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {

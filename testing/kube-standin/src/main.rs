@@ -6,6 +6,11 @@ use std::process::ExitCode;
 use oi_kube_standin::flags::{self, Parsed};
 use oi_kube_standin::{Role, apiserver, config, controller, https::chain, reported_version};
 
+/// The allocator of oneinfra's own binaries: a host runs many stand-ins at once, each
+/// copying its objects per request.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())

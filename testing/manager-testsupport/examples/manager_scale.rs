@@ -189,6 +189,10 @@ fn verb(request: &str) -> &'static str {
     }
 }
 
+/// The manager binary's allocator.
+#[global_allocator]
+static ALLOCATOR: oi_manager::Allocator = oi_manager::Allocator;
+
 fn main() -> anyhow::Result<()> {
     let mut list = false;
     let mut numbers = Vec::new();

@@ -123,8 +123,9 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                 self.put_back_left_out(key, ingress, &live).await?;
             }
         }
-        // A new cluster's founders, when nothing else waits for their etcd: their quorum is
-        // waited for while the other pods start (an API server waits for etcd by itself).
+        // A new cluster's founders, when nothing else waits for their etcd: their pods start
+        // with the others, and their quorum is waited for meanwhile (an API server waits
+        // for etcd by itself).
         let mut founding = Vec::new();
         if let Some((_, list)) = answered {
             // Members no replica owns go first, when they can: a dead one would keep a
@@ -171,10 +172,10 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             let (founders, joiners): (Vec<&ComponentPlan>, Vec<&ComponentPlan>) = replicas
                 .into_iter()
                 .partition(|r| plan.etcd.founders.contains(r.name()));
-            self.etcd_founders(key, &founders).await?;
             if joiners.is_empty() && deferred.is_empty() {
                 founding = founders;
             } else {
+                self.etcd_founders(key, &founders).await?;
                 self.etcd_founded(&founders, members, &etcd).await?;
                 for replica in joiners {
                     self.etcd_join(key, replica, members, &etcd).await?;
@@ -270,8 +271,11 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                 }),
         );
         // The ingress first, then the replicas one at a time (taken out of it in turn).
-        let (founded, together) =
-            futures::join!(self.etcd_founded(&founding, members, &etcd), together);
+        let founded = async {
+            self.etcd_founders(key, &founding).await?;
+            self.etcd_founded(&founding, members, &etcd).await
+        };
+        let (founded, together) = futures::join!(founded, together);
         founded?;
         let rolled: Step = if running { rolled.await } else { Ok(()) };
         rolled?;
@@ -286,12 +290,17 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         }
         // 6. Observe until ready or out of time. API servers all ready and the ingress not:
         //    haproxy is told so once rather than waiting for its checks to rise again.
+        //    So is an ingress of a cluster whose pods started in this run, once all its API
+        //    servers are ready, even when a request through it got through: its checks failed
+        //    while they started, and haproxy may still be counting down to holding them down
+        //    (the requests of step 7 would then find no server for a second or more).
         let mut vouched = false;
         loop {
             let observed = self.observe(plan, &etcd).await;
+            let ingress_lags = matches!(observed.failure, Some(StepError::IngressNotReady(_)));
             if !vouched
-                && matches!(observed.failure, Some(StepError::IngressNotReady(_)))
                 && observed.apiservers_ready > 0
+                && (ingress_lags || (!running && observed.failure.is_none()))
             {
                 vouched = true;
                 let servers: Vec<&str> = plan
@@ -303,7 +312,9 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                 for ingress in ingresses(plan) {
                     self.vouch_for(key, ingress, &servers).await;
                 }
-                continue;
+                if ingress_lags {
+                    continue;
+                }
             }
             let outcome = &mut result.outcome;
             outcome.etcd_started = observed.etcd_started;

@@ -4,7 +4,8 @@
 //!  start: load serving cert/key, client CA, service-account keys, etcd client cert,
 //!         kubelet client cert, egress selector; refuse what the stand-in does not implement
 //!         bind --bind-address:--secure-port (HTTPS, client certificates requested)
-//!  every 1 s: put + range <etcd-prefix>/standin/<address>:<port> on every etcd ──► /readyz
+//!  every 1 s (0.1 s while it fails): put + range <etcd-prefix>/standin/<address>:<port>
+//!         on every etcd ──► /readyz
 //!  background: bootstrap (system namespaces, RBAC policy, the kubernetes Service and this
 //!              server among its endpoints), finishing deleted namespaces and CRDs
 //!  requests: crate::api (objects in etcd under --etcd-prefix, so every replica serves the
@@ -37,6 +38,12 @@ use crate::tls::{self, TlsError};
 /// How often etcd is written and read.
 pub const ETCD_INTERVAL: Duration = Duration::from_secs(1);
 const ETCD_TIMEOUT: Duration = Duration::from_secs(2);
+/// While etcd does not answer (a new cluster electing its first leader, a member
+/// restarting): checked this often, each call first allowed [`FIRST_WAIT`], twice that after
+/// each failure up to [`ETCD_TIMEOUT`]. So `/readyz` follows etcd within a fraction of a
+/// second, as kube-apiserver's, which checks etcd when it is asked, does.
+const NOT_READY_INTERVAL: Duration = Duration::from_millis(100);
+const FIRST_WAIT: Duration = Duration::from_millis(250);
 /// How long one storage request may take.
 const STORAGE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -440,6 +447,16 @@ fn describe(cert: &rustls::pki_types::CertificateDer<'_>) -> String {
     format!("subject {}, SANs [{sans}]", parsed.subject())
 }
 
+/// After a check: how long until the next, and what each of its calls is allowed while
+/// etcd does not answer (`within`, that of the check that just failed).
+fn next_check(ready: bool, within: Duration) -> (Duration, Duration) {
+    if ready {
+        (ETCD_INTERVAL, FIRST_WAIT)
+    } else {
+        (NOT_READY_INTERVAL, (within * 2).min(ETCD_TIMEOUT))
+    }
+}
+
 async fn check_etcd(
     etcd: Etcd,
     key: String,
@@ -450,18 +467,21 @@ async fn check_etcd(
         "checking etcd {} every {ETCD_INTERVAL:?} with key {key}",
         etcd.endpoints().collect::<Vec<_>>().join(",")
     );
-    let mut interval = tokio::time::interval(ETCD_INTERVAL);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut round: u64 = 0;
     let mut unchanged_failures: u64 = 0;
+    let mut wait = Duration::ZERO;
+    let mut within = FIRST_WAIT;
     loop {
         tokio::select! {
-            _ = interval.tick() => {}
+            () = tokio::time::sleep(wait) => {}
             _ = serve::stopped(&mut stop) => return,
         }
         round += 1;
         let value = serde_json::json!({"standin": "kube-apiserver", "round": round}).to_string();
-        let results = etcd.write_and_read(&key, &value).await;
+        let was_ready = health.borrow().ready;
+        let results = etcd
+            .write_and_read(&key, &value, if was_ready { ETCD_TIMEOUT } else { within })
+            .await;
         let ok: Vec<&str> = results
             .iter()
             .filter(|(_, r)| r.is_ok())
@@ -500,6 +520,7 @@ async fn check_etcd(
                 tracing::debug!("etcd endpoint failed: {failure}");
             }
         }
+        (wait, within) = next_check(next.ready, within);
         health.send_replace(next);
     }
 }
@@ -507,6 +528,20 @@ async fn check_etcd(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn etcd_is_checked_often_while_it_fails_each_call_allowed_longer_each_time() {
+        let mut within = FIRST_WAIT;
+        let mut allowed = Vec::new();
+        for _ in 0..5 {
+            let (wait, next) = next_check(false, within);
+            assert_eq!(wait, NOT_READY_INTERVAL);
+            allowed.push(next.as_millis());
+            within = next;
+        }
+        assert_eq!(allowed, [500, 1000, 2000, 2000, 2000]);
+        assert_eq!(next_check(true, within), (ETCD_INTERVAL, FIRST_WAIT));
+    }
 
     #[test]
     fn etcd_key_prefers_advertised_then_bound_address() {

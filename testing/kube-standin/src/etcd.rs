@@ -78,7 +78,6 @@ pub enum EtcdError {
 #[derive(Clone)]
 pub struct Etcd {
     endpoints: Vec<(String, Client)>,
-    timeout: Duration,
 }
 
 impl std::fmt::Debug for Etcd {
@@ -91,7 +90,7 @@ impl std::fmt::Debug for Etcd {
 
 impl Etcd {
     /// A client of `servers` (`https://` URLs), trusting `ca_pem`, presenting `cert_pem` and
-    /// `key_pem`; each call bounded by `timeout`. Connects when first used.
+    /// `key_pem`; connecting and keep-alives bounded by `timeout`. Connects when first used.
     ///
     /// # Errors
     /// A server that is not an `https://` URL, or material the TLS stack refuses.
@@ -110,7 +109,7 @@ impl Etcd {
             let client = client_of(server, ca_pem, cert_pem, key_pem, timeout).await?;
             endpoints.push((server.clone(), client));
         }
-        Ok(Etcd { endpoints, timeout })
+        Ok(Etcd { endpoints })
     }
 
     /// The endpoints, as given.
@@ -118,40 +117,20 @@ impl Etcd {
         self.endpoints.iter().map(|(url, _)| url.as_str())
     }
 
-    async fn bounded<T>(
-        &self,
-        endpoint: &str,
-        operation: &'static str,
-        call: impl Future<Output = Result<T, etcd_client::Error>>,
-    ) -> Result<T, EtcdError> {
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(t)) => Ok(t),
-            Ok(Err(e)) => Err(EtcdError::Call {
-                endpoint: endpoint.to_string(),
-                operation,
-                reason: e.to_string(),
-            }),
-            Err(_) => Err(EtcdError::Timeout {
-                endpoint: endpoint.to_string(),
-                operation,
-                timeout: self.timeout,
-            }),
-        }
-    }
-
-    /// Writes `value` at `key` and reads it back, on every endpoint in turn. Returns one
-    /// result per endpoint.
+    /// Writes `value` at `key` and reads it back, on every endpoint in turn, each call
+    /// allowed `within`. Returns one result per endpoint.
     pub async fn write_and_read(
         &self,
         key: &str,
         value: &str,
+        within: Duration,
     ) -> Vec<(String, Result<(), EtcdError>)> {
         let mut results = Vec::with_capacity(self.endpoints.len());
         for (url, client) in &self.endpoints {
             let result = async {
                 let mut kv = client.kv_client();
-                self.bounded(url, "put", kv.put(key, value, None)).await?;
-                let answer = self.bounded(url, "range", kv.get(key, None)).await?;
+                bounded(url, "put", within, kv.put(key, value, None)).await?;
+                let answer = bounded(url, "range", within, kv.get(key, None)).await?;
                 let found = answer
                     .kvs()
                     .first()
@@ -171,5 +150,27 @@ impl Etcd {
             results.push((url.clone(), result));
         }
         results
+    }
+}
+
+/// `call` on `endpoint`, allowed `within`.
+async fn bounded<T>(
+    endpoint: &str,
+    operation: &'static str,
+    within: Duration,
+    call: impl Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, EtcdError> {
+    match tokio::time::timeout(within, call).await {
+        Ok(Ok(t)) => Ok(t),
+        Ok(Err(e)) => Err(EtcdError::Call {
+            endpoint: endpoint.to_string(),
+            operation,
+            reason: e.to_string(),
+        }),
+        Err(_) => Err(EtcdError::Timeout {
+            endpoint: endpoint.to_string(),
+            operation,
+            timeout: within,
+        }),
     }
 }

@@ -261,7 +261,21 @@ async fn three_new_replicas_found_etcd_together_and_a_second_run_changes_nothing
         on(&placed("c-control-plane-1")),
         ["files", "c-control-plane-1-etcd", "c-control-plane-1"]
     );
-    assert_eq!(on("public-1"), ["files", "c-ingress"]);
+    // The ingress of the new cluster is told once that its API servers answer: haproxy's
+    // checks failed while they started.
+    assert_eq!(
+        on("public-1")
+            .into_iter()
+            .map(
+                |c| if c.contains("haproxy runtime API") && c.contains("health up") {
+                    "vouched".to_string()
+                } else {
+                    c
+                }
+            )
+            .collect::<Vec<_>>(),
+        ["files", "c-ingress", "vouched"]
+    );
     let events = h.events.lock().unwrap().clone();
     assert!(
         events
@@ -2309,8 +2323,19 @@ async fn a_restore_stages_every_replica_before_stopping_any_then_starts_them_tog
             "{hv}"
         );
     }
+    // The ingress keeps its pod and files; haproxy is told once that the API servers,
+    // stopped for the swap, answer again.
+    assert_eq!(
+        runtime_api_commands(&h2.connector.runtimes["public-1"].calls()),
+        ["set server apiservers/c-control-plane-0 health up; \
+          set server apiservers/c-control-plane-1 health up; \
+          set server apiservers/c-control-plane-2 health up"],
+    );
     assert!(
-        h2.connector.runtimes["public-1"].calls().is_empty(),
+        h2.connector.runtimes["public-1"]
+            .calls()
+            .iter()
+            .all(|c| matches!(c, Call::Exec { job, .. } if job == "haproxy runtime API")),
         "the ingress is left alone: {:?}",
         h2.connector.runtimes["public-1"].calls()
     );
@@ -2604,10 +2629,19 @@ async fn an_ingress_whose_checks_lag_is_told_its_api_servers_answer() {
           set server apiservers/c-control-plane-1 health up; \
           set server apiservers/c-control-plane-2 health up"]
     );
-    // An ingress that answers by itself is told nothing.
+    // A new cluster's ingress that answers by itself is told too, once every API server
+    // answered (haproxy may still be counting its failed checks down); a running cluster
+    // whose API servers did not restart is told nothing.
     let h = Harness::new();
     let report = h.run(world(1, &[("c", 3)])).await;
     assert!(report.all_ready(), "{:?}", report.clusters);
+    assert_eq!(
+        runtime_api_commands(&h.connector.runtimes["public-1"].calls()),
+        asked
+    );
+    h.connector.clear();
+    let again = h.run(report.world.clone()).await;
+    assert!(again.all_ready(), "{:?}", again.clusters);
     assert_eq!(
         runtime_api_commands(&h.connector.runtimes["public-1"].calls()),
         Vec::<String>::new()

@@ -20,6 +20,8 @@ use super::storage::{ListOptions, StorageError};
 
 /// How often deletions are looked at when nothing wakes the loop.
 pub const INTERVAL: Duration = Duration::from_secs(1);
+/// How soon a bootstrap that failed (etcd not answering yet) is tried again.
+const BOOTSTRAP_RETRY: Duration = Duration::from_millis(100);
 
 impl Api {
     /// Creates `object` of `resource` at its key if nothing is there (server-side: no
@@ -74,15 +76,19 @@ impl Api {
         for name in policy::SYSTEM_NAMESPACES {
             self.ensure(&namespaces, policy::namespace(name)).await?;
         }
-        for object in policy::bootstrap_policy() {
+        // The policy's objects at once: etcd takes concurrent writes in one proposal.
+        let policy = policy::bootstrap_policy().into_iter().map(|object| {
             let plural = match object["kind"].as_str() {
                 Some("ClusterRole") => "clusterroles",
                 Some("ClusterRoleBinding") => "clusterrolebindings",
                 Some("Role") => "roles",
                 _ => "rolebindings",
             };
-            self.ensure(&self.builtin("rbac.authorization.k8s.io", plural), object)
-                .await?;
+            let resource = self.builtin("rbac.authorization.k8s.io", plural);
+            async move { self.ensure(&resource, object).await }
+        });
+        for ensured in futures::future::join_all(policy).await {
+            ensured?;
         }
         if let Some(range) = self.settings.service_cluster_ip_ranges.first() {
             let ip = range
@@ -333,7 +339,8 @@ fn has_address(endpoints: &Value, address: &str) -> bool {
         .any(|a| a["ip"] == address)
 }
 
-/// Bootstraps, then finishes deletions every [`INTERVAL`] or when woken, until `stop`.
+/// Bootstraps (tried again every [`BOOTSTRAP_RETRY`] until it succeeds), then finishes
+/// deletions every [`INTERVAL`] or when woken, until `stop`.
 pub async fn run(api: Arc<Api>, mut stop: watch::Receiver<bool>) {
     let mut failures = 0u32;
     loop {
@@ -355,8 +362,13 @@ pub async fn run(api: Arc<Api>, mut stop: watch::Receiver<bool>) {
         {
             tracing::debug!("finishing deletions: {e}");
         }
+        let wait = if api.bootstrapped() {
+            INTERVAL
+        } else {
+            BOOTSTRAP_RETRY
+        };
         tokio::select! {
-            _ = tokio::time::sleep(INTERVAL) => {}
+            _ = tokio::time::sleep(wait) => {}
             _ = api.wake.notified() => {}
             _ = crate::serve::stopped(&mut stop) => return,
         }

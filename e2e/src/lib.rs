@@ -990,6 +990,31 @@ impl ApiCaller {
         }
     }
 
+    /// How many calls were made so far.
+    pub fn made(&self) -> usize {
+        self.calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+
+    /// Waits (at most `timeout`) until at least `n` calls were made.
+    ///
+    /// # Errors
+    /// Fewer than `n` made by then.
+    pub fn wait_for(&self, n: usize, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        while self.made() < n {
+            ensure!(
+                Instant::now() < deadline,
+                "{} of {n} calls made after {timeout:?}",
+                self.made()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
     /// Stops calling; every call with when it was made and its failure, if it failed.
     pub fn finish_timed(mut self) -> Vec<(Instant, Option<String>)> {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);

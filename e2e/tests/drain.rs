@@ -66,11 +66,14 @@ fn draining_hypervisors_moves_replicas_and_ingress_with_no_write_lost() {
             format!("--from-literal=i={i}"),
         ]
     });
-    std::thread::sleep(Duration::from_millis(500));
+    // A few writes before, and at least 10 in all with 3 after the drain.
+    writer.wait_for(3, Duration::from_secs(30)).unwrap();
     let run = drain(&run.stdout, &drained)
         .ok("oi hypervisor drain")
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    writer
+        .wait_for((writer.made() + 3).max(10), Duration::from_secs(60))
+        .unwrap();
     let calls = writer.finish_timed();
     let failed: Vec<(usize, &String)> = calls
         .iter()

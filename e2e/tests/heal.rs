@@ -112,14 +112,17 @@ fn lost_hypervisors_are_replaced_and_a_lost_quorum_recovered_with_no_acknowledge
             format!("--from-literal=i={i}"),
         ]
     });
-    std::thread::sleep(Duration::from_millis(500));
+    // A few writes before the loss, and at least 10 in all with 3 after the removal.
+    writer.wait_for(3, Duration::from_secs(30)).unwrap();
     let lost_at = Instant::now();
     let _first = set.lose(&victim).unwrap();
     let run = remove(&run.stdout, &victim)
         .ok("oi hypervisor remove")
         .unwrap();
     let back = lost_at.elapsed();
-    std::thread::sleep(Duration::from_millis(500));
+    writer
+        .wait_for((writer.made() + 3).max(10), Duration::from_secs(60))
+        .unwrap();
     let calls = writer.finish_timed();
     let failed: Vec<(usize, &String)> = calls
         .iter()
@@ -428,7 +431,7 @@ fn the_manager_replaces_a_replica_on_a_hypervisor_unreachable_past_the_grace_per
             format!("--from-literal=i={i}"),
         ]
     });
-    std::thread::sleep(Duration::from_millis(500));
+    writer.wait_for(3, Duration::from_secs(30)).unwrap();
     let lost_at = Instant::now();
     let _lost = set.lose(&victim).unwrap();
     let on_victim = |s: &MemoryStore| {
@@ -441,7 +444,9 @@ fn the_manager_replaces_a_replica_on_a_hypervisor_unreachable_past_the_grace_per
             && condition(s, condition_types::RECONCILE_SUCCEEDED) == Some(true)
     });
     let back = lost_at.elapsed();
-    std::thread::sleep(Duration::from_millis(500));
+    writer
+        .wait_for(writer.made() + 3, Duration::from_secs(60))
+        .unwrap();
     let calls = writer.finish_timed();
     let failed = calls.iter().filter(|(_, e)| e.is_some()).count();
     eprintln!(

@@ -125,10 +125,12 @@ fn cas_rotate_with_the_api_up_until_the_last_phase() {
     // The API server CA, a client of the old one calling all along, etcd watched.
     let members = MemberWatch::start(Etcdctl::new(&parsed, "c1").unwrap());
     let caller = ApiCaller::start(&old_kept);
-    std::thread::sleep(Duration::from_millis(500));
+    caller.wait_for(3, Duration::from_secs(30)).unwrap();
     let (ok, rotated, lines) = rotate_timed(&world, &["--ca", "apiServer"]);
     let ended = Instant::now();
-    std::thread::sleep(Duration::from_millis(500));
+    caller
+        .wait_for(caller.made() + 3, Duration::from_secs(60))
+        .unwrap();
     let calls = caller.finish_timed();
     let seen = members.finish();
     let text: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();

@@ -62,12 +62,15 @@ fn upgrades_go_one_minor_at_a_time_with_the_api_up() {
 
     // 1.36 -> 1.37 by `oi reconcile`, a client calling every 100 ms all along.
     let caller = Caller::start(&c1);
-    std::thread::sleep(Duration::from_millis(500));
+    // A few calls before, and at least 10 in all with 3 after the upgrade.
+    caller.wait_for(3, Duration::from_secs(30)).unwrap();
     let run = reconcile(&with_version(&world, "c1", "1.37"), &[])
         .unwrap()
         .ok("upgrading reconcile")
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    caller
+        .wait_for((caller.made() + 3).max(10), Duration::from_secs(60))
+        .unwrap();
     let (calls, failed) = caller.finish();
     eprintln!(
         "1.36 -> 1.37 in {:.1?}: {calls} calls, {} failed",

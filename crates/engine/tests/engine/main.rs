@@ -687,17 +687,7 @@ async fn a_members_etcd_restart_takes_its_api_server_out_of_the_ingress_until_it
     let public = h.connector.runtimes["public-1"].calls();
     assert_eq!(
         runtime_api_commands(&public),
-        [vec!["show stat".to_string()]]
-            .into_iter()
-            .chain([0, 1, 2].map(|i| {
-                let s = format!("apiservers/c-control-plane-{i}");
-                vec![
-                    format!("set server {s} state drain; show stat"),
-                    format!("set server {s} health up; set server {s} state ready; show stat"),
-                ]
-            }))
-            .flatten()
-            .collect::<Vec<_>>(),
+        one_replica_at_a_time_out_of_the_ingress(),
     );
 }
 
@@ -735,17 +725,7 @@ async fn a_running_clusters_api_servers_are_replaced_one_at_a_time_each_ready_be
     let public = h.connector.runtimes["public-1"].calls();
     assert_eq!(
         runtime_api_commands(&public),
-        [vec!["show stat".to_string()]]
-            .into_iter()
-            .chain([0, 1, 2].map(|i| {
-                let s = format!("apiservers/c-control-plane-{i}");
-                vec![
-                    format!("set server {s} state drain; show stat"),
-                    format!("set server {s} health up; set server {s} state ready; show stat"),
-                ]
-            }))
-            .flatten()
-            .collect::<Vec<_>>(),
+        one_replica_at_a_time_out_of_the_ingress(),
     );
     let writes = public
         .iter()
@@ -762,6 +742,23 @@ async fn a_running_clusters_api_servers_are_replaced_one_at_a_time_each_ready_be
             .any(|c| matches!(c, Call::RemovePod { .. } | Call::CreatePod { .. })),
         "{public:?}"
     );
+}
+
+/// What haproxy's runtime API is asked when each of c's three replicas restarts in turn: what
+/// an earlier run left out looked for, then each taken out and waited for, told up and put
+/// back.
+fn one_replica_at_a_time_out_of_the_ingress() -> Vec<String> {
+    [vec!["show stat".to_string()]]
+        .into_iter()
+        .chain([0, 1, 2].map(|i| {
+            let s = format!("apiservers/c-control-plane-{i}");
+            vec![
+                format!("set server {s} state drain; show stat"),
+                format!("set server {s} health up; set server {s} state ready; show stat"),
+            ]
+        }))
+        .flatten()
+        .collect()
 }
 
 /// The commands sent to haproxy's runtime API, in order.

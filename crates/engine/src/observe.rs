@@ -23,33 +23,39 @@ pub(crate) struct Observed {
 }
 
 impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
+    /// `GET path` of `base` with `tls`: `Ok` when it answered one of `expected`, otherwise
+    /// why not (no answer, or the status and body it answered).
+    async fn get(&self, base: &str, path: &str, tls: &Tls, expected: &[u16]) -> Result<(), String> {
+        let response = self
+            .network
+            .request(HttpsRequest {
+                base,
+                method: &Method::GET,
+                path,
+                body: None,
+                tls,
+                bearer: None,
+            })
+            .await
+            .map_err(|e| e.reason)?;
+        if expected.contains(&response.status) {
+            Ok(())
+        } else {
+            Err(format!(
+                "{path} answered {}: {}",
+                response.status,
+                String::from_utf8_lossy(&response.body).trim()
+            ))
+        }
+    }
+
     /// `GET /readyz` of `base`, its certificate checked against `ca`.
     async fn readyz(&self, base: &str, ca: &str) -> Result<(), String> {
         let tls = Tls {
             ca_pem: ca.to_string(),
             identity: None,
         };
-        let response = self
-            .network
-            .request(HttpsRequest {
-                base,
-                method: &Method::GET,
-                path: "/readyz",
-                body: None,
-                tls: &tls,
-                bearer: None,
-            })
-            .await
-            .map_err(|e| e.reason)?;
-        if response.status == 200 {
-            Ok(())
-        } else {
-            Err(format!(
-                "/readyz answered {}: {}",
-                response.status,
-                String::from_utf8_lossy(&response.body).trim()
-            ))
-        }
+        self.get(base, "/readyz", &tls, &[200]).await
     }
 
     /// Waits (until the deadline) for the API server of replica `c`, whose pod was just
@@ -125,19 +131,12 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             identity: Some((identity.certificate.clone(), identity.private_key.clone())),
         };
         loop {
+            // 404 too: the absence of the Namespace was read from etcd all the same.
             let reason = match self
-                .network
-                .request(HttpsRequest {
-                    base: url,
-                    method: &Method::GET,
-                    path: "/api/v1/namespaces/default",
-                    body: None,
-                    tls: &tls,
-                    bearer: None,
-                })
+                .get(url, "/api/v1/namespaces/default", &tls, &[200, 404])
                 .await
             {
-                Ok(r) if r.status == 200 || r.status == 404 => {
+                Ok(()) => {
                     self.emit(
                         Some(&c.hypervisor),
                         key,
@@ -146,12 +145,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                     );
                     return Ok(true);
                 }
-                Ok(r) => format!(
-                    "a read answered {}: {}",
-                    r.status,
-                    String::from_utf8_lossy(&r.body).trim()
-                ),
-                Err(e) => e.reason,
+                Err(reason) => reason,
             };
             if self.out_of_time() {
                 return Err(StepError::ApiServerNotReadyAfterChange {

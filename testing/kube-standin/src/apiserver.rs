@@ -44,6 +44,8 @@ const ETCD_TIMEOUT: Duration = Duration::from_secs(2);
 /// second, as kube-apiserver's, which checks etcd when it is asked, does.
 const NOT_READY_INTERVAL: Duration = Duration::from_millis(100);
 const FIRST_WAIT: Duration = Duration::from_millis(250);
+/// How often a failure that did not change is logged again.
+const WARN_AGAIN: Duration = Duration::from_secs(30);
 /// How long one storage request may take.
 const STORAGE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -468,7 +470,8 @@ async fn check_etcd(
         etcd.endpoints().collect::<Vec<_>>().join(",")
     );
     let mut round: u64 = 0;
-    let mut unchanged_failures: u64 = 0;
+    // When an unchanged failure was last logged: again only after WARN_AGAIN.
+    let mut warned: Option<std::time::Instant> = None;
     let mut wait = Duration::ZERO;
     let mut within = FIRST_WAIT;
     loop {
@@ -478,10 +481,9 @@ async fn check_etcd(
         }
         round += 1;
         let value = serde_json::json!({"standin": "kube-apiserver", "round": round}).to_string();
-        let was_ready = health.borrow().ready;
-        let results = etcd
-            .write_and_read(&key, &value, if was_ready { ETCD_TIMEOUT } else { within })
-            .await;
+        let previous = health.borrow().clone();
+        let allowed = if previous.ready { ETCD_TIMEOUT } else { within };
+        let results = etcd.write_and_read(&key, &value, allowed).await;
         let ok: Vec<&str> = results
             .iter()
             .filter(|(_, r)| r.is_ok())
@@ -502,20 +504,19 @@ async fn check_etcd(
                 reason: String::new(),
             }
         };
-        let previous = health.borrow().clone();
         if next.ready && !previous.ready {
             tracing::info!("etcd ok: wrote and read back {key} on {}", ok.join(","));
         }
         if !next.ready {
             if previous.ready
                 || previous.reason != next.reason
-                || unchanged_failures.is_multiple_of(30)
+                || warned.is_none_or(|at| at.elapsed() >= WARN_AGAIN)
             {
                 tracing::warn!("etcd check failed: {}", next.reason);
+                warned = Some(std::time::Instant::now());
             }
-            unchanged_failures += 1;
         } else {
-            unchanged_failures = 0;
+            warned = None;
             for failure in &failures {
                 tracing::debug!("etcd endpoint failed: {failure}");
             }

@@ -577,23 +577,25 @@ async fn a_reissued_etcd_serving_or_peer_certificate_restarts_nothing() {
     }
 }
 
+/// A rotation's first phase for the etcd peer CA: cluster c trusts a new one beside the
+/// current, so every etcd pod must restart (etcd reads its trusted CA files only at start).
+fn trust_a_new_etcd_peer_ca(w: &mut World) {
+    let c = w.clusters.get_mut(&ObjectKey::new("default", "c")).unwrap();
+    let selection = oi_planner::rotation::Selection {
+        cas: vec![oi_pki::CaKind::EtcdPeer],
+        service_account: false,
+    };
+    oi_planner::rotation::start(c, &selection, NOW, &Default::default()).unwrap();
+}
+
 #[tokio::test]
 async fn a_running_clusters_etcd_pods_are_replaced_one_at_a_time_each_healthy_before_the_next() {
     let h = Harness::new();
     // A new etcd peer CA is trusted beside the current one (a rotation's first phase): every
     // etcd pod must restart to read its trusted CA file (etcd reads it only at start).
-    let (report, log, etcd_steps) = rerun_after(
-        &h,
-        |w| {
-            let c = w.clusters.get_mut(&ObjectKey::new("default", "c")).unwrap();
-            let selection = oi_planner::rotation::Selection {
-                cas: vec![oi_pki::CaKind::EtcdPeer],
-                service_account: false,
-            };
-            oi_planner::rotation::start(c, &selection, NOW, &Default::default()).unwrap();
-        },
-        |e| e.contains("-etcd") || e.contains("etcd member healthy") || e.contains("leadership"),
-    )
+    let (report, log, etcd_steps) = rerun_after(&h, trust_a_new_etcd_peer_ca, |e| {
+        e.contains("-etcd") || e.contains("etcd member healthy") || e.contains("leadership")
+    })
     .await;
     // Only the etcd pods read the etcd serving certificate: the Kubernetes control plane
     // pods and the ingress keep running.
@@ -652,12 +654,7 @@ async fn a_members_etcd_restart_takes_its_api_server_out_of_the_ingress_until_it
         |w| {
             h.network
                 .script_api("GET", default, 503, "etcd reconnecting", 1);
-            let c = w.clusters.get_mut(&ObjectKey::new("default", "c")).unwrap();
-            let selection = oi_planner::rotation::Selection {
-                cas: vec![oi_pki::CaKind::EtcdPeer],
-                service_account: false,
-            };
-            oi_planner::rotation::start(c, &selection, NOW, &Default::default()).unwrap();
+            trust_a_new_etcd_peer_ca(w);
         },
         |e| e.contains("-etcd") || e.contains("the ingress") || e.contains("reads from"),
     )

@@ -205,6 +205,17 @@ fn a_converged_cluster_restarts_nothing_and_a_reissued_certificate_restarts_its_
     assert!(restarts_after_reissue("etcd-server").is_empty());
 }
 
+/// What `earlier` did, recorded, then cluster c scaled to `replicas`: the plan of the next run.
+fn rescaled(earlier: &Plan, replicas: u32) -> Plan {
+    let mut w = recorded(earlier);
+    w.clusters
+        .get_mut(&key("c"))
+        .unwrap()
+        .spec
+        .control_plane_replicas = Some(replicas);
+    plan(w, LATER, &PlanOptions::default())
+}
+
 #[test]
 fn scaling_down_retires_the_last_replica_and_the_ingress_forgets_it() {
     let first = plan(
@@ -212,13 +223,7 @@ fn scaling_down_retires_the_last_replica_and_the_ingress_forgets_it() {
         NOW,
         &PlanOptions::default(),
     );
-    let mut w = recorded(&first);
-    w.clusters
-        .get_mut(&key("c"))
-        .unwrap()
-        .spec
-        .control_plane_replicas = Some(2);
-    let plan = plan(w, LATER, &PlanOptions::default());
+    let plan = rescaled(&first, 2);
     let c = converge(&plan, "c");
     assert_eq!(
         names(&c.etcd.members),
@@ -285,25 +290,13 @@ fn scaling_changes_neither_pods_nor_files_of_the_replicas_that_stay() {
         "{:?}",
         apiserver.args
     );
-    let mut w = recorded(&one);
-    w.clusters
-        .get_mut(&key("c"))
-        .unwrap()
-        .spec
-        .control_plane_replicas = Some(3);
-    let three = plan(w, LATER, &PlanOptions::default());
+    let three = rescaled(&one, 3);
     assert_eq!(
         pods_and_files(&three, "c-control-plane-0"),
         (pods_and_files(&one, "c-control-plane-0").0, 0),
         "scaling up"
     );
-    let mut w = recorded(&three);
-    w.clusters
-        .get_mut(&key("c"))
-        .unwrap()
-        .spec
-        .control_plane_replicas = Some(2);
-    let two = plan(w, LATER, &PlanOptions::default());
+    let two = rescaled(&three, 2);
     for name in ["c-control-plane-0", "c-control-plane-1"] {
         assert_eq!(
             pods_and_files(&two, name),

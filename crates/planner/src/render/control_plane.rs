@@ -36,12 +36,8 @@ impl ComponentRenderer<'_> {
             ))
         })?;
         // etcd membership (see the module documentation of `render`).
-        if whole
-            && !self
-                .replicas()
-                .iter()
-                .any(|r| r.metadata.name == c.metadata.name)
-        {
+        let replicas = self.replicas();
+        if whole && !replicas.iter().any(|r| r.metadata.name == c.metadata.name) {
             return Err(self.missing("live control plane replica (it is being deleted)"));
         }
         let mut files = self.control_plane_files(whole)?;
@@ -49,7 +45,6 @@ impl ComponentRenderer<'_> {
         // layout), so a replica added or removed restarts no other API server; the engine
         // takes it out of the ingress while that member restarts. An API server alone uses
         // every replica's member.
-        let replicas = self.replicas();
         let mut etcd_servers = Vec::new();
         for r in replicas
             .iter()

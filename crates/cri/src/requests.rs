@@ -13,6 +13,11 @@ pub const RUN_LABEL: &str = "oneinfra.ereslibre.es/run";
 pub const RUN_NAMESPACE: &str = "oneinfra-system";
 /// Where the writer and remover containers see the hypervisor's root filesystem.
 pub const HOST_ROOT_MOUNT: &str = "/host";
+/// The environment variable telling a helper that cleans up after itself (file writer, path
+/// remover) the host path of its own log directory, which it removes as its last act: nobody
+/// reads a log after a success, and a failure (non-zero exit before that) keeps it for the
+/// log tail of the error.
+pub const OWN_LOG_DIR_ENV: &str = "OI_OWN_LOG_DIR";
 /// Largest base64 value put in one environment variable (Linux caps one at 128 KiB).
 const ENV_CHUNK: usize = 64 * 1024;
 /// Largest base64 payload given to one writer container (the kernel caps the whole
@@ -174,7 +179,8 @@ pub use oi_api::runtime::check_host_path;
 /// `mktemp`: a name no other writer shares, even one running at once on the same hypervisor,
 /// whose PID namespace gives every writer PID 1; mode 0600 and umask 077, so a key is never
 /// readable by others, even briefly), sets the mode and renames it over the target. Only
-/// variable names are `eval`ed, never file contents.
+/// variable names are `eval`ed, never file contents. Last, it removes its own log directory
+/// ([`OWN_LOG_DIR_ENV`]).
 pub const WRITER_SCRIPT: &str = r#"set -eu
 umask 077
 tmp=""
@@ -196,13 +202,16 @@ while [ "$i" -lt "$OI_FILES" ]; do
   tmp=""
   i=$((i+1))
 done
+rm -rf "/host$OI_OWN_LOG_DIR"
 "#;
 
-/// The shell script of the remover container: `rm -rf /host<path>` for each argument.
+/// The shell script of the remover container: `rm -rf /host<path>` for each argument, then
+/// its own log directory ([`OWN_LOG_DIR_ENV`]).
 pub const REMOVER_SCRIPT: &str = r#"set -eu
 for p in "$@"; do
   rm -rf "/host$p"
 done
+rm -rf "/host$OI_OWN_LOG_DIR"
 "#;
 
 fn host_root_mount() -> Mount {

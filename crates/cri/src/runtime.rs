@@ -235,6 +235,18 @@ pub trait HypervisorRuntime: Send + Sync {
     ) -> impl Future<Output = Result<String>> + Send;
 }
 
+/// What becomes of a throwaway container's log once it exited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Logs {
+    /// Read whatever the exit code (a reader's answer), then removed.
+    Always,
+    /// Read for the error when it failed, then removed.
+    OnFailure,
+    /// Its script removes its own log directory as its last act (writers, removers): a
+    /// success leaves nothing to read or remove; a failure is read, then removed.
+    RemovedByItself,
+}
+
 /// How long a log tail is, in bytes.
 pub const LOG_TAIL_BYTES: usize = 2048;
 /// How often a throwaway container's state is polled.
@@ -397,7 +409,9 @@ impl CriClient {
 
     /// Runs a read-only helper and returns what it printed.
     async fn run_reader(&self, job: &'static str, container: &ContainerSpec) -> Result<String> {
-        let exit = self.run_collecting(container, HELPER_TIMEOUT, true).await?;
+        let exit = self
+            .run_collecting(container, HELPER_TIMEOUT, Logs::Always)
+            .await?;
         if exit.code != 0 {
             return Err(Error::HelperFailed {
                 target: self.target().clone(),
@@ -409,8 +423,13 @@ impl CriClient {
         Ok(exit.log_tail)
     }
 
+    /// Runs a writer or remover: a helper whose script removes its own log directory as its
+    /// last act ([`requests::OWN_LOG_DIR_ENV`]), so a success needs no log reader after it.
     async fn run_helper(&self, job: &'static str, container: &ContainerSpec) -> Result<()> {
-        self.run_bounded(job, container, HELPER_TIMEOUT).await
+        let exit = self
+            .run_collecting(container, HELPER_TIMEOUT, Logs::RemovedByItself)
+            .await?;
+        self.exited_zero(job, exit)
     }
 
     async fn run_bounded(
@@ -420,6 +439,10 @@ impl CriClient {
         timeout: Duration,
     ) -> Result<()> {
         let exit = self.run_to_completion(container, timeout).await?;
+        self.exited_zero(job, exit)
+    }
+
+    fn exited_zero(&self, job: &'static str, exit: Exit) -> Result<()> {
         if exit.code != 0 {
             return Err(Error::HelperFailed {
                 target: self.target().clone(),
@@ -473,23 +496,32 @@ impl CriClient {
         container: &ContainerSpec,
         timeout: Duration,
     ) -> Result<Exit> {
-        self.run_collecting(container, timeout, false).await
+        self.run_collecting(container, timeout, Logs::OnFailure)
+            .await
     }
 
-    /// [`Self::run_to_completion`], its output collected whatever the exit code when
-    /// `always` (a reader's answer), else only when it failed.
+    /// [`Self::run_to_completion`], its output collected as `logs` says.
     async fn run_collecting(
         &self,
         container: &ContainerSpec,
         timeout: Duration,
-        always: bool,
+        logs: Logs,
     ) -> Result<Exit> {
         self.ensure_image(&container.image).await?;
         let pod = requests::throwaway_pod(container, &unique_suffix());
         let config = requests::sandbox_config(&pod, &self.options().log_root);
+        let mut container = std::borrow::Cow::Borrowed(container);
+        if logs == Logs::RemovedByItself {
+            let own = requests::log_directory(&pod, &self.options().log_root);
+            self.check_paths([own.as_str()])?;
+            container
+                .to_mut()
+                .env
+                .insert(requests::OWN_LOG_DIR_ENV.to_string(), own);
+        }
         let sandbox_id = self.run_sandbox(&config).await?;
         let waited = async {
-            let request = requests::create_container_request(&sandbox_id, container, &config);
+            let request = requests::create_container_request(&sandbox_id, &container, &config);
             let id = self.create_container(&request).await?;
             self.start_container(&id).await?;
             let deadline = Instant::now() + timeout;
@@ -506,8 +538,13 @@ impl CriClient {
         }
         .await;
         let outcome = match waited {
+            // A helper that succeeded has removed its own log directory: no reader needed.
+            Ok(Some(0)) if logs == Logs::RemovedByItself => Ok(Exit {
+                code: 0,
+                log_tail: String::new(),
+            }),
             Ok(Some(code)) => {
-                let tail = always || code != 0;
+                let tail = logs == Logs::Always || code != 0;
                 let log_tail = self
                     .collect_log(&sandbox_id, &config, &pod, &container.name, tail)
                     .await;

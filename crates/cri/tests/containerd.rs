@@ -251,7 +251,34 @@ async fn files_land_with_content_and_mode_and_unchanged_ones_are_skipped() {
         let err = rt.remove_host_paths(&[bad.to_string()]).await.unwrap_err();
         assert!(matches!(err, Error::InvalidHostPath { .. }), "{bad}: {err}");
     }
+
+    // A writer that fails says why (its log, read after it exited) and leaves nothing.
+    std::fs::write(base.join("plain"), b"a file, not a directory").unwrap();
+    let under_a_file = HostFile {
+        path: path("plain/x.conf"),
+        content: b"x".to_vec(),
+        mode: 0o644,
+    };
+    let err = rt
+        .write_files(&[under_a_file], &BTreeMap::new())
+        .await
+        .unwrap_err();
+    let Error::HelperFailed { job, log_tail, .. } = &err else {
+        panic!("not a helper failure: {err}");
+    };
+    assert_eq!(*job, "file writer");
+    assert!(
+        log_tail.contains("plain"),
+        "the log tail says why: {log_tail:?}"
+    );
+
+    // Nothing is left behind: no pods, and no log directories (a writer or remover that
+    // succeeded removed its own, a failed one's was read and removed).
     assert!(rt.list_pods(&BTreeMap::new()).await.unwrap().is_empty());
+    let logs: Vec<_> = std::fs::read_dir(&fx.options.log_root)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(logs.is_empty(), "log directories left: {logs:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

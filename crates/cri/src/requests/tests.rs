@@ -175,6 +175,25 @@ fn writer_env_chunks_contents() {
     assert_eq!(w.mounts[0].container_path, HOST_ROOT_MOUNT);
 }
 
+/// A throwaway pod's log directory under `root`, holding a log file as containerd leaves it:
+/// returns `env` with [`OWN_LOG_DIR_ENV`] naming it (a host path) and its path under `root`.
+fn with_own_log_dir(
+    root: &std::path::Path,
+    pod: &str,
+    mut env: BTreeMap<String, String>,
+) -> (BTreeMap<String, String>, std::path::PathBuf) {
+    let host_path = format!("/var/log/oneinfra/pods/default_{pod}_0123456789abcdef");
+    let dir = root.join(host_path.trim_start_matches('/'));
+    std::fs::create_dir_all(dir.join("oi-helper")).unwrap();
+    std::fs::write(
+        dir.join("oi-helper/0.log"),
+        b"2026-11-30T00:00:00Z stdout F x\n",
+    )
+    .unwrap();
+    env.insert(OWN_LOG_DIR_ENV.to_string(), host_path);
+    (env, dir)
+}
+
 /// Runs a script the way the toolbox container would, with the host root replaced by `root`.
 fn run_script(
     script: &str,
@@ -217,12 +236,15 @@ fn writer_script_writes_contents_and_modes_atomically() {
     std::fs::write(root.path().join("etc/oneinfra/c1/ca.key"), b"old").unwrap();
     let refs: Vec<&HostFile> = files.iter().collect();
     let w = writer_container(&refs, "toolbox");
-    let out = run_script(WRITER_SCRIPT, root.path(), &w.env, &[]);
+    let (env, log_dir) = with_own_log_dir(root.path(), "writer", w.env);
+    let out = run_script(WRITER_SCRIPT, root.path(), &env, &[]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert!(!log_dir.exists(), "its own log directory is removed last");
+    assert!(log_dir.parent().unwrap().exists(), "only its own");
     for f in &files {
         let on_disk = root.path().join(f.path.trim_start_matches('/'));
         assert_eq!(std::fs::read(&on_disk).unwrap(), f.content, "{}", f.path);
@@ -254,15 +276,17 @@ fn concurrent_writers_share_no_temporary_file() {
     for round in 0..5 {
         let children: Vec<_> = contents
             .iter()
-            .map(|content| {
+            .enumerate()
+            .map(|(i, content)| {
                 let f = file("/etc/oneinfra/same.bin", content, 0o600);
                 let w = writer_container(&[&f], "toolbox");
+                let (env, _) = with_own_log_dir(root.path(), &format!("w{round}-{i}"), w.env);
                 let script = WRITER_SCRIPT.replace("/host", &root.path().to_string_lossy());
                 Command::new("unshare")
                     .args(["--pid", "--fork", "sh", "-c", &script, "writer"])
                     .env_clear()
                     .env("PATH", "/usr/bin:/bin")
-                    .envs(&w.env)
+                    .envs(&env)
                     .stderr(std::process::Stdio::piped())
                     .spawn()
                     .unwrap()
@@ -289,6 +313,10 @@ fn concurrent_writers_share_no_temporary_file() {
         .map(|e| e.file_name())
         .collect();
     assert_eq!(left.len(), 1, "temporary files left: {left:?}");
+    let logs: Vec<_> = std::fs::read_dir(root.path().join("var/log/oneinfra/pods"))
+        .unwrap()
+        .collect();
+    assert!(logs.is_empty(), "log directories left: {logs:?}");
 }
 
 #[test]
@@ -301,14 +329,24 @@ fn writer_script_fails_on_bad_data() {
         ("OI_F0_N".to_string(), "1".to_string()),
         ("OI_F0_D0".to_string(), "!!!not base64!!!".to_string()),
     ]);
+    let (env, log_dir) = with_own_log_dir(root.path(), "writer", env);
     let out = run_script(WRITER_SCRIPT, root.path(), &env, &[]);
     assert!(!out.status.success());
     assert!(
         !root.path().join("x").exists(),
         "no partial file at the target"
     );
-    let left: Vec<_> = std::fs::read_dir(root.path()).unwrap().collect();
+    let left: Vec<_> = std::fs::read_dir(root.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .filter(|n| n != "var")
+        .collect();
     assert!(left.is_empty(), "temporary file left: {left:?}");
+    assert!(
+        log_dir.join("oi-helper/0.log").exists(),
+        "a failed writer keeps its log for the error's tail"
+    );
 }
 
 #[test]
@@ -329,12 +367,14 @@ fn remover_script_removes_trees_and_files() {
     assert_eq!(r.args, vec!["/a", "/gone", "/missing"]);
     // The container runs command + args: the script, $0, then the paths.
     assert_eq!(r.command.last().map(String::as_str), Some("oi-remove"));
-    let out = run_script(REMOVER_SCRIPT, root.path(), &BTreeMap::new(), &r.args);
+    let (env, log_dir) = with_own_log_dir(root.path(), "remover", BTreeMap::new());
+    let out = run_script(REMOVER_SCRIPT, root.path(), &env, &r.args);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert!(!log_dir.exists(), "its own log directory is removed last");
     assert!(!root.path().join("a").exists());
     assert!(!root.path().join("gone").exists());
     assert!(root.path().join("keep").exists());

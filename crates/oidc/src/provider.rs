@@ -15,13 +15,17 @@
 //!   [`FAILURE_WINDOW`] seconds, that username is refused from that address until the window
 //!   has passed; after [`MAX_FAILURES_PER_USER`] from any addresses, from everywhere. One
 //!   client guessing cannot lock a user out; many guessing together get few guesses each. An
-//!   unknown username costs the same hash computation as a known one.
+//!   unknown username costs the same hash computation as a known one. An attempt counts from
+//!   before its password is checked, so attempts at once cannot exceed the limits.
+//! - Codes and tokens are 32 bytes from the system's random source; if it fails, nothing is
+//!   issued (500).
 //! - Nothing secret is logged: log lines name users and clients, never passwords, codes or
 //!   tokens.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
@@ -144,8 +148,22 @@ struct State {
     /// Access tokens (for userinfo): the user and expiry.
     access: HashMap<String, (String, u64)>,
     refresh: HashMap<String, Session>,
-    /// Failed logins by username: when, and from where.
-    failures: HashMap<String, Vec<(u64, Option<IpAddr>)>>,
+    /// Login attempts by username that count against its limits: failed ones, and those
+    /// whose password is being checked (counted from before the check, so that attempts at
+    /// once cannot all pass the limit).
+    failures: HashMap<String, Vec<Attempt>>,
+    /// The next [`Attempt::id`].
+    next_attempt: u64,
+}
+
+/// A login attempt counted against a username's limits.
+#[derive(Debug, Clone, Copy)]
+struct Attempt {
+    at: u64,
+    peer: Option<IpAddr>,
+    id: u64,
+    /// Its password is still being checked.
+    pending: bool,
 }
 
 /// The provider.
@@ -155,8 +173,22 @@ pub struct Provider {
     /// What an unknown username is checked against (same cost as a real hash).
     decoy: HashParts,
     key: SigningKey,
-    rng: SystemRandom,
+    rng: Box<dyn Random>,
     state: Mutex<State>,
+    /// Password checks running now, and done since the start.
+    checking: AtomicUsize,
+    checked: AtomicU64,
+}
+
+/// Where codes and tokens get their randomness; a failure is an error, never a weaker value.
+pub(crate) trait Random: Send + Sync {
+    fn fill(&self, dest: &mut [u8]) -> Result<(), ring::error::Unspecified>;
+}
+
+impl Random for SystemRandom {
+    fn fill(&self, dest: &mut [u8]) -> Result<(), ring::error::Unspecified> {
+        SecureRandom::fill(self, dest)
+    }
 }
 
 /// An authorization request, validated.
@@ -178,6 +210,16 @@ impl Provider {
         config: ProviderConfig,
         users: Vec<OidcUser>,
         key: SigningKey,
+    ) -> Result<Provider, String> {
+        Provider::with_random(config, users, key, Box::new(SystemRandom::new()))
+    }
+
+    /// [`Provider::new`] drawing its codes, tokens and decoy salt from `rng`.
+    pub(crate) fn with_random(
+        config: ProviderConfig,
+        users: Vec<OidcUser>,
+        key: SigningKey,
+        rng: Box<dyn Random>,
     ) -> Result<Provider, String> {
         if !config.issuer.starts_with("https://") || config.issuer.ends_with('/') {
             return Err(format!(
@@ -208,7 +250,6 @@ impl Provider {
             iterations = iterations.max(parts.iterations.get());
             by_name.insert(u.username.clone(), (u, parts));
         }
-        let rng = SystemRandom::new();
         let mut salt = [0u8; 16];
         rng.fill(&mut salt).map_err(|_| "no randomness")?;
         let decoy = HashParts {
@@ -223,7 +264,18 @@ impl Provider {
             key,
             rng,
             state: Mutex::new(State::default()),
+            checking: AtomicUsize::new(0),
+            checked: AtomicU64::new(0),
         })
+    }
+
+    /// Password checks running now, and done since the provider started (each costs a
+    /// PBKDF2 computation; an attempt refused by the failure limits costs none).
+    pub fn password_checks(&self) -> (usize, u64) {
+        (
+            self.checking.load(Ordering::SeqCst),
+            self.checked.load(Ordering::SeqCst),
+        )
     }
 
     /// The signing key's ID.
@@ -395,7 +447,10 @@ impl Provider {
     }
 
     /// Checks a username and password from `peer`, counting failures. `Err` is what to tell
-    /// the user.
+    /// the user. The attempt is counted against the limits, in the same lock section as the
+    /// check of those limits, before the password is: concurrent attempts see each other, so
+    /// no more than the limit are ever checked. A success takes its own attempt back (and the
+    /// finished failures from that address); a failure leaves it counted.
     fn authenticate(
         &self,
         username: &str,
@@ -404,31 +459,44 @@ impl Provider {
         now: u64,
     ) -> Result<&OidcUser, String> {
         let from = peer.map_or_else(|| "an unknown address".to_string(), |p| p.to_string());
-        {
-            let state = self.lock();
-            let failures = state.failures.get(username).map_or(&[][..], Vec::as_slice);
-            let from_peer = failures.iter().filter(|(_, p)| *p == peer).count();
-            if from_peer >= MAX_FAILURES || failures.len() >= MAX_FAILURES_PER_USER {
+        let id = {
+            let mut state = self.lock();
+            let id = state.next_attempt;
+            state.next_attempt += 1;
+            let attempts = state.failures.entry(username.to_string()).or_default();
+            let from_peer = attempts.iter().filter(|a| a.peer == peer).count();
+            if from_peer >= MAX_FAILURES || attempts.len() >= MAX_FAILURES_PER_USER {
                 eprintln!("login refused for {username:?} from {from}: too many failed logins");
                 return Err("too many failed logins for this user; try again later".into());
             }
-        }
+            attempts.push(Attempt {
+                at: now,
+                peer,
+                id,
+                pending: true,
+            });
+            id
+        };
         let user = self.users.get(username);
         let parts = user.map_or(&self.decoy, |(_, p)| p);
+        self.checking.fetch_add(1, Ordering::SeqCst);
         let ok = password::verify(parts, password) && user.is_some();
+        self.checking.fetch_sub(1, Ordering::SeqCst);
+        self.checked.fetch_add(1, Ordering::SeqCst);
+        let mut state = self.lock();
+        let attempts = state.failures.entry(username.to_string()).or_default();
         match user {
             Some((u, _)) if ok => {
-                if let Some(failures) = self.lock().failures.get_mut(username) {
-                    failures.retain(|(_, p)| *p != peer);
-                }
+                // Its own attempt and the finished failures from this address go; attempts
+                // still being checked stay counted.
+                attempts.retain(|a| a.id != id && (a.peer != peer || a.pending));
                 Ok(u)
             }
             _ => {
-                self.lock()
-                    .failures
-                    .entry(username.to_string())
-                    .or_default()
-                    .push((now, peer));
+                if let Some(a) = attempts.iter_mut().find(|a| a.id == id) {
+                    a.pending = false;
+                }
+                drop(state);
                 eprintln!("login failed for {username:?} from {from}");
                 Err("invalid username or password".into())
             }
@@ -454,7 +522,12 @@ impl Provider {
                 return Reply::html(status, self.login_page(&a, Some(&why)));
             }
         };
-        let code = self.random();
+        let Ok(code) = self.random() else {
+            return error_page(
+                500,
+                "the provider cannot issue a code now: its random source failed",
+            );
+        };
         self.lock().codes.insert(
             code.clone(),
             Grant {
@@ -608,7 +681,11 @@ impl Provider {
             Ok(t) => t,
             Err(e) => return Reply::oauth_error(500, "server_error", &e),
         };
-        let access = self.random();
+        let (access, refresh_token) = match (self.random(), refresh.then(|| self.random())) {
+            (Ok(a), None) => (a, None),
+            (Ok(a), Some(Ok(r))) => (a, Some(r)),
+            (Err(r), _) | (_, Some(Err(r))) => return r,
+        };
         let mut answer = serde_json::json!({
             "access_token": access,
             "token_type": "Bearer",
@@ -619,8 +696,7 @@ impl Provider {
         state
             .access
             .insert(access, (user.username.clone(), now + lifetime));
-        if refresh {
-            let token = self.random();
+        if let Some(token) = refresh_token {
             state.refresh.insert(
                 token.clone(),
                 Session {
@@ -662,17 +738,21 @@ impl Provider {
         s.access.retain(|_, (_, exp)| *exp >= now);
         s.refresh
             .retain(|_, session| session.auth_time + SESSION_LIFETIME >= now);
-        s.failures.retain(|_, times| {
-            times.retain(|(t, _)| t + FAILURE_WINDOW > now);
-            !times.is_empty()
+        s.failures.retain(|_, attempts| {
+            attempts.retain(|a| a.pending || a.at + FAILURE_WINDOW > now);
+            !attempts.is_empty()
         });
     }
 
-    fn random(&self) -> String {
+    /// 32 random bytes, base64url: a code or token. A failure of the random source is an
+    /// error (answered 500), never a predictable value.
+    fn random(&self) -> Result<String, Reply> {
         let mut b = [0u8; 32];
-        // SystemRandom does not fail on Linux once the kernel's pool is ready.
-        let _ = self.rng.fill(&mut b);
-        B64URL.encode(b)
+        self.rng.fill(&mut b).map_err(|_| {
+            eprintln!("the random source failed: no code or token issued");
+            Reply::oauth_error(500, "server_error", "the random source failed")
+        })?;
+        Ok(B64URL.encode(b))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

@@ -1,5 +1,6 @@
 //! The provider over HTTPS (HTTP/1.1): each request's form body read (at most
-//! [`MAX_BODY`] bytes), answered by [`Provider::handle`].
+//! [`MAX_BODY`] bytes), answered by [`Provider::handle`] (a POST, which may check a password,
+//! on a blocking thread).
 
 use std::convert::Infallible;
 use std::path::Path;
@@ -71,7 +72,7 @@ pub async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, provid
             };
             let service = hyper::service::service_fn(move |request: HttpRequest<Incoming>| {
                 let provider = Arc::clone(&provider);
-                async move { Ok::<_, Infallible>(answer(&provider, request, peer).await) }
+                async move { Ok::<_, Infallible>(answer(provider, request, peer).await) }
             });
             // A client that does not finish its headers is dropped (slow clients cannot hold
             // connections open for ever).
@@ -85,7 +86,7 @@ pub async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, provid
 }
 
 async fn answer(
-    provider: &Provider,
+    provider: Arc<Provider>,
     request: HttpRequest<Incoming>,
     peer: std::net::SocketAddr,
 ) -> Response<Full<Bytes>> {
@@ -127,6 +128,14 @@ async fn answer(
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
+    // A POST may check a password (PBKDF2, a fifth of a second at the default cost): on a
+    // blocking thread, so the async workers go on answering everyone else meanwhile.
+    if request.method == "POST" {
+        return match tokio::task::spawn_blocking(move || provider.handle(&request, now)).await {
+            Ok(reply) => to_http(reply),
+            Err(_) => plain(StatusCode::INTERNAL_SERVER_ERROR, "the request failed"),
+        };
+    }
     to_http(provider.handle(&request, now))
 }
 
@@ -147,3 +156,6 @@ fn plain(status: StatusCode, text: &str) -> Response<Full<Bytes>> {
     *r.status_mut() = status;
     r
 }
+
+#[cfg(test)]
+mod tests;

@@ -10,7 +10,22 @@ const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
 const REDIRECT: &str = "http://localhost:8000";
 
 fn provider(dir: &std::path::Path, password_grant: bool) -> Provider {
-    let hash = crate::password::hash("s3cret", oi_api::oidc::MIN_ITERATIONS).unwrap();
+    provider_with(
+        dir,
+        password_grant,
+        oi_api::oidc::MIN_ITERATIONS,
+        Box::new(SystemRandom::new()),
+    )
+}
+
+/// A provider whose users' hashes cost `iterations`, drawing from `rng`.
+fn provider_with(
+    dir: &std::path::Path,
+    password_grant: bool,
+    iterations: u32,
+    rng: Box<dyn Random>,
+) -> Provider {
+    let hash = crate::password::hash("s3cret", iterations).unwrap();
     let users = parse_users(&format!(
         "- username: alice\n  email: alice@example.com\n  groups: [admins, dev]\n  passwordHash: '{hash}'\n- username: bob\n  passwordHash: '{hash}'\n"
     ))
@@ -30,7 +45,7 @@ fn provider(dir: &std::path::Path, password_grant: bool) -> Provider {
         token_lifetime_seconds: 600,
     };
     let key = SigningKey::load_or_create(&dir.join("key.pem")).unwrap();
-    Provider::new(config, users, key).unwrap()
+    Provider::with_random(config, users, key, rng).unwrap()
 }
 
 /// A form of `pairs`.
@@ -350,6 +365,130 @@ fn failures_lock_a_user_out_from_that_address_and_from_everywhere_only_when_many
         a,
         NOW + 4 + FAILURE_WINDOW,
     ));
+}
+
+/// 50 wrong logins at once from one address (each password check a fifth of a second, so
+/// they overlap): the limit holds, as each attempt is counted in the same lock section that
+/// checks the limit, before its password is checked.
+#[test]
+fn fifty_concurrent_wrong_logins_get_only_the_limit_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = provider_with(
+        dir.path(),
+        false,
+        crate::password::DEFAULT_ITERATIONS,
+        Box::new(SystemRandom::new()),
+    );
+    let address = Some("192.0.2.7");
+    let start = std::sync::Barrier::new(50);
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let guesses: Vec<_> = (0..50)
+            .map(|_| {
+                s.spawn(|| {
+                    start.wait();
+                    login_from(&p, "alice", "wrong", address, NOW).status
+                })
+            })
+            .collect();
+        guesses.into_iter().map(|g| g.join().unwrap()).collect()
+    });
+    let checked = statuses.iter().filter(|s| **s == 401).count();
+    let refused = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!(
+        (checked, refused),
+        (MAX_FAILURES, 50 - MAX_FAILURES),
+        "{statuses:?}"
+    );
+    assert_eq!(p.password_checks(), (0, MAX_FAILURES as u64));
+    // Locked from that address, the right password too; not from another.
+    assert_eq!(login_from(&p, "alice", "s3cret", address, NOW).status, 429);
+    code_of(&login_from(&p, "alice", "s3cret", Some("192.0.2.8"), NOW));
+}
+
+/// A success while other attempts from its address are still being checked takes back its
+/// own attempt and the finished failures, not those still running.
+#[test]
+fn a_success_forgets_finished_failures_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = provider(dir.path(), false);
+    for _ in 0..MAX_FAILURES - 1 {
+        assert_eq!(login(&p, "alice", "wrong", NOW).status, 401);
+    }
+    code_of(&login(&p, "alice", "s3cret", NOW));
+    // The slate is clean: MAX_FAILURES more wrong guesses are checked before the lock.
+    for _ in 0..MAX_FAILURES {
+        assert_eq!(login(&p, "alice", "wrong", NOW).status, 401);
+    }
+    assert_eq!(login(&p, "alice", "s3cret", NOW).status, 429);
+    // An attempt still being checked is counted and kept by a success beside it.
+    let mut state = p.lock();
+    state.failures.clear();
+    state.failures.insert(
+        "bob".into(),
+        vec![Attempt {
+            at: NOW,
+            peer: None,
+            id: u64::MAX,
+            pending: true,
+        }],
+    );
+    drop(state);
+    code_of(&login(&p, "bob", "s3cret", NOW));
+    let kept = p.lock().failures.get("bob").map(Vec::len);
+    assert_eq!(
+        kept,
+        Some(1),
+        "the attempt still being checked stays counted"
+    );
+}
+
+/// A random source that gives `0` more fills, then fails.
+struct Failing(std::sync::atomic::AtomicUsize);
+
+impl Random for Failing {
+    fn fill(&self, dest: &mut [u8]) -> Result<(), ring::error::Unspecified> {
+        let left = self.0.load(Ordering::SeqCst);
+        if left == 0 {
+            return Err(ring::error::Unspecified);
+        }
+        self.0.store(left - 1, Ordering::SeqCst);
+        dest.fill(7);
+        Ok(())
+    }
+}
+
+/// When the random source fails, no code or token is issued (a predictable one would be
+/// anyone's): the login page and the token endpoint answer 500.
+#[test]
+fn a_failing_random_source_issues_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // One fill for the decoy salt, then failures.
+    let p = provider_with(
+        dir.path(),
+        true,
+        oi_api::oidc::MIN_ITERATIONS,
+        Box::new(Failing(1.into())),
+    );
+    let r = login(&p, "alice", "s3cret", NOW);
+    assert_eq!(r.status, 500, "{}", String::from_utf8_lossy(&r.body));
+    assert!(r.header("location").is_none(), "no code handed out");
+    assert!(String::from_utf8_lossy(&r.body).contains("random source failed"));
+    assert!(p.lock().codes.is_empty());
+    let r = post(
+        &p,
+        "/token",
+        form(&[
+            ("grant_type", "password"),
+            ("client_id", "kubernetes"),
+            ("username", "alice"),
+            ("password", "s3cret"),
+        ]),
+        NOW,
+    );
+    assert_eq!(r.status, 500, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(json(&r)["error"], "server_error");
+    assert!(json(&r).get("access_token").is_none());
+    assert!(p.lock().access.is_empty());
 }
 
 #[test]

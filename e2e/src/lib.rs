@@ -650,6 +650,31 @@ impl LocalSet {
         })
     }
 
+    /// Every container named `name` (e.g. `kube-apiserver`) on the set's hypervisors, as
+    /// `(hypervisor, container id, started at in ns)`, sorted: a container restarted or
+    /// replaced shows as another id or start time.
+    ///
+    /// # Errors
+    /// When the state cannot be read or a runtime does not answer.
+    pub fn container_starts(&self, name: &str) -> Result<Vec<(String, String, i64)>> {
+        let mut all = Vec::new();
+        for h in self.state()?.hypervisors {
+            let found = self.with_cri(&h.name, |client| async move {
+                let mut out = Vec::new();
+                for c in client.list_containers(None).await? {
+                    if c.metadata.as_ref().is_some_and(|m| m.name == name) {
+                        let status = client.container_status(&c.id).await?;
+                        out.push((c.id.clone(), status.started_at));
+                    }
+                }
+                Ok(out)
+            })?;
+            all.extend(found.into_iter().map(|(id, at)| (h.name.clone(), id, at)));
+        }
+        all.sort();
+        Ok(all)
+    }
+
     /// Runs `f` with a CRI client of `hypervisor` (its Unix socket), on a runtime of its own.
     fn with_cri<T, F, Fut>(&self, hypervisor: &str, f: F) -> Result<T>
     where

@@ -559,9 +559,10 @@ fn a_sip_clusters_oidc_provider_logs_users_into_our_cluster() {
         "{out:?}"
     );
 
-    // Deleted: the provider goes, and the API servers no longer trust its tokens; the CA
-    // file they read goes too.
-    assert_eq!(oidc_ca_files(&set).len(), 1);
+    // Deleted: the provider goes, and the API servers no longer trust its tokens (their
+    // authentication configuration rewritten and read again, none restarted).
+    assert_eq!(trusted_issuers(&set), std::slice::from_ref(&issuer));
+    let api_servers = set.container_starts("kube-apiserver").unwrap();
     let deleted = oi_e2e::oi(
         &[
             "sipcluster",
@@ -586,29 +587,206 @@ fn a_sip_clusters_oidc_provider_logs_users_into_our_cluster() {
     let cluster = world.require_cluster("c1").unwrap();
     let left = oi_e2e::at(cluster, &["spec", "apiServer", "oidc", "issuerURL"]);
     assert!(left.is_none(), "still trusted: {left:?}");
-    let out = whoami(&admin, &token);
-    assert!(!out.status.success(), "{out:?}");
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("Unauthorized"),
-        "{out:?}"
+    assert!(trusted_issuers(&set).is_empty());
+    whoami_until(&admin, &token, false);
+    assert_eq!(
+        set.container_starts("kube-apiserver").unwrap(),
+        api_servers,
+        "an API server restarted"
     );
-    assert!(
-        gone.stderr.contains("removed 1 files it no longer has"),
-        "{}",
-        gone.stderr
-    );
-    let left = oidc_ca_files(&set);
-    assert!(left.is_empty(), "{left:?}");
     drop(set);
 }
 
-/// The API servers' OIDC CA files on the set's hypervisors.
-fn oidc_ca_files(set: &LocalSet) -> Vec<PathBuf> {
-    set.state()
+/// How long a changed authentication configuration may take to be in force: the stand-in
+/// reads it again every second; kube-apiserver checks it periodically too.
+const RELOAD_WITHIN: Duration = Duration::from_secs(90);
+
+/// Polls `kubectl auth whoami` with `token` (at most [`RELOAD_WITHIN`]) until it is
+/// accepted (`accepted`) or refused as Unauthorized; returns the last answer.
+fn whoami_until(admin: &Path, token: &str, accepted: bool) -> std::process::Output {
+    let deadline = Instant::now() + RELOAD_WITHIN;
+    loop {
+        let out = whoami(admin, token);
+        let refused = String::from_utf8_lossy(&out.stderr).contains("Unauthorized");
+        if (accepted && out.status.success()) || (!accepted && refused) {
+            return out;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still {} after {RELOAD_WITHIN:?}: {out:?}",
+            if accepted { "refused" } else { "accepted" }
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The issuer URLs the API servers' authentication configurations name, on every
+/// hypervisor of the set (sorted, each once).
+fn trusted_issuers(set: &LocalSet) -> Vec<String> {
+    let mut urls: Vec<String> = set
+        .state()
         .unwrap()
         .hypervisors
         .iter()
         .flat_map(|h| oi_e2e::files_under(&set.etc_oneinfra(&h.name)))
-        .filter(|p| p.file_name().is_some_and(|n| n == "oidc-ca.crt"))
-        .collect()
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n == "authentication-config.yaml")
+        })
+        .flat_map(|p| {
+            let config: serde_json::Value =
+                serde_yaml_ng::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+            assert_eq!(
+                config["kind"],
+                "AuthenticationConfiguration",
+                "{}",
+                p.display()
+            );
+            config["jwt"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|j| j["issuer"]["url"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    urls.sort();
+    urls.dedup();
+    urls
+}
+
+const SECOND_TEST: &str = "a_second_issuer_is_trusted_and_let_go_without_restarting_an_api_server";
+
+/// A cluster trusting one issuer (`oi cluster inject --oidc-*`) is told to trust a second
+/// (`oi cluster trust-issuer`), then to let it go (`oi cluster distrust-issuer`): each time
+/// only the API servers' authentication configuration changes, which they read again, so
+/// no API server container restarts (ids and start times unchanged); the second issuer's
+/// tokens are answered as their users, then refused; the first's are answered throughout.
+#[test]
+fn a_second_issuer_is_trusted_and_let_go_without_restarting_an_api_server() {
+    if !prerequisites(SECOND_TEST)
+        || !oi_testsupport::require(
+            SECOND_TEST,
+            &format!(
+                "node and the OIDC provider {} (scripts/setup.sh installs it)",
+                provider_cli().display()
+            ),
+            provider_cli().is_file() && Command::new("node").arg("--version").output().is_ok(),
+        )
+    {
+        return;
+    }
+    let set = LocalSet::create("oidc2", 2, 1, false).unwrap();
+    let state = set.state().unwrap();
+    let gateway = state.gateway.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certificates(dir.path(), &gateway);
+    let start = |log: &str| {
+        Provider::start(
+            &gateway,
+            oi_testsupport::free_loopback_port(),
+            &cert,
+            &key,
+            &ca,
+            &dir.path().join(log),
+        )
+    };
+    let (first, second) = (start("first.log"), start("second.log"));
+    let ca_text = ca.to_str().unwrap();
+    let injected = inject_cluster_with(
+        &set.manifests,
+        "c1",
+        &[
+            "--control-plane-replicas",
+            "2",
+            "--oidc-issuer-url",
+            &first.issuer,
+            "--oidc-client-id",
+            CLIENT,
+            "--oidc-ca-file",
+            ca_text,
+        ],
+    )
+    .unwrap();
+    let (run, _, _) = reconcile_until_ready(&injected, 3).unwrap();
+    let world = World::parse(&run.stdout).unwrap();
+    let admin = admin_kubeconfig(&world, "c1", dir.path()).unwrap();
+    let first_token = first.id_token(&ca, CLIENT);
+    let second_token = second.id_token(&ca, "console");
+    whoami_until(&admin, &first_token, true);
+    whoami_until(&admin, &second_token, false);
+    let api_servers = set.container_starts("kube-apiserver").unwrap();
+    assert_eq!(api_servers.len(), 2, "{api_servers:?}");
+
+    // Trusted: its token (for its own audience, its own prefix) is answered as its user.
+    let trusted = oi_e2e::oi(
+        &[
+            "cluster",
+            "trust-issuer",
+            "--cluster",
+            "c1",
+            "--issuer-url",
+            &second.issuer,
+            "--client-id",
+            CLIENT,
+            "--audience",
+            "console",
+            "--username-prefix",
+            "org:",
+            "--ca-file",
+            ca_text,
+        ],
+        &run.stdout,
+    )
+    .unwrap()
+    .ok("oi cluster trust-issuer")
+    .unwrap();
+    let (both, _, _) = reconcile_until_ready(&trusted.stdout, 3).unwrap();
+    assert!(
+        both.stderr.contains("replaced 0"),
+        "a pod was replaced: {}",
+        both.stderr
+    );
+    let mut expected = vec![first.issuer.clone(), second.issuer.clone()];
+    expected.sort();
+    assert_eq!(trusted_issuers(&set), expected);
+    let out = whoami_until(&admin, &second_token, true);
+    let review: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        review["status"]["userInfo"]["username"], "org:johndoe",
+        "{review}"
+    );
+    whoami_until(&admin, &first_token, true);
+    assert_eq!(
+        set.container_starts("kube-apiserver").unwrap(),
+        api_servers,
+        "an API server restarted when an issuer was added"
+    );
+
+    // Let go: refused again; the first still answered; still no restart.
+    let distrusted = oi_e2e::oi(
+        &[
+            "cluster",
+            "distrust-issuer",
+            "--cluster",
+            "c1",
+            "--issuer-url",
+            &second.issuer,
+        ],
+        &both.stdout,
+    )
+    .unwrap()
+    .ok("oi cluster distrust-issuer")
+    .unwrap();
+    let (one, _, _) = reconcile_until_ready(&distrusted.stdout, 3).unwrap();
+    assert!(one.stderr.contains("replaced 0"), "{}", one.stderr);
+    assert_eq!(trusted_issuers(&set), std::slice::from_ref(&first.issuer));
+    whoami_until(&admin, &second_token, false);
+    whoami_until(&admin, &first_token, true);
+    assert_eq!(
+        set.container_starts("kube-apiserver").unwrap(),
+        api_servers,
+        "an API server restarted when an issuer was let go"
+    );
+    drop(set);
 }

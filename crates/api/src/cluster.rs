@@ -302,19 +302,48 @@ pub struct KubeApiServer {
     pub extra_sans: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account: Option<KeyPair>,
-    /// Ours, optional: an OpenID Connect issuer whose ID tokens the API servers accept
-    /// (kube-apiserver's `--oidc-*` flags).
+    /// Ours, optional: an OpenID Connect issuer whose ID tokens the API servers accept. A
+    /// SIPCluster's provider is wired here (the plan says so, the record writes it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oidc: Option<ApiServerOidc>,
+    /// Ours, optional: more issuers trusted beside `oidc` (an organisation's identity
+    /// provider, the console's), each with its own audiences, claims and prefixes. All of
+    /// them, `oidc` first, are the JWT authenticators of the API servers' structured
+    /// authentication file (`--authentication-config`), which they read again when it
+    /// changes: adding, changing or removing an issuer restarts no API server. At most
+    /// [`MAX_JWT_ISSUERS`] in all, each issuer URL once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub oidc_issuers: Vec<ApiServerOidc>,
+}
+
+/// How many JWT issuers the API servers may trust (kube-apiserver's limit).
+pub const MAX_JWT_ISSUERS: usize = 64;
+
+impl KubeApiServer {
+    /// Every issuer the API servers trust, with the field it is at: `oidc` first, then
+    /// `oidcIssuers` in order.
+    pub fn jwt_issuers(&self) -> impl Iterator<Item = (String, &ApiServerOidc)> {
+        self.oidc
+            .iter()
+            .map(|o| ("spec.apiServer.oidc".to_string(), o))
+            .chain(
+                self.oidc_issuers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, o)| (format!("spec.apiServer.oidcIssuers[{i}]"), o)),
+            )
+    }
 }
 
 /// The claim a user's name comes from when `usernameClaim` is absent (kube-apiserver's).
 pub const DEFAULT_OIDC_USERNAME_CLAIM: &str = "sub";
 
-/// An OpenID Connect issuer the API servers trust (ours), as kube-apiserver's `--oidc-*`
-/// flags take it: ID tokens signed by the issuer's keys (found through its discovery
-/// document), issued by `issuerURL`, for `clientID`, unexpired, are accepted as the user their
-/// `usernameClaim` names, in the groups their `groupsClaim` lists.
+/// An OpenID Connect issuer the API servers trust (ours), one JWT authenticator of their
+/// structured authentication configuration: ID tokens signed by the issuer's keys (found
+/// through its discovery document), issued by `issuerURL`, for `clientID` (or one of
+/// `audiences`), unexpired, are accepted as the user their `usernameClaim` names, in the
+/// groups their `groupsClaim` lists. (Its fields are those of kube-apiserver's former
+/// `--oidc-*` flags, so oneinfra-era manifests keep working.)
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ApiServerOidc {
@@ -324,6 +353,9 @@ pub struct ApiServerOidc {
     /// Tokens must name it in `aud`.
     #[serde(rename = "clientID", default)]
     pub client_id: String,
+    /// More audiences accepted besides `clientID` (a token naming any one of them is).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audiences: Vec<String>,
     /// `sub` when absent.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub username_claim: String,
@@ -336,8 +368,9 @@ pub struct ApiServerOidc {
     pub groups_claim: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub groups_prefix: Option<String>,
-    /// The JWS algorithms accepted (`--oidc-signing-algs`; kube-apiserver's default, RS256,
-    /// when empty).
+    /// Kept for manifests written for `--oidc-signing-algs`: checked, but the structured
+    /// configuration has no such setting (kube-apiserver accepts the asymmetric algorithms
+    /// RS, ES and PS 256/384/512 of the issuer's keys).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub signing_algs: Vec<String>,
     /// PEM certificates the issuer's TLS certificate is checked against (the API servers'

@@ -191,6 +191,21 @@ fn certificate() -> Value {
     object(&[("certificate", string()), ("privateKey", string())])
 }
 
+/// An OpenID Connect issuer the API servers trust ([`crate::ApiServerOidc`]).
+fn oidc_issuer() -> Value {
+    object(&[
+        ("issuerURL", string()),
+        ("clientID", string()),
+        ("audiences", array(string())),
+        ("usernameClaim", string()),
+        ("usernamePrefix", string()),
+        ("groupsClaim", string()),
+        ("groupsPrefix", string()),
+        ("signingAlgs", array(string())),
+        ("ca", string()),
+    ])
+}
+
 fn key_pair() -> Value {
     object(&[("publicKey", string()), ("privateKey", string())])
 }
@@ -285,19 +300,8 @@ fn cluster_spec() -> Value {
                 ("ca", certificate()),
                 ("extraSANs", array(string())),
                 ("serviceAccount", key_pair()),
-                (
-                    "oidc",
-                    object(&[
-                        ("issuerURL", string()),
-                        ("clientID", string()),
-                        ("usernameClaim", string()),
-                        ("usernamePrefix", string()),
-                        ("groupsClaim", string()),
-                        ("groupsPrefix", string()),
-                        ("signingAlgs", array(string())),
-                        ("ca", string()),
-                    ]),
-                ),
+                ("oidc", oidc_issuer()),
+                ("oidcIssuers", array(oidc_issuer())),
             ]),
         ),
         ("joinKey", key_pair()),

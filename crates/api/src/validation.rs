@@ -402,8 +402,7 @@ fn check_claims(errors: &mut Vec<FieldError>, at: &str, username: &str, groups: 
 
 /// `spec.apiServer.oidc`: an `https` issuer URL without query or fragment (kube-apiserver
 /// refuses others), a client ID, claims without blanks, a CA of PEM certificates.
-fn check_oidc(errors: &mut Vec<FieldError>, oidc: &crate::cluster::ApiServerOidc) {
-    let at = "spec.apiServer.oidc";
+fn check_oidc(errors: &mut Vec<FieldError>, at: &str, oidc: &crate::cluster::ApiServerOidc) {
     let problem = |field: &str, problem: String| {
         FieldError::new(format!("{at}.{field}"), Reason::Invalid { problem })
     };
@@ -433,6 +432,19 @@ fn check_oidc(errors: &mut Vec<FieldError>, oidc: &crate::cluster::ApiServerOidc
             format!("{:?} has blanks", oidc.client_id),
         ));
     }
+    for (i, audience) in oidc.audiences.iter().enumerate() {
+        if audience.is_empty() || audience.contains(char::is_whitespace) {
+            errors.push(problem(
+                &format!("audiences[{i}]"),
+                format!("{audience:?} is empty or has blanks"),
+            ));
+        } else if *audience == oidc.client_id || oidc.audiences[..i].contains(audience) {
+            errors.push(problem(
+                &format!("audiences[{i}]"),
+                format!("{audience:?} is listed twice (clientID is an audience too)"),
+            ));
+        }
+    }
     check_claims(errors, at, &oidc.username_claim, &oidc.groups_claim);
     // kube-apiserver's list (its `--oidc-signing-algs` refuses others).
     const ALGS: [&str; 9] = [
@@ -451,7 +463,51 @@ fn check_oidc(errors: &mut Vec<FieldError>, oidc: &crate::cluster::ApiServerOidc
     }
 }
 
-/// Validates a cluster: name, Kubernetes version, replicas, CIDRs, its OIDC issuer.
+/// The issuer the API servers' own service-account tokens carry (`--service-account-issuer`):
+/// no JWT authenticator may claim it.
+pub const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+
+/// `spec.apiServer.oidc` and `spec.apiServer.oidcIssuers`: each issuer valid, each issuer URL
+/// once and not the service-account issuer, at most [`crate::cluster::MAX_JWT_ISSUERS`].
+fn check_issuers(errors: &mut Vec<FieldError>, api_server: &crate::cluster::KubeApiServer) {
+    let mut seen: Vec<(&str, String)> = Vec::new();
+    let mut count = 0;
+    for (at, oidc) in api_server.jwt_issuers() {
+        count += 1;
+        check_oidc(errors, &at, oidc);
+        let url = oidc.issuer_url.as_str();
+        if url == SERVICE_ACCOUNT_ISSUER {
+            errors.push(FieldError::new(
+                format!("{at}.issuerURL"),
+                Reason::Invalid {
+                    problem: format!("{url:?} is the API servers' own service-account issuer"),
+                },
+            ));
+        }
+        if let Some((_, first)) = seen.iter().find(|(u, _)| !url.is_empty() && *u == url) {
+            errors.push(FieldError::new(
+                format!("{at}.issuerURL"),
+                Reason::Invalid {
+                    problem: format!("{url:?} is already trusted at {first}"),
+                },
+            ));
+        }
+        seen.push((url, at));
+    }
+    if count > crate::cluster::MAX_JWT_ISSUERS {
+        errors.push(FieldError::new(
+            "spec.apiServer.oidcIssuers",
+            Reason::Invalid {
+                problem: format!(
+                    "{count} issuers in all with spec.apiServer.oidc; at most {} are trusted",
+                    crate::cluster::MAX_JWT_ISSUERS
+                ),
+            },
+        ));
+    }
+}
+
+/// Validates a cluster: name, Kubernetes version, replicas, CIDRs, its OIDC issuers.
 pub fn validate_cluster(cluster: &Cluster) -> Vec<FieldError> {
     let mut errors = Vec::new();
     check_meta(
@@ -514,9 +570,7 @@ pub fn validate_cluster(cluster: &Cluster) -> Vec<FieldError> {
     if let Some(ingress) = &spec.ingress {
         check_ingress(&mut errors, ingress);
     }
-    if let Some(oidc) = &spec.api_server.oidc {
-        check_oidc(&mut errors, oidc);
-    }
+    check_issuers(&mut errors, &spec.api_server);
     let cluster_cidr = check_cidr(
         &mut errors,
         "spec.networking.clusterCIDR",

@@ -289,6 +289,8 @@ impl Command {
                 | ClusterCommand::Certificates(a),
             ) => Some(&a.input),
             Command::Cluster(ClusterCommand::Delete(a)) => Some(&a.input),
+            Command::Cluster(ClusterCommand::TrustIssuer(a)) => Some(&a.input),
+            Command::Cluster(ClusterCommand::DistrustIssuer(a)) => Some(&a.input),
             Command::Cluster(ClusterCommand::Upgrade(a)) => Some(&a.input),
             Command::Cluster(ClusterCommand::Snapshot(a)) => Some(&a.input),
             Command::Cluster(ClusterCommand::Restore(a)) => Some(&a.input),
@@ -323,6 +325,8 @@ impl Command {
             Command::Cluster(
                 ClusterCommand::Inject(_)
                 | ClusterCommand::Delete(_)
+                | ClusterCommand::TrustIssuer(_)
+                | ClusterCommand::DistrustIssuer(_)
                 | ClusterCommand::Upgrade(_)
                 | ClusterCommand::Restore(_)
                 | ClusterCommand::Recover(_)
@@ -408,6 +412,19 @@ pub enum ClusterCommand {
     /// Prints all manifests.
     #[command(name = "rotate-ca")]
     RotateCa(ClusterRotateCaArgs),
+
+    /// Trust another OpenID Connect issuer's ID tokens (`spec.apiServer.oidcIssuers`;
+    /// replaces the entry of the same issuer URL). The next `oi reconcile` rewrites the API
+    /// servers' authentication configuration, which they read again: no restart. Prints all
+    /// manifests.
+    #[command(name = "trust-issuer")]
+    TrustIssuer(ClusterTrustIssuerArgs),
+
+    /// Stop trusting an issuer (from `spec.apiServer.oidcIssuers`, or `spec.apiServer.oidc`).
+    /// The next `oi reconcile` rewrites the API servers' authentication configuration: its
+    /// tokens are refused again, with no restart. Prints all manifests.
+    #[command(name = "distrust-issuer")]
+    DistrustIssuer(ClusterDistrustIssuerArgs),
 
     /// Upgrade a cluster to a Kubernetes version, one minor at a time: each minor is
     /// reconciled (every API server first, then the controller-managers and schedulers, one
@@ -610,6 +627,64 @@ pub struct ClusterDeleteArgs {
     /// Namespace of the cluster.
     #[arg(long)]
     pub namespace: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ClusterTrustIssuerArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+
+    /// The cluster (`NAME` or `NAMESPACE/NAME`); may be omitted when there is only one.
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
+
+    /// The issuer's https URL, exactly its tokens' `iss`.
+    #[arg(long, value_name = "URL")]
+    pub issuer_url: String,
+
+    /// The client ID its tokens must name in `aud`.
+    #[arg(long, value_name = "ID")]
+    pub client_id: String,
+
+    /// Another audience accepted besides the client ID (repeatable).
+    #[arg(long = "audience", value_name = "AUDIENCE")]
+    pub audiences: Vec<String>,
+
+    /// The claim a user's name comes from (default `sub`).
+    #[arg(long, value_name = "CLAIM")]
+    pub username_claim: Option<String>,
+
+    /// Put before every user name (default `<issuer>#` unless the claim is `email`; `-`:
+    /// nothing).
+    #[arg(long, value_name = "PREFIX")]
+    pub username_prefix: Option<String>,
+
+    /// The claim listing a user's groups.
+    #[arg(long, value_name = "CLAIM")]
+    pub groups_claim: Option<String>,
+
+    /// Put before every group name.
+    #[arg(long, value_name = "PREFIX")]
+    pub groups_prefix: Option<String>,
+
+    /// PEM certificates the issuer's TLS certificate is checked against (the API servers'
+    /// system trust otherwise).
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ClusterDistrustIssuerArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+
+    /// The cluster (`NAME` or `NAMESPACE/NAME`); may be omitted when there is only one.
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
+
+    /// The issuer's URL.
+    #[arg(long, value_name = "URL")]
+    pub issuer_url: String,
 }
 
 #[derive(Debug, Args)]

@@ -109,6 +109,12 @@ pub fn dispatch(
         Command::Cluster(ClusterCommand::Delete(args)) => {
             no_note(cluster::delete::run(args, ctx, input, output))
         }
+        Command::Cluster(ClusterCommand::TrustIssuer(args)) => {
+            cluster::issuers::trust(args, input, output)
+        }
+        Command::Cluster(ClusterCommand::DistrustIssuer(args)) => {
+            cluster::issuers::distrust(args, input, output)
+        }
         Command::Cluster(ClusterCommand::Certificates(args)) => {
             no_note(cluster::certificates::run(args, ctx, input, output))
         }

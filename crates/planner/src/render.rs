@@ -636,8 +636,58 @@ pub fn keepalived_config(c: &KeepalivedConfig<'_>) -> String {
 pub const VPN_CONFIG: &str = "vpn.conf";
 /// The file name of kube-apiserver's egress selector configuration, with the VPN on.
 pub const EGRESS_SELECTOR: &str = "egress-selector.yaml";
-/// The OIDC issuer's CA bundle beside an API server ([`oi_api::ApiServerOidc::ca`]).
-pub const OIDC_CA: &str = "oidc-ca.crt";
+/// The file name of kube-apiserver's structured authentication configuration
+/// ([`authentication_config`]), which it reads again when it changes.
+pub const AUTHENTICATION_CONFIG: &str = "authentication-config.yaml";
+
+/// kube-apiserver's `AuthenticationConfiguration` (`apiserver.config.k8s.io/v1`, GA and
+/// locked on since Kubernetes 1.34): one JWT authenticator per issuer the cluster trusts
+/// ([`oi_api::KubeApiServer::jwt_issuers`]), none when it trusts none. Each carries what
+/// `--oidc-*` used to: the issuer URL, its audiences (`clientID` first; any one of several
+/// is enough), its CA inline, the username claim (`sub` when unset) and prefix (unset:
+/// `<issuerURL>#`, or nothing for `email`; `-`: nothing), the groups claim and prefix.
+pub fn authentication_config(api_server: &oi_api::KubeApiServer) -> String {
+    let jwt: Vec<serde_json::Value> = api_server
+        .jwt_issuers()
+        .map(|(_, o)| {
+            let mut audiences = vec![o.client_id.clone()];
+            audiences.extend(o.audiences.iter().cloned());
+            let mut issuer = serde_json::json!({ "url": o.issuer_url, "audiences": audiences });
+            if !o.audiences.is_empty() {
+                issuer["audienceMatchPolicy"] = "MatchAny".into();
+            }
+            if !o.ca.is_empty() {
+                issuer["certificateAuthority"] = o.ca.clone().into();
+            }
+            let claim = if o.username_claim.is_empty() {
+                oi_api::cluster::DEFAULT_OIDC_USERNAME_CLAIM
+            } else {
+                o.username_claim.as_str()
+            };
+            let prefix = match o.username_prefix.as_deref() {
+                Some("-") => String::new(),
+                Some(p) => p.to_string(),
+                None if claim == "email" => String::new(),
+                None => format!("{}#", o.issuer_url),
+            };
+            let mut mappings =
+                serde_json::json!({ "username": { "claim": claim, "prefix": prefix } });
+            if !o.groups_claim.is_empty() {
+                mappings["groups"] = serde_json::json!({
+                    "claim": o.groups_claim,
+                    "prefix": o.groups_prefix.clone().unwrap_or_default(),
+                });
+            }
+            serde_json::json!({ "issuer": issuer, "claimMappings": mappings })
+        })
+        .collect();
+    let config = serde_json::json!({
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "AuthenticationConfiguration",
+        "jwt": jwt,
+    });
+    serde_yaml_ng::to_string(&config).unwrap_or_default()
+}
 
 /// kube-apiserver's `EgressSelectorConfiguration` with the VPN on: traffic to the cluster
 /// (kubelets: logs, exec, the node proxy) through the ingress's egress proxy, HTTP

@@ -214,11 +214,11 @@ pub fn verify_cluster(cluster: &Cluster, now: OffsetDateTime) -> Vec<FieldError>
     if let Some(pair) = &spec.join_key {
         check_key_pair(&mut errors, oi_pki::JOIN_KEY_FIELD, pair);
     }
-    // The OIDC issuer's CA bundle: every certificate of it parses.
-    if let Some(oidc) = spec.api_server.oidc.as_ref().filter(|o| !o.ca.is_empty()) {
+    // Each OIDC issuer's CA bundle: every certificate of it parses.
+    for (at, oidc) in spec.api_server.jwt_issuers() {
         for block in pem_certificates(&oidc.ca) {
             if let Err(e) = oi_pki::inspect_certificate(&block) {
-                errors.push(key_material("spec.apiServer.oidc.ca".to_string(), &e));
+                errors.push(key_material(format!("{at}.ca"), &e));
             }
         }
     }

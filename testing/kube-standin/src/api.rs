@@ -60,6 +60,7 @@
 pub mod admission;
 pub mod apply;
 pub mod authn;
+pub mod authn_config;
 pub mod authz;
 pub mod discovery;
 pub mod etcd_storage;

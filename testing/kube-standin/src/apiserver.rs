@@ -81,6 +81,9 @@ pub enum ApiServerError {
         #[source]
         source: std::io::Error,
     },
+    /// `--authentication-config`.
+    #[error("--authentication-config {0}")]
+    AuthenticationConfig(String),
     /// The signal handlers.
     #[error("cannot install signal handlers")]
     Signals(#[source] std::io::Error),
@@ -275,6 +278,29 @@ pub async fn run(config: ApiServerConfig, version: String) -> Result<(), ApiServ
         use rand::Rng as _;
         rand::thread_rng().gen_range(1.0..2.0)
     };
+    // The JWT authenticators: `--oidc-*`'s, or the structured configuration's, read again
+    // while the server runs when its file changes.
+    let jwt = Arc::new(crate::api::oidc::JwtAuthenticators::default());
+    let mut reloader = None;
+    if let Some(path) = &config.authentication_config {
+        let text = tls::read(path)?;
+        let loaded = crate::api::authn_config::load(path, &config.service_account_issuers, &[])
+            .map_err(ApiServerError::AuthenticationConfig)?;
+        jwt.replace(loaded.iter().map(|(_, o)| Arc::clone(o)).collect());
+        tracing::info!(
+            issuers = ?loaded.iter().map(|(i, _)| i.config.issuer_url.as_str()).collect::<Vec<_>>(),
+            "ID tokens of the authentication configuration's issuers accepted"
+        );
+        reloader = Some(tokio::spawn(crate::api::authn_config::watch(
+            path.clone(),
+            config.service_account_issuers.clone(),
+            Arc::clone(&jwt),
+            loaded,
+            text,
+        )));
+    } else if let Some(oidc) = oidc_authenticator(&config)? {
+        jwt.replace(vec![oidc]);
+    }
     let api = Api::new(
         Arc::new(storage),
         ApiConfig {
@@ -290,7 +316,7 @@ pub async fn run(config: ApiServerConfig, version: String) -> Result<(), ApiServ
                 }),
                 static_tokens,
                 anonymous: config.anonymous_auth,
-                oidc: oidc_authenticator(&config)?,
+                jwt: Arc::clone(&jwt),
             },
             modes,
             node_restriction: config.node_restriction,
@@ -330,6 +356,9 @@ pub async fn run(config: ApiServerConfig, version: String) -> Result<(), ApiServ
     let _ = server.await;
     checker.abort();
     maintenance.abort();
+    if let Some(reloader) = reloader {
+        reloader.abort();
+    }
     Ok(())
 }
 
@@ -563,6 +592,7 @@ mod tests {
             service_account_issuers: vec![],
             oidc: None,
             oidc_ca: None,
+            authentication_config: None,
             service_account_key_files: vec![],
             service_account_signing_key: Default::default(),
             service_cluster_ip_ranges: vec![],

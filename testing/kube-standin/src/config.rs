@@ -152,6 +152,9 @@ pub struct ApiServerConfig {
     pub oidc: Option<crate::api::oidc::OidcConfig>,
     /// `--oidc-ca-file`.
     pub oidc_ca: Option<PathBuf>,
+    /// `--authentication-config`: the structured authentication configuration (its JWT
+    /// authenticators), read again when it changes. Exclusive with `--oidc-*`.
+    pub authentication_config: Option<PathBuf>,
 }
 
 impl ApiServerConfig {
@@ -176,10 +179,6 @@ pub const KUBELET_ADDRESS_TYPES: &[&str] = &[
 /// Flags the stand-in takes (the real binary does) but whose feature it does not have: it
 /// refuses them rather than run without them.
 const UNSUPPORTED_APISERVER: &[(&str, &str)] = &[
-    (
-        "authentication-config",
-        "structured authentication configuration",
-    ),
     (
         "authentication-token-webhook-config-file",
         "webhook token authentication",
@@ -616,7 +615,26 @@ pub fn apiserver(flags: &Flags) -> Result<ApiServerConfig> {
         min_request_timeout,
         oidc: oidc_config(flags)?,
         oidc_ca: path(flags, "oidc-ca-file"),
+        authentication_config: authentication_config(flags)?,
     })
+}
+
+/// `--authentication-config`, which kube-apiserver refuses beside any `--oidc-*` flag (it
+/// exits: "authentication-config file and oidc-* flags are mutually exclusive").
+fn authentication_config(flags: &Flags) -> Result<Option<PathBuf>> {
+    let Some(file) = path(flags, "authentication-config") else {
+        return Ok(None);
+    };
+    if let Some(oidc) = flags.names().find(|n| n.starts_with("oidc-")) {
+        return Err(invalid(
+            "authentication-config",
+            &file.display().to_string(),
+            format!(
+                "authentication-config file and oidc-* flags are mutually exclusive (--{oidc} is set)"
+            ),
+        ));
+    }
+    Ok(Some(file))
 }
 
 /// `--oidc-*`, checked as kube-apiserver checks them: an `https` issuer and a client ID
@@ -675,6 +693,7 @@ fn oidc_config(flags: &Flags) -> Result<Option<crate::api::oidc::OidcConfig>> {
         groups_prefix: flags.get("oidc-groups-prefix").map(str::to_string),
         required_claims,
         signing_algs,
+        ..crate::api::oidc::OidcConfig::default()
     }))
 }
 

@@ -265,7 +265,7 @@ impl LocalApiServer {
                 }),
                 static_tokens: Vec::new(),
                 anonymous: options.anonymous,
-                oidc: None,
+                jwt: std::sync::Arc::default(),
             },
             modes: options.modes,
             node_restriction: options.node_restriction,

@@ -249,6 +249,45 @@ fn apiserver_values_are_validated() {
     }
 }
 
+/// `--authentication-config` names the structured configuration; beside any `--oidc-*`
+/// flag kube-apiserver refuses to start, and so does the stand-in.
+#[test]
+fn the_authentication_config_excludes_oidc_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let file = d.join("authn.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\njwt: []\n",
+    )
+    .unwrap();
+    let flag = format!("--authentication-config={}", file.display());
+    let config = apiserver_config(&[&flag], d).unwrap();
+    assert_eq!(
+        config.authentication_config.as_deref(),
+        Some(file.as_path())
+    );
+    assert_eq!(config.oidc, None);
+    match apiserver_config(
+        &[
+            &flag,
+            "--oidc-issuer-url=https://idp.example",
+            "--oidc-client-id=k",
+        ],
+        d,
+    ) {
+        Err(ConfigError::Invalid { flag, reason, .. }) => {
+            assert_eq!(flag, "authentication-config");
+            assert!(
+                reason
+                    .contains("authentication-config file and oidc-* flags are mutually exclusive"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected the two refused together, got {other:?}"),
+    }
+}
+
 #[test]
 fn oidc_flags_are_read_and_checked_as_kube_apiserver_checks_them() {
     let dir = tempfile::tempdir().unwrap();

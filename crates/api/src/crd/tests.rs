@@ -562,7 +562,13 @@ mod full {
                         groups_prefix: Some("oidc:".into()),
                         signing_algs: vec!["ES256".into()],
                         ca: "ca".into(),
+                        audiences: vec!["console".into()],
                     }),
+                    oidc_issuers: vec![crate::ApiServerOidc {
+                        issuer_url: "https://login.example.org".into(),
+                        client_id: "k8s".into(),
+                        ..crate::ApiServerOidc::default()
+                    }],
                 },
                 join_key: Some(keys()),
                 join_tokens: vec!["t".into()],

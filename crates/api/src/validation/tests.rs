@@ -829,6 +829,83 @@ fn snapshot_schedules_name_what_is_wrong() {
     );
 }
 
+/// Several issuers: each checked at its own field, each issuer URL once (across `oidc` and
+/// `oidcIssuers`), never the service-account issuer, audiences distinct, at most 64.
+#[test]
+fn several_issuers_are_each_checked_and_each_trusted_once() {
+    let invalid = |problem: &str| Reason::Invalid {
+        problem: problem.into(),
+    };
+    let ok = cluster(
+        "c",
+        "  apiServer:\n    oidc: {issuerURL: 'https://a.example', clientID: k}\n    oidcIssuers:\n    - {issuerURL: 'https://b.example', clientID: k, audiences: [console, cli]}\n",
+    );
+    assert_eq!(errors(&ok), []);
+    let bad = cluster(
+        "c",
+        "  apiServer:\n    oidc: {issuerURL: 'https://a.example', clientID: k}\n    oidcIssuers:\n    - {issuerURL: 'https://a.example', clientID: k}\n    - {issuerURL: 'https://kubernetes.default.svc.cluster.local', clientID: k}\n    - {issuerURL: 'https://c.example', clientID: k, audiences: [k, x, x, '']}\n    - {issuerURL: 'http://d.example'}\n",
+    );
+    assert_eq!(
+        errors(&bad),
+        [
+            cluster_error(
+                "c",
+                "spec.apiServer.oidcIssuers[0].issuerURL",
+                invalid("\"https://a.example\" is already trusted at spec.apiServer.oidc")
+            ),
+            cluster_error(
+                "c",
+                "spec.apiServer.oidcIssuers[1].issuerURL",
+                invalid(
+                    "\"https://kubernetes.default.svc.cluster.local\" is the API servers' own service-account issuer"
+                )
+            ),
+            cluster_error(
+                "c",
+                "spec.apiServer.oidcIssuers[2].audiences[0]",
+                invalid("\"k\" is listed twice (clientID is an audience too)")
+            ),
+            cluster_error(
+                "c",
+                "spec.apiServer.oidcIssuers[2].audiences[2]",
+                invalid("\"x\" is listed twice (clientID is an audience too)")
+            ),
+            cluster_error(
+                "c",
+                "spec.apiServer.oidcIssuers[2].audiences[3]",
+                invalid("\"\" is empty or has blanks")
+            ),
+            cluster_error(
+                "c",
+                "spec.apiServer.oidcIssuers[3].issuerURL",
+                invalid("\"http://d.example\" is not an https:// URL")
+            ),
+            cluster_error(
+                "c",
+                "spec.apiServer.oidcIssuers[3].clientID",
+                Reason::Required
+            ),
+        ]
+    );
+    let many: String = (0..64)
+        .map(|i| format!("    - {{issuerURL: 'https://i{i}.example', clientID: k}}\n"))
+        .collect();
+    let too_many = cluster(
+        "c",
+        &format!(
+            "  apiServer:\n    oidc: {{issuerURL: 'https://a.example', clientID: k}}\n    oidcIssuers:\n{many}"
+        ),
+    );
+    assert_eq!(
+        errors(&too_many),
+        [cluster_error(
+            "c",
+            "spec.apiServer.oidcIssuers",
+            invalid("65 issuers in all with spec.apiServer.oidc; at most 64 are trusted")
+        )]
+    );
+}
+
 #[test]
 fn an_oidc_issuer_needs_https_a_client_id_and_claim_names() {
     let ok = cluster(

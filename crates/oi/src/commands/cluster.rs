@@ -6,6 +6,7 @@ pub mod apiserver_ca;
 pub mod certificates;
 pub mod delete;
 pub mod inject;
+pub mod issuers;
 pub mod recover;
 pub mod restore;
 pub mod rotate_ca;

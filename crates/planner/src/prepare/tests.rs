@@ -1484,6 +1484,7 @@ fn api_servers_beyond_the_replicas_run_alone_behind_the_ingress() {
             "apiserver-kubelet-client.key",
             "apiserver.crt",
             "apiserver.key",
+            "authentication-config.yaml",
             "etcd-server-ca.crt",
             "sa.key",
             "sa.pub",

@@ -10,7 +10,10 @@ use oi_api::runtime::{ContainerSpec, HostFile, Mount, PodSpec, paths};
 use oi_api::versions::{self, KubernetesRelease};
 use oi_api::{Certificate, Component};
 
-use super::{ComponentRenderer, EGRESS_SELECTOR, OIDC_CA, Rendered, egress_selector_config};
+use super::{
+    AUTHENTICATION_CONFIG, ComponentRenderer, EGRESS_SELECTOR, Rendered, authentication_config,
+    egress_selector_config,
+};
 use super::{flags, initial_cluster};
 use crate::ports::names;
 use crate::{Result, url_host};
@@ -67,7 +70,7 @@ impl ComponentRenderer<'_> {
             return Ok(Rendered {
                 pods: vec![self.pod(c.metadata.name.clone(), vec![apiserver])],
                 files,
-                reloaded: std::collections::BTreeSet::new(),
+                reloaded: [self.path(AUTHENTICATION_CONFIG)].into(),
                 reloads: Vec::new(),
                 runtime_api: None,
             });
@@ -93,11 +96,13 @@ impl ComponentRenderer<'_> {
         // etcd reads its own serving and peer certificates from disk again for every new
         // connection (since 3.2, etcd-io/etcd#7784): a reissued one restarts nothing. Its
         // trusted CA files it reads only at start (etcd-io/etcd#11555): those restart it.
+        // kube-apiserver reads its authentication configuration again when it changes.
         let reloaded = [
             "etcd-server.crt",
             "etcd-server.key",
             "etcd-peer.crt",
             "etcd-peer.key",
+            AUTHENTICATION_CONFIG,
         ]
         .into_iter()
         .map(|f| self.path(f))
@@ -284,7 +289,7 @@ impl ComponentRenderer<'_> {
             ("secure-port", apiserver_port.to_string()),
             (
                 "service-account-issuer",
-                "https://kubernetes.default.svc.cluster.local".into(),
+                oi_api::validation::SERVICE_ACCOUNT_ISSUER.into(),
             ),
             ("service-account-key-file", self.path("sa.pub")),
             ("service-account-signing-key-file", self.path("sa.key")),
@@ -295,34 +300,14 @@ impl ComponentRenderer<'_> {
             ("tls-cert-file", self.path("apiserver.crt")),
             ("tls-private-key-file", self.path("apiserver.key")),
         ]);
-        if let Some(oidc) = &spec.api_server.oidc {
-            apiserver_flags.insert("oidc-issuer-url", oidc.issuer_url.clone());
-            apiserver_flags.insert("oidc-client-id", oidc.client_id.clone());
-            apiserver_flags.insert(
-                "oidc-username-claim",
-                if oidc.username_claim.is_empty() {
-                    oi_api::cluster::DEFAULT_OIDC_USERNAME_CLAIM.to_string()
-                } else {
-                    oidc.username_claim.clone()
-                },
-            );
-            if let Some(prefix) = &oidc.username_prefix {
-                apiserver_flags.insert("oidc-username-prefix", prefix.clone());
-            }
-            if !oidc.groups_claim.is_empty() {
-                apiserver_flags.insert("oidc-groups-claim", oidc.groups_claim.clone());
-            }
-            if let Some(prefix) = &oidc.groups_prefix {
-                apiserver_flags.insert("oidc-groups-prefix", prefix.clone());
-            }
-            if !oidc.signing_algs.is_empty() {
-                apiserver_flags.insert("oidc-signing-algs", oidc.signing_algs.join(","));
-            }
-            if !oidc.ca.is_empty() {
-                files.push(self.file(OIDC_CA, &oidc.ca, 0o644));
-                apiserver_flags.insert("oidc-ca-file", self.path(OIDC_CA));
-            }
-        }
+        // Every issuer the cluster trusts, in a file the API server reads again when it
+        // changes: adding or removing one restarts nothing (see `reloaded`).
+        files.push(self.file(
+            AUTHENTICATION_CONFIG,
+            &authentication_config(&spec.api_server),
+            0o644,
+        ));
+        apiserver_flags.insert("authentication-config", self.path(AUTHENTICATION_CONFIG));
         if let Some(url) = self.egress_proxy_url()? {
             let egress = egress_selector_config(
                 &url,

@@ -359,8 +359,12 @@ fn with_the_vpn_the_ingress_runs_the_endpoint_and_api_servers_egress_through_it(
     );
 }
 
+/// The API servers' structured authentication configuration: one JWT authenticator per
+/// issuer (`oidc` first, then `oidcIssuers`), with what `--oidc-*` used to say; its file
+/// changes restart nothing (the API server reads it again), and no `--oidc-*` flag is
+/// rendered beside it (kube-apiserver exits when both are given).
 #[test]
-fn an_oidc_issuer_gives_the_api_servers_its_flags_and_ca() {
+fn the_api_servers_trust_every_issuer_through_their_authentication_configuration() {
     let mut w = prepared();
     let key = ObjectKey::new("team-a", "c1");
     let ca = w.clusters[&key]
@@ -370,71 +374,93 @@ fn an_oidc_issuer_gives_the_api_servers_its_flags_and_ca() {
         .clone()
         .unwrap()
         .certificate;
-    w.clusters.get_mut(&key).unwrap().spec.api_server.oidc = Some(oi_api::ApiServerOidc {
+    let component = ObjectKey::new("team-a", "c1-control-plane-0");
+    let plain = render_component(&w, &component, &options()).unwrap();
+    let api_server = &mut w.clusters.get_mut(&key).unwrap().spec.api_server;
+    api_server.oidc = Some(oi_api::ApiServerOidc {
         issuer_url: "https://idp.example:8443/realms/ops".into(),
         client_id: "kubernetes".into(),
         username_claim: "email".into(),
-        username_prefix: None,
         groups_claim: "groups".into(),
         groups_prefix: Some("oidc:".into()),
         signing_algs: vec!["ES256".into(), "RS256".into()],
         ca: ca.clone(),
+        ..oi_api::ApiServerOidc::default()
     });
-    let replica = render_component(
-        &w,
-        &ObjectKey::new("team-a", "c1-control-plane-0"),
-        &options(),
-    )
-    .unwrap();
-    let file = replica
-        .files
-        .iter()
-        .find(|f| f.path.ends_with("/oidc-ca.crt"))
-        .unwrap();
-    assert_eq!(std::str::from_utf8(&file.content).unwrap(), ca);
+    api_server.oidc_issuers = vec![oi_api::ApiServerOidc {
+        issuer_url: "https://login.example.org".into(),
+        client_id: "k8s".into(),
+        audiences: vec!["console".into()],
+        ..oi_api::ApiServerOidc::default()
+    }];
+    let replica = render_component(&w, &component, &options()).unwrap();
+    let config_of = |r: &crate::render::Rendered| {
+        let file = r
+            .files
+            .iter()
+            .find(|f| f.path.ends_with("/authentication-config.yaml"))
+            .unwrap()
+            .clone();
+        let value: serde_json::Value = serde_yaml_ng::from_slice(&file.content).unwrap();
+        (file, value)
+    };
+    let (file, config) = config_of(&replica);
+    assert_eq!(file.mode, 0o644);
+    assert_eq!(config["apiVersion"], "apiserver.config.k8s.io/v1");
+    assert_eq!(config["kind"], "AuthenticationConfiguration");
+    assert_eq!(
+        config["jwt"],
+        serde_json::json!([
+            {
+                "issuer": {
+                    "url": "https://idp.example:8443/realms/ops",
+                    "audiences": ["kubernetes"],
+                    "certificateAuthority": ca,
+                },
+                "claimMappings": {
+                    "username": { "claim": "email", "prefix": "" },
+                    "groups": { "claim": "groups", "prefix": "oidc:" },
+                },
+            },
+            {
+                "issuer": {
+                    "url": "https://login.example.org",
+                    "audiences": ["k8s", "console"],
+                    "audienceMatchPolicy": "MatchAny",
+                },
+                "claimMappings": {
+                    "username": { "claim": "sub", "prefix": "https://login.example.org#" },
+                },
+            },
+        ])
+    );
     let apiserver = &replica
         .pods
         .iter()
         .find(|p| p.name == "c1-control-plane-0")
         .unwrap()
         .containers[0];
-    let oidc: Vec<&str> = apiserver
-        .args
-        .iter()
-        .filter(|a| a.starts_with("--oidc-"))
-        .map(String::as_str)
-        .collect();
-    let ca_flag = format!("--oidc-ca-file={}", file.path);
+    assert!(
+        apiserver
+            .args
+            .contains(&format!("--authentication-config={}", file.path))
+    );
+    assert!(!apiserver.args.iter().any(|a| a.starts_with("--oidc-")));
+    // Trusting an issuer more or less changes the file only, which restarts nothing.
+    let (before, none) = config_of(&plain);
+    assert_eq!(none["jwt"], serde_json::json!([]));
     assert_eq!(
-        oidc,
-        [
-            ca_flag.as_str(),
-            "--oidc-client-id=kubernetes",
-            "--oidc-groups-claim=groups",
-            "--oidc-groups-prefix=oidc:",
-            "--oidc-issuer-url=https://idp.example:8443/realms/ops",
-            "--oidc-signing-algs=ES256,RS256",
-            "--oidc-username-claim=email",
-        ]
+        plain.pods, replica.pods,
+        "the pods do not change with the issuers"
     );
-    // A changed CA restarts the API server that reads it.
-    let changed = crate::restarts::pods_reading_changed_files(
-        &replica,
-        &replica
-            .files
-            .iter()
-            .filter(|f| f.path != file.path)
-            .map(|f| (f.path.clone(), f.content_hash()))
-            .collect(),
-    );
-    assert!(changed.contains("c1-control-plane-0"), "{changed:?}");
-    // Without one: no flag, no file.
-    let plain = render_component(
-        &prepared(),
-        &ObjectKey::new("team-a", "c1-control-plane-0"),
-        &options(),
-    )
-    .unwrap();
-    assert!(!plain.files.iter().any(|f| f.path.ends_with("/oidc-ca.crt")));
-    assert!(!format!("{:?}", plain.pods).contains("--oidc-"));
+    let known = plain
+        .files
+        .iter()
+        .map(|f| (f.path.clone(), f.content_hash()))
+        .collect();
+    assert_ne!(before.content, file.content);
+    assert!(replica.reloaded.contains(&file.path));
+    let restarted = crate::restarts::pods_reading_changed_files(&replica, &known);
+    assert!(restarted.is_empty(), "{restarted:?}");
+    assert!(plain.reloaded.contains(&before.path));
 }

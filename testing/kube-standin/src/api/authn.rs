@@ -8,7 +8,8 @@
 //!     │     Secret kube-system/bootstrap-token-<id>, type bootstrap.kubernetes.io/token,
 //!     │     usage-bootstrap-authentication "true", not expired, not being deleted
 //!     │                                  ─► system:bootstrap:<id>, system:bootstrappers + extras
-//!     ├─ JWT whose iss is --oidc-issuer-url: an ID token of that issuer (oidc.rs)
+//!     ├─ JWT whose iss is a trusted issuer's (--oidc-issuer-url, or a jwt entry of
+//!     │  --authentication-config): an ID token of that issuer (oidc.rs)
 //!     │                                  ─► its username and groups claims
 //!     └─ JWT signed by a --service-account-key-file key, issuer and audience ours, not
 //!        expired, its ServiceAccount (and pod) still there with the same uid
@@ -161,8 +162,8 @@ pub struct AuthnConfig {
     pub static_tokens: Vec<StaticToken>,
     /// `--anonymous-auth`.
     pub anonymous: bool,
-    /// `--oidc-issuer-url` and the rest of `--oidc-*`.
-    pub oidc: Option<Arc<super::oidc::Oidc>>,
+    /// The JWT authenticators: `--oidc-*`'s, or `--authentication-config`'s.
+    pub jwt: Arc<super::oidc::JwtAuthenticators>,
 }
 
 /// The authenticators.
@@ -172,7 +173,7 @@ pub struct Authenticator {
     service_accounts: Option<ServiceAccountTokens>,
     static_tokens: Vec<StaticToken>,
     anonymous: bool,
-    oidc: Option<Arc<super::oidc::Oidc>>,
+    jwt: Arc<super::oidc::JwtAuthenticators>,
 }
 
 /// Why credentials were refused (logged by the server; the client sees only 401).
@@ -201,7 +202,7 @@ impl Authenticator {
             service_accounts: config.service_accounts,
             static_tokens: config.static_tokens,
             anonymous: config.anonymous,
-            oidc: config.oidc,
+            jwt: config.jwt,
         })
     }
 
@@ -281,9 +282,7 @@ impl Authenticator {
         {
             return bootstrap_token(storage, root, id, secret).await;
         }
-        if let Some(oidc) = &self.oidc
-            && oidc.claims_to_be_ours(token)
-        {
+        if let Some(oidc) = self.jwt.for_token(token) {
             return oidc.authenticate(token).await;
         }
         if token.matches('.').count() == 2

@@ -1,4 +1,5 @@
-//! OpenID Connect ID tokens, as kube-apiserver's `--oidc-*` authenticator takes them:
+//! OpenID Connect ID tokens, as kube-apiserver's JWT authenticators take them (one from
+//! `--oidc-*`, or one per `jwt` entry of `--authentication-config`, [`super::authn_config`]):
 //!
 //! ```text
 //!  Bearer JWT whose (unverified) iss is --oidc-issuer-url
@@ -34,14 +35,24 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Clock skew allowed for `nbf` and `iat`.
 const SKEW_SECONDS: f64 = 60.0;
 
-/// The `--oidc-*` settings.
+/// One JWT authenticator's settings: from `--oidc-*`, or one `jwt` entry of the structured
+/// authentication configuration ([`super::authn_config`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OidcConfig {
     pub issuer_url: String,
+    /// Where the discovery document is, when not under the issuer URL (`discoveryURL`).
+    pub discovery_url: Option<String>,
+    /// The audience a token must name (`--oidc-client-id`, or the first of `audiences`).
     pub client_id: String,
+    /// More audiences, any one of which is enough (`audiences` beyond the first).
+    pub audiences: Vec<String>,
     /// `sub` unless set.
     pub username_claim: String,
+    /// As `--oidc-username-prefix` takes it (absent: `<issuer>#` unless the claim is
+    /// `email`; `-`: none), or, when `exact_prefix`, put before the name as it is.
     pub username_prefix: Option<String>,
+    /// `username_prefix` is the structured configuration's, used as it is.
+    pub exact_prefix: bool,
     pub groups_claim: Option<String>,
     pub groups_prefix: Option<String>,
     pub required_claims: BTreeMap<String, String>,
@@ -95,6 +106,11 @@ impl Oidc {
                 fetched: Instant::now() + Duration::from_secs(365 * 24 * 3600),
             })),
         }
+    }
+
+    /// Its settings.
+    pub fn config(&self) -> &OidcConfig {
+        &self.config
     }
 
     /// Whether `token` says it comes from our issuer (before anything is verified): only
@@ -154,7 +170,10 @@ impl Oidc {
             Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
             _ => Vec::new(),
         };
-        if !audiences.contains(&c.client_id.as_str()) {
+        if !audiences
+            .iter()
+            .any(|a| *a == c.client_id || c.audiences.iter().any(|ours| ours == a))
+        {
             return Err(format!(
                 "ID token for {audiences:?}, not for client {}",
                 c.client_id
@@ -192,6 +211,8 @@ impl Oidc {
             return Err("ID token: email not verified".to_string());
         }
         let prefix = match c.username_prefix.as_deref() {
+            Some(p) if c.exact_prefix => p.to_string(),
+            None if c.exact_prefix => String::new(),
             Some("-") => String::new(),
             Some(p) => p.to_string(),
             None if claim == "email" => String::new(),
@@ -254,10 +275,12 @@ impl Oidc {
 
     async fn fetch(&self) -> Result<Vec<PublicKey>, String> {
         let issuer = &self.config.issuer_url;
-        let discovery_url = format!(
-            "{}/.well-known/openid-configuration",
-            issuer.trim_end_matches('/')
-        );
+        let discovery_url = self.config.discovery_url.clone().unwrap_or_else(|| {
+            format!(
+                "{}/.well-known/openid-configuration",
+                issuer.trim_end_matches('/')
+            )
+        });
         let discovery = self.get(&discovery_url).await?;
         if discovery["issuer"].as_str() != Some(issuer.as_str()) {
             return Err(format!(
@@ -278,6 +301,73 @@ impl Oidc {
         }
         tracing::info!(issuer = %issuer, keys = keys.len(), "OIDC issuer keys fetched");
         Ok(keys)
+    }
+}
+
+/// The JWT authenticators in force: `--oidc-*`'s, or those of the structured authentication
+/// configuration, which a reload of its file replaces while requests go on.
+#[derive(Default)]
+pub struct JwtAuthenticators {
+    current: std::sync::RwLock<Vec<Arc<Oidc>>>,
+    /// Reloads of a changed file that were put in force, and that were refused (the real
+    /// server's `apiserver_authentication_config_controller_automatic_reloads_total`).
+    reloaded: std::sync::atomic::AtomicU64,
+    refused: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Debug for JwtAuthenticators {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.current().iter()).finish()
+    }
+}
+
+impl JwtAuthenticators {
+    pub fn new(authenticators: Vec<Arc<Oidc>>) -> JwtAuthenticators {
+        JwtAuthenticators {
+            current: std::sync::RwLock::new(authenticators),
+            ..JwtAuthenticators::default()
+        }
+    }
+
+    /// Counts a reload of a changed file: put in force, or refused.
+    pub fn count_reload(&self, in_force: bool) {
+        let counter = if in_force {
+            &self.reloaded
+        } else {
+            &self.refused
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Reloads so far: put in force, refused.
+    pub fn reloads(&self) -> (u64, u64) {
+        (
+            self.reloaded.load(std::sync::atomic::Ordering::SeqCst),
+            self.refused.load(std::sync::atomic::Ordering::SeqCst),
+        )
+    }
+
+    /// The authenticators now.
+    pub fn current(&self) -> Vec<Arc<Oidc>> {
+        self.current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Puts `authenticators` in force, for the requests that follow.
+    pub fn replace(&self, authenticators: Vec<Arc<Oidc>>) {
+        *self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = authenticators;
+    }
+
+    /// The authenticator of the issuer `token` says it comes from, if one is in force.
+    pub fn for_token(&self, token: &str) -> Option<Arc<Oidc>> {
+        self.current()
+            .into_iter()
+            .find(|o| o.claims_to_be_ours(token))
     }
 }
 

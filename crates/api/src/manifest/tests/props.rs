@@ -290,6 +290,7 @@ fn cluster() -> impl Strategy<Value = Cluster> {
                             extra_sans: join_tokens.clone(),
                             service_account: None,
                             oidc: None,
+                            oidc_issuers: Vec::new(),
                         },
                         join_key: join_key.map(|(public_key, private_key)| KeyPair {
                             public_key,

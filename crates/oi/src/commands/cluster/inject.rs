@@ -100,6 +100,7 @@ fn cluster(args: &ClusterInjectArgs, oidc_ca: Option<String>) -> Cluster {
                     .map(|issuer_url| oi_api::ApiServerOidc {
                         issuer_url: issuer_url.clone(),
                         client_id: args.oidc_client_id.clone().unwrap_or_default(),
+                        audiences: Vec::new(),
                         username_claim: args.oidc_username_claim.clone().unwrap_or_default(),
                         username_prefix: args.oidc_username_prefix.clone(),
                         groups_claim: args.oidc_groups_claim.clone().unwrap_or_default(),

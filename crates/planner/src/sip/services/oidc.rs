@@ -176,6 +176,7 @@ fn wanted_oidc(sip: &SipCluster) -> Option<ApiServerOidc> {
     Some(ApiServerOidc {
         issuer_url: status.issuer_url.clone(),
         client_id: or(&service.client_id, DEFAULT_CLIENT_ID),
+        audiences: Vec::new(),
         username_claim: service.username_claim.clone(),
         username_prefix: None,
         groups_claim: or(&service.groups_claim, DEFAULT_GROUPS_CLAIM),

@@ -592,6 +592,7 @@ fn the_control_plane_of_a_cluster_of_ours_is_its_ingress_and_its_api_servers_tru
         oi_api::ApiServerOidc {
             issuer_url: "https://10.1.0.2:30090".into(),
             client_id: "kubectl".into(),
+            audiences: Vec::new(),
             username_claim: "email".into(),
             username_prefix: None,
             groups_claim: "groups".into(),
@@ -786,7 +787,8 @@ fn one_run_plans_a_new_cluster_and_the_sip_cluster_that_names_it() {
             "the ingress took port {p}: {ingress_ports:?}"
         );
     }
-    // The trust change: in the plan, in the API servers' flags, not in the plan's world.
+    // The trust change: in the plan, in the API servers' authentication configuration, not
+    // in the plan's world.
     let [change] = plan.sip.trust.as_slice() else {
         panic!("trust changes: {:?}", plan.sip.trust);
     };
@@ -796,19 +798,21 @@ fn one_run_plans_a_new_cluster_and_the_sip_cluster_that_names_it() {
     let issuer = change.to.as_ref().unwrap().issuer_url.clone();
     assert_eq!(issuer, "https://10.1.0.2:30090");
     assert_eq!(plan.world.clusters[&c1].spec.api_server.oidc, None);
-    let flag = format!("--oidc-issuer-url={issuer}");
-    let api_server_args: Vec<&String> = c
+    let configs: Vec<serde_json::Value> = c
         .components
         .iter()
-        .flat_map(|p| &p.rendered.pods)
-        .flat_map(|pod| &pod.containers)
-        .filter(|ct| ct.name == "kube-apiserver")
-        .flat_map(|ct| &ct.args)
+        .flat_map(|p| &p.rendered.files)
+        .filter(|f| f.path.ends_with("/authentication-config.yaml"))
+        .map(|f| serde_yaml_ng::from_slice(&f.content).unwrap())
         .collect();
-    assert!(
-        api_server_args.iter().any(|a| **a == flag),
-        "no {flag} in {api_server_args:?}"
-    );
+    assert!(!configs.is_empty());
+    for config in &configs {
+        assert_eq!(
+            config["jwt"][0]["issuer"]["url"],
+            issuer.as_str(),
+            "{config}"
+        );
+    }
     // The jump host's kubeconfig, in this plan: the cluster's new endpoint, a client
     // certificate from its new client CA.
     let services = &plan.sip.services[0];

@@ -177,63 +177,99 @@ fn whoami(admin: &Path, token: &str) -> std::process::Output {
         .unwrap()
 }
 
+/// A local set (`private` private hypervisors and one public), and certificates for OIDC
+/// providers listening on its bridge (the gateway address).
+struct Bridge {
+    set: LocalSet,
+    dir: tempfile::TempDir,
+    gateway: String,
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl Bridge {
+    /// `None` (the test says why) when what `test` needs is missing: root and the local set's
+    /// parts, node and oauth2-mock-server.
+    fn set_up(test: &str, name: &str, private: usize) -> Option<Bridge> {
+        if !prerequisites(test)
+            || !oi_testsupport::require(
+                test,
+                &format!(
+                    "node and the OIDC provider {} (scripts/setup.sh installs it)",
+                    provider_cli().display()
+                ),
+                provider_cli().is_file() && Command::new("node").arg("--version").output().is_ok(),
+            )
+        {
+            return None;
+        }
+        let set = LocalSet::create(name, private, 1, false).unwrap();
+        let gateway = set.state().unwrap().gateway.to_string();
+        let dir = tempfile::tempdir().unwrap();
+        let (ca, cert, key) = certificates(dir.path(), &gateway);
+        Some(Bridge {
+            set,
+            dir,
+            gateway,
+            ca,
+            cert,
+            key,
+        })
+    }
+
+    /// Cluster c1, `replicas` control plane replicas, trusting `issuer` for [`CLIENT`]
+    /// (`oi cluster inject --oidc-*`), reconciled until ready: the run and its admin
+    /// kubeconfig.
+    fn cluster_trusting(&self, issuer: &Provider, replicas: u32) -> (oi_e2e::Run, PathBuf) {
+        let injected = inject_cluster_with(
+            &self.set.manifests,
+            "c1",
+            &[
+                "--control-plane-replicas",
+                &replicas.to_string(),
+                "--oidc-issuer-url",
+                &issuer.issuer,
+                "--oidc-client-id",
+                CLIENT,
+                "--oidc-ca-file",
+                self.ca.to_str().unwrap(),
+            ],
+        )
+        .unwrap();
+        let (run, _, _) = reconcile_until_ready(&injected, 3).unwrap();
+        let world = World::parse(&run.stdout).unwrap();
+        let admin = admin_kubeconfig(&world, "c1", self.dir.path()).unwrap();
+        (run, admin)
+    }
+
+    /// An oauth2-mock-server on the bridge, on a free port, its log in `log`.
+    fn provider(&self, log: &str) -> Provider {
+        Provider::start(
+            &self.gateway,
+            oi_testsupport::free_loopback_port(),
+            &self.cert,
+            &self.key,
+            &self.ca,
+            &self.dir.path().join(log),
+        )
+    }
+}
+
 #[test]
 fn an_oidc_id_token_is_answered_as_its_user_and_others_are_refused() {
-    if !prerequisites(TEST)
-        || !oi_testsupport::require(
-            TEST,
-            &format!(
-                "node and the OIDC provider {} (scripts/setup.sh installs it)",
-                provider_cli().display()
-            ),
-            provider_cli().is_file() && Command::new("node").arg("--version").output().is_ok(),
-        )
-    {
+    let Some(bridge) = Bridge::set_up(TEST, "oidc", 1) else {
         return;
-    }
-    let set = LocalSet::create("oidc", 1, 1, false).unwrap();
-    let state = set.state().unwrap();
-    let gateway = state.gateway.to_string();
-    let dir = tempfile::tempdir().unwrap();
-    let (ca, cert, key) = certificates(dir.path(), &gateway);
-    let ours = Provider::start(
-        &gateway,
-        oi_testsupport::free_loopback_port(),
-        &cert,
-        &key,
-        &ca,
-        &dir.path().join("ours.log"),
-    );
-    let theirs = Provider::start(
-        &gateway,
-        oi_testsupport::free_loopback_port(),
-        &cert,
-        &key,
-        &ca,
-        &dir.path().join("theirs.log"),
-    );
+    };
+    let ca = bridge.ca.as_path();
+    let ours = bridge.provider("ours.log");
+    let theirs = bridge.provider("theirs.log");
 
-    let ca_text = ca.to_str().unwrap();
-    let injected = inject_cluster_with(
-        &set.manifests,
-        "c1",
-        &[
-            "--oidc-issuer-url",
-            &ours.issuer,
-            "--oidc-client-id",
-            CLIENT,
-            "--oidc-ca-file",
-            ca_text,
-        ],
-    )
-    .unwrap();
-    let (run, _, _) = reconcile_until_ready(&injected, 3).unwrap();
-    let world = World::parse(&run.stdout).unwrap();
-    let admin = admin_kubeconfig(&world, "c1", dir.path()).unwrap();
+    let (_, admin) = bridge.cluster_trusting(&ours, 1);
 
     // Our issuer's token for our client: that user, as kube-apiserver names it (the issuer
     // as prefix, the `sub` claim), among the authenticated.
-    let token = ours.id_token(&ca, CLIENT);
+    let token = ours.id_token(ca, CLIENT);
     let out = whoami(&admin, &token);
     assert!(out.status.success(), "{out:?}");
     let review: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -252,8 +288,8 @@ fn an_oidc_id_token_is_answered_as_its_user_and_others_are_refused() {
 
     // Another issuer's token, and ours for another client: refused.
     for (what, token) in [
-        ("another issuer", theirs.id_token(&ca, CLIENT)),
-        ("another client", ours.id_token(&ca, "dashboard")),
+        ("another issuer", theirs.id_token(ca, CLIENT)),
+        ("another client", ours.id_token(ca, "dashboard")),
     ] {
         let out = whoami(&admin, &token);
         assert!(!out.status.success(), "{what}: {out:?}");
@@ -262,7 +298,7 @@ fn an_oidc_id_token_is_answered_as_its_user_and_others_are_refused() {
             "{what}: {out:?}"
         );
     }
-    drop(set);
+    drop(bridge);
 }
 
 const SIP_TEST: &str = "a_sip_clusters_oidc_provider_logs_users_into_our_cluster";
@@ -664,55 +700,15 @@ const SECOND_TEST: &str = "a_second_issuer_is_trusted_and_let_go_without_restart
 /// tokens are answered as their users, then refused; the first's are answered throughout.
 #[test]
 fn a_second_issuer_is_trusted_and_let_go_without_restarting_an_api_server() {
-    if !prerequisites(SECOND_TEST)
-        || !oi_testsupport::require(
-            SECOND_TEST,
-            &format!(
-                "node and the OIDC provider {} (scripts/setup.sh installs it)",
-                provider_cli().display()
-            ),
-            provider_cli().is_file() && Command::new("node").arg("--version").output().is_ok(),
-        )
-    {
+    let Some(bridge) = Bridge::set_up(SECOND_TEST, "oidc2", 2) else {
         return;
-    }
-    let set = LocalSet::create("oidc2", 2, 1, false).unwrap();
-    let state = set.state().unwrap();
-    let gateway = state.gateway.to_string();
-    let dir = tempfile::tempdir().unwrap();
-    let (ca, cert, key) = certificates(dir.path(), &gateway);
-    let start = |log: &str| {
-        Provider::start(
-            &gateway,
-            oi_testsupport::free_loopback_port(),
-            &cert,
-            &key,
-            &ca,
-            &dir.path().join(log),
-        )
     };
-    let (first, second) = (start("first.log"), start("second.log"));
+    let (set, ca) = (&bridge.set, bridge.ca.as_path());
+    let (first, second) = (bridge.provider("first.log"), bridge.provider("second.log"));
     let ca_text = ca.to_str().unwrap();
-    let injected = inject_cluster_with(
-        &set.manifests,
-        "c1",
-        &[
-            "--control-plane-replicas",
-            "2",
-            "--oidc-issuer-url",
-            &first.issuer,
-            "--oidc-client-id",
-            CLIENT,
-            "--oidc-ca-file",
-            ca_text,
-        ],
-    )
-    .unwrap();
-    let (run, _, _) = reconcile_until_ready(&injected, 3).unwrap();
-    let world = World::parse(&run.stdout).unwrap();
-    let admin = admin_kubeconfig(&world, "c1", dir.path()).unwrap();
-    let first_token = first.id_token(&ca, CLIENT);
-    let second_token = second.id_token(&ca, "console");
+    let (run, admin) = bridge.cluster_trusting(&first, 2);
+    let first_token = first.id_token(ca, CLIENT);
+    let second_token = second.id_token(ca, "console");
     whoami_until(&admin, &first_token, true);
     whoami_until(&admin, &second_token, false);
     let api_servers = set.container_starts("kube-apiserver").unwrap();
@@ -749,7 +745,7 @@ fn a_second_issuer_is_trusted_and_let_go_without_restarting_an_api_server() {
     );
     let mut expected = vec![first.issuer.clone(), second.issuer.clone()];
     expected.sort();
-    assert_eq!(trusted_issuers(&set), expected);
+    assert_eq!(trusted_issuers(set), expected);
     let out = whoami_until(&admin, &second_token, true);
     let review: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
@@ -780,7 +776,7 @@ fn a_second_issuer_is_trusted_and_let_go_without_restarting_an_api_server() {
     .unwrap();
     let (one, _, _) = reconcile_until_ready(&distrusted.stdout, 3).unwrap();
     assert!(one.stderr.contains("replaced 0"), "{}", one.stderr);
-    assert_eq!(trusted_issuers(&set), std::slice::from_ref(&first.issuer));
+    assert_eq!(trusted_issuers(set), std::slice::from_ref(&first.issuer));
     whoami_until(&admin, &second_token, false);
     whoami_until(&admin, &first_token, true);
     assert_eq!(
@@ -788,5 +784,5 @@ fn a_second_issuer_is_trusted_and_let_go_without_restarting_an_api_server() {
         api_servers,
         "an API server restarted when an issuer was let go"
     );
-    drop(set);
+    drop(bridge);
 }

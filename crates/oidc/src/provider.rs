@@ -807,4 +807,4 @@ fn error_page(status: u16, why: &str) -> Reply {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

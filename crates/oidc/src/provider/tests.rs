@@ -18,8 +18,9 @@ fn provider(dir: &std::path::Path, password_grant: bool) -> Provider {
     )
 }
 
-/// A provider whose users' hashes cost `iterations`, drawing from `rng`.
-fn provider_with(
+/// A provider whose users' hashes cost `iterations`, drawing from `rng`: users alice and bob,
+/// password `s3cret`; client `kubernetes`.
+pub(crate) fn provider_with(
     dir: &std::path::Path,
     password_grant: bool,
     iterations: u32,

@@ -3,12 +3,10 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use oi_api::oidc::{ProviderClient, ProviderConfig, parse_users};
 use rcgen::{CertificateParams, KeyPair};
 use rustls::pki_types::{CertificateDer, ServerName};
 
 use super::*;
-use crate::keys::SigningKey;
 
 /// PBKDF2 rounds of the test user's hash: several times the default, so its check lasts long
 /// enough to be seen running (about a second here).
@@ -27,24 +25,12 @@ fn served(dir: &std::path::Path) -> (u16, Arc<Provider>, CertificateDer<'static>
     std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
     std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
     let tls = tls_config(&dir.join("tls.crt"), &dir.join("tls.key")).unwrap();
-    let hash = crate::password::hash("pw", SLOW_ITERATIONS).unwrap();
-    let users = parse_users(&format!("- username: alice\n  passwordHash: '{hash}'\n")).unwrap();
-    let config = ProviderConfig {
-        issuer: "https://127.0.0.1:1".into(),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        tls_certificate: String::new(),
-        tls_private_key: String::new(),
-        signing_key: String::new(),
-        users: String::new(),
-        clients: vec![ProviderClient {
-            id: "kubernetes".into(),
-            redirect_uris: vec!["http://localhost:8000".into()],
-        }],
-        password_grant: true,
-        token_lifetime_seconds: 600,
-    };
-    let signing = SigningKey::load_or_create(&dir.join("key.pem")).unwrap();
-    let provider = Arc::new(Provider::new(config, users, signing).unwrap());
+    let provider = Arc::new(crate::provider::tests::provider_with(
+        dir,
+        true,
+        SLOW_ITERATIONS,
+        Box::new(ring::rand::SystemRandom::new()),
+    ));
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -102,7 +88,7 @@ fn a_password_check_does_not_hold_up_other_requests() {
         ),
         200
     );
-    let body = "grant_type=password&client_id=kubernetes&username=alice&password=pw";
+    let body = "grant_type=password&client_id=kubernetes&username=alice&password=s3cret";
     let login = format!(
         "POST /token HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
          Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",

@@ -13,7 +13,10 @@
 //! Endpoints are tried in order, starting with the one that answered last: a call that gets
 //! no connection, `Unavailable`, a proposal raft dropped (a leadership transfer under way) or
 //! no answer within the store's timeout moves on to the next;
-//! any other answer, a refusal included, is final. (etcd-client's own balanced channel is
+//! any other answer, a refusal included, is final. A read that every endpoint answered
+//! `Unavailable` (no leader for a moment: an API server storing in its own member alone meets
+//! it whenever leadership moves) goes round again for a few seconds, as etcd's Go client
+//! retries reads; a write does not. (etcd-client's own balanced channel is
 //! not used: tonic's lazy reconnect reports an endpoint that refuses connections as ready,
 //! so its balancer kept sending calls to an etcd member a drain had removed —
 //! grpc/grpc-rust#2839 — and with one endpoint that cannot be reached it waits instead of
@@ -92,6 +95,15 @@ const PROPOSAL_DROPPED: &str = "raft proposal dropped";
 /// How long a call whose proposal was dropped waits before the next endpoint: a leadership
 /// transfer takes a heartbeat or two.
 const TRANSFER_PAUSE: Duration = Duration::from_millis(50);
+
+/// How long a call every endpoint answered "between two leaders" is tried again: an election
+/// (etcd's election timeout, 1 s, randomised up to 2 s).
+const READ_RETRY_WINDOW: Duration = Duration::from_secs(3);
+
+/// Whether a member answered `Unavailable`: up, but between two leaders (or stopping).
+fn unavailable_status(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(status) if status.code() == tonic::Code::Unavailable)
+}
 
 fn proposal_dropped(e: &etcd_client::Error) -> bool {
     matches!(e, etcd_client::Error::GRpcStatus(status)
@@ -189,32 +201,51 @@ impl EtcdStorage {
     }
 
     /// `call` on the first endpoint that answers it, starting with the one that answered
-    /// last, each attempt bounded by the store's timeout.
-    async fn call<T, F, Fut>(&self, what: &str, call: F) -> Result<T>
+    /// last, each attempt bounded by the store's timeout. A `repeatable` call (a read) that
+    /// every endpoint answered `Unavailable` (between two leaders: "leader changed", "no
+    /// leader") goes round them again after a pause, for at most [`READ_RETRY_WINDOW`], as
+    /// etcd's Go client retries reads; a write only when its proposal was dropped (it never
+    /// reached the log), never after an answer that leaves its outcome unknown.
+    async fn call<T, F, Fut>(&self, what: &str, repeatable: bool, call: F) -> Result<T>
     where
         F: Fn(Client) -> Fut,
         Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
     {
         let count = self.endpoints.len();
-        let first = self.preferred.load(Ordering::Relaxed) % count;
+        let started = tokio::time::Instant::now();
         let mut failures = Vec::new();
-        for index in (0..count).map(|i| (first + i) % count) {
-            let (url, client) = &self.endpoints[index];
-            match tokio::time::timeout(self.timeout, call(client.clone())).await {
-                Ok(Ok(t)) => {
-                    self.preferred.store(index, Ordering::Relaxed);
-                    return Ok(t);
-                }
-                Ok(Err(e)) if moves_on(&e) => {
-                    // A leadership transfer drops proposals for a moment: let it end.
-                    if proposal_dropped(&e) {
-                        tokio::time::sleep(TRANSFER_PAUSE).await;
+        loop {
+            let first = self.preferred.load(Ordering::Relaxed) % count;
+            let mut between_leaders = true;
+            for index in (0..count).map(|i| (first + i) % count) {
+                let (url, client) = &self.endpoints[index];
+                match tokio::time::timeout(self.timeout, call(client.clone())).await {
+                    Ok(Ok(t)) => {
+                        self.preferred.store(index, Ordering::Relaxed);
+                        return Ok(t);
                     }
-                    failures.push(format!("{url}: {e}"));
+                    Ok(Err(e)) if moves_on(&e) => {
+                        // A leadership transfer drops proposals for a moment: let it end.
+                        if proposal_dropped(&e) {
+                            tokio::time::sleep(TRANSFER_PAUSE).await;
+                        }
+                        // A dropped proposal never reached the log: safe to make again,
+                        // a write too. Any other `Unavailable`, for a read only.
+                        between_leaders &=
+                            proposal_dropped(&e) || (repeatable && unavailable_status(&e));
+                        failures.push(format!("{url}: {e}"));
+                    }
+                    Ok(Err(e)) => return Err(storage_error(what, &e)),
+                    Err(_) => {
+                        between_leaders = false;
+                        failures.push(format!("{url}: no answer within {:?}", self.timeout));
+                    }
                 }
-                Ok(Err(e)) => return Err(storage_error(what, &e)),
-                Err(_) => failures.push(format!("{url}: no answer within {:?}", self.timeout)),
             }
+            if !(between_leaders && started.elapsed() < READ_RETRY_WINDOW) {
+                break;
+            }
+            tokio::time::sleep(TRANSFER_PAUSE).await;
         }
         Err(unavailable(format!(
             "etcd {what}: no endpoint answered: {}",
@@ -223,7 +254,7 @@ impl EtcdStorage {
     }
 
     async fn range(&self, key: Vec<u8>, options: GetOptions) -> Result<GetResponse> {
-        self.call("range", |client| {
+        self.call("range", true, |client| {
             let (key, options) = (key.clone(), options.clone());
             async move { client.kv_client().get(key, Some(options)).await }
         })
@@ -231,7 +262,7 @@ impl EtcdStorage {
     }
 
     async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse> {
-        self.call("txn", |client| {
+        self.call("txn", false, |client| {
             let txn = txn.clone();
             async move { client.kv_client().txn(txn).await }
         })
@@ -277,7 +308,7 @@ impl EtcdStorage {
     /// # Errors
     /// etcd unreachable or refusing.
     pub async fn compact(&self, revision: u64) -> Result<()> {
-        self.call("compaction", |client| async move {
+        self.call("compaction", false, |client| async move {
             client
                 .kv_client()
                 .compact(
@@ -297,7 +328,7 @@ impl EtcdStorage {
             .with_prev_key()
             .with_progress_notify();
         let stream = self
-            .call("watch", |client| {
+            .call("watch", true, |client| {
                 let options = options.clone();
                 async move {
                     client
@@ -541,6 +572,87 @@ mod tests {
             tonic::Code::Unavailable,
             "raft proposal dropped"
         )));
+    }
+
+    /// A store on one endpoint that is never dialled: the calls below answer by themselves.
+    async fn store() -> EtcdStorage {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let pem = cert.pem();
+        EtcdStorage::connect(
+            &["https://127.0.0.1:1".to_string()],
+            pem.as_bytes(),
+            pem.as_bytes(),
+            key.serialize_pem().as_bytes(),
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap()
+    }
+
+    fn between_leaders() -> etcd_client::Error {
+        etcd_client::Error::GRpcStatus(tonic::Status::unavailable("etcdserver: leader changed"))
+    }
+
+    /// An API server storing in its own member alone meets "leader changed" whenever
+    /// leadership moves: a read goes round again until the member answers (for a few seconds
+    /// at most); a write is made once, unless its proposal was dropped.
+    #[tokio::test]
+    async fn a_read_between_two_leaders_is_made_again_a_write_is_not() {
+        let store = store().await;
+        let calls = AtomicUsize::new(0);
+        let read = store
+            .call("range", true, |_| {
+                let n = calls.fetch_add(1, Ordering::SeqCst);
+                async move { if n < 2 { Err(between_leaders()) } else { Ok(n) } }
+            })
+            .await;
+        assert_eq!(read.unwrap(), 2, "answered on the third attempt");
+
+        calls.store(0, Ordering::SeqCst);
+        let write: Result<()> = store
+            .call("txn", false, |_| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                async { Err(between_leaders()) }
+            })
+            .await;
+        assert!(write.is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "a write is made once");
+
+        // A write whose proposal was dropped (leadership moving) never reached the log: made
+        // again.
+        calls.store(0, Ordering::SeqCst);
+        let dropped = store
+            .call("txn", false, |_| {
+                let n = calls.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if n == 0 {
+                        Err(etcd_client::Error::GRpcStatus(tonic::Status::unknown(
+                            PROPOSAL_DROPPED,
+                        )))
+                    } else {
+                        Ok(n)
+                    }
+                }
+            })
+            .await;
+        assert_eq!(dropped.unwrap(), 1);
+
+        calls.store(0, Ordering::SeqCst);
+        let started = std::time::Instant::now();
+        let never: Result<()> = store
+            .call("range", true, |_| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                async { Err(between_leaders()) }
+            })
+            .await;
+        let why = never.unwrap_err().to_string();
+        assert!(why.contains("leader changed"), "{why}");
+        assert!(calls.load(Ordering::SeqCst) > 2);
+        assert!(started.elapsed() >= READ_RETRY_WINDOW, "gave up early");
     }
 
     #[test]

@@ -471,9 +471,7 @@ pub const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster
 /// once and not the service-account issuer, at most [`crate::cluster::MAX_JWT_ISSUERS`].
 fn check_issuers(errors: &mut Vec<FieldError>, api_server: &crate::cluster::KubeApiServer) {
     let mut seen: Vec<(&str, String)> = Vec::new();
-    let mut count = 0;
     for (at, oidc) in api_server.jwt_issuers() {
-        count += 1;
         check_oidc(errors, &at, oidc);
         let url = oidc.issuer_url.as_str();
         if url == SERVICE_ACCOUNT_ISSUER {
@@ -494,6 +492,7 @@ fn check_issuers(errors: &mut Vec<FieldError>, api_server: &crate::cluster::Kube
         }
         seen.push((url, at));
     }
+    let count = seen.len();
     if count > crate::cluster::MAX_JWT_ISSUERS {
         errors.push(FieldError::new(
             "spec.apiServer.oidcIssuers",

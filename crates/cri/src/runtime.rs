@@ -426,23 +426,20 @@ impl CriClient {
     /// Runs a writer or remover: a helper whose script removes its own log directory as its
     /// last act ([`requests::OWN_LOG_DIR_ENV`]), so a success needs no log reader after it.
     async fn run_helper(&self, job: &'static str, container: &ContainerSpec) -> Result<()> {
-        let exit = self
-            .run_collecting(container, HELPER_TIMEOUT, Logs::RemovedByItself)
-            .await?;
-        self.exited_zero(job, exit)
+        self.run_bounded(job, container, HELPER_TIMEOUT, Logs::RemovedByItself)
+            .await
     }
 
+    /// Runs `container` once, at most `timeout`; anything but exit code 0 is an error
+    /// naming `job`, with its log tail.
     async fn run_bounded(
         &self,
         job: &'static str,
         container: &ContainerSpec,
         timeout: Duration,
+        logs: Logs,
     ) -> Result<()> {
-        let exit = self.run_to_completion(container, timeout).await?;
-        self.exited_zero(job, exit)
-    }
-
-    fn exited_zero(&self, job: &'static str, exit: Exit) -> Result<()> {
+        let exit = self.run_collecting(container, timeout, logs).await?;
         if exit.code != 0 {
             return Err(Error::HelperFailed {
                 target: self.target().clone(),
@@ -654,7 +651,8 @@ impl HypervisorRuntime for CriClient {
         timeout: Duration,
     ) -> Result<()> {
         self.check_paths(container.mounts.iter().map(|m| m.host_path.as_str()))?;
-        self.run_bounded(job, container, timeout).await
+        self.run_bounded(job, container, timeout, Logs::OnFailure)
+            .await
     }
 
     async fn host_paths_present(&self, paths: &[String]) -> Result<BTreeSet<String>> {

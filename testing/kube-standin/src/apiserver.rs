@@ -284,8 +284,9 @@ pub async fn run(config: ApiServerConfig, version: String) -> Result<(), ApiServ
     let mut reloader = None;
     if let Some(path) = &config.authentication_config {
         let text = tls::read(path)?;
-        let loaded = crate::api::authn_config::load(path, &config.service_account_issuers, &[])
-            .map_err(ApiServerError::AuthenticationConfig)?;
+        let loaded =
+            crate::api::authn_config::load(path, &text, &config.service_account_issuers, &[])
+                .map_err(ApiServerError::AuthenticationConfig)?;
         jwt.replace(loaded.iter().map(|(_, o)| Arc::clone(o)).collect());
         tracing::info!(
             issuers = ?loaded.iter().map(|(i, _)| i.config.issuer_url.as_str()).collect::<Vec<_>>(),
@@ -362,11 +363,6 @@ pub async fn run(config: ApiServerConfig, version: String) -> Result<(), ApiServ
     Ok(())
 }
 
-/// How the node proxy reaches kubelets, from the `--kubelet-*` flags and the egress
-/// selector; `None` without a kubelet client certificate.
-/// The system's trust bundle, used for an OIDC issuer when `--oidc-ca-file` is not given.
-const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
-
 /// The OIDC authenticator of `--oidc-*`: its issuer reached over TLS trusting `--oidc-ca-file`
 /// (else the system's bundle, if there is one). Its keys are fetched at the first token.
 fn oidc_authenticator(
@@ -375,14 +371,10 @@ fn oidc_authenticator(
     let Some(oidc) = &config.oidc else {
         return Ok(None);
     };
-    let roots = match &config.oidc_ca {
-        Some(path) => tls::roots_from_pem(&tls::read(path)?, &shown(path))?,
-        None if Path::new(SYSTEM_CA_BUNDLE).is_file() => {
-            tls::roots_from_pem(&tls::read(Path::new(SYSTEM_CA_BUNDLE))?, SYSTEM_CA_BUNDLE)?
-        }
-        None => rustls::RootCertStore::empty(),
+    let client = match &config.oidc_ca {
+        Some(path) => crate::api::oidc::issuer_tls(Some(&tls::read(path)?), &shown(path))?,
+        None => crate::api::oidc::issuer_tls(None, "--oidc-ca-file")?,
     };
-    let client = tls::client_config(roots, None, "--oidc-ca-file")?;
     tracing::info!(
         issuer = %oidc.issuer_url,
         client = %oidc.client_id,
@@ -394,6 +386,8 @@ fn oidc_authenticator(
     ))))
 }
 
+/// How the node proxy reaches kubelets, from the `--kubelet-*` flags and the egress
+/// selector; `None` without a kubelet client certificate.
 fn kubelet_client(config: &ApiServerConfig) -> Result<Option<KubeletClient>, ApiServerError> {
     let Some((cert, key)) = config.kubelet_client() else {
         return Ok(None);

@@ -33,8 +33,6 @@ use super::oidc::{JwtAuthenticators, Oidc, OidcConfig};
 pub const MAX_JWT: usize = 64;
 /// How often the file is looked at again.
 pub const RELOAD_EVERY: Duration = Duration::from_secs(1);
-/// The system's trust bundle, for an issuer without `certificateAuthority`.
-pub const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// One JWT authenticator of the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -262,34 +260,28 @@ fn jwt(entry: &Value, at: &str) -> Result<JwtIssuer, String> {
 /// # Errors
 /// A CA that is not PEM certificates.
 pub fn authenticator(issuer: &JwtIssuer) -> Result<Arc<Oidc>, String> {
-    let roots = match &issuer.ca {
-        Some(pem) => crate::tls::roots_from_pem(pem.as_bytes(), "certificateAuthority")
-            .map_err(|e| e.to_string())?,
-        None if Path::new(SYSTEM_CA_BUNDLE).is_file() => {
-            crate::tls::read(Path::new(SYSTEM_CA_BUNDLE))
-                .and_then(|pem| crate::tls::roots_from_pem(&pem, SYSTEM_CA_BUNDLE))
-                .map_err(|e| e.to_string())?
-        }
-        None => rustls::RootCertStore::empty(),
-    };
-    let tls = crate::tls::client_config(roots, None, "certificateAuthority")
-        .map_err(|e| e.to_string())?;
+    let tls = super::oidc::issuer_tls(
+        issuer.ca.as_deref().map(str::as_bytes),
+        "certificateAuthority",
+    )
+    .map_err(|e| e.to_string())?;
     Ok(Arc::new(Oidc::new(issuer.config.clone(), tls)))
 }
 
-/// The authenticators of the file at `path`, reusing those of `before` whose issuer did
-/// not change (their fetched keys kept).
+/// The authenticators of `text`, the content of the file at `path`, reusing those of
+/// `before` whose issuer did not change (their fetched keys kept).
 ///
 /// # Errors
-/// The file cannot be read or is refused: the path and why.
+/// The file is refused: the path and why.
 pub fn load(
     path: &Path,
+    text: &[u8],
     service_account_issuers: &[String],
     before: &[(JwtIssuer, Arc<Oidc>)],
 ) -> Result<Vec<(JwtIssuer, Arc<Oidc>)>, String> {
     let shown = path.display();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
-    let issuers = parse(&text, service_account_issuers).map_err(|e| format!("{shown}: {e}"))?;
+    let text = std::str::from_utf8(text).map_err(|_| format!("{shown}: not UTF-8"))?;
+    let issuers = parse(text, service_account_issuers).map_err(|e| format!("{shown}: {e}"))?;
     issuers
         .into_iter()
         .map(|issuer| {
@@ -324,8 +316,9 @@ pub async fn watch(
         if now == last {
             continue;
         }
+        let next = load(&path, &now, &service_account_issuers, &loaded);
         last = now;
-        match load(&path, &service_account_issuers, &loaded) {
+        match next {
             Ok(next) => {
                 jwt.replace(next.iter().map(|(_, o)| Arc::clone(o)).collect());
                 jwt.count_reload(true);

@@ -304,6 +304,26 @@ impl Oidc {
     }
 }
 
+/// The system's trust bundle, for an issuer given no CA.
+const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// The TLS an issuer is reached with: trusting `ca` (PEM, named `what` in errors), else the
+/// system's bundle (if there is one), as kube-apiserver does.
+///
+/// # Errors
+/// A CA or bundle that is not PEM certificates.
+pub fn issuer_tls(ca: Option<&[u8]>, what: &str) -> crate::tls::Result<Arc<ClientConfig>> {
+    let roots = match ca {
+        Some(pem) => crate::tls::roots_from_pem(pem, what)?,
+        None if std::path::Path::new(SYSTEM_CA_BUNDLE).is_file() => crate::tls::roots_from_pem(
+            &crate::tls::read(std::path::Path::new(SYSTEM_CA_BUNDLE))?,
+            SYSTEM_CA_BUNDLE,
+        )?,
+        None => rustls::RootCertStore::empty(),
+    };
+    crate::tls::client_config(roots, None, what)
+}
+
 /// The JWT authenticators in force: `--oidc-*`'s, or those of the structured authentication
 /// configuration, which a reload of its file replaces while requests go on.
 #[derive(Default)]
@@ -363,11 +383,17 @@ impl JwtAuthenticators {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = authenticators;
     }
 
-    /// The authenticator of the issuer `token` says it comes from, if one is in force.
+    /// The authenticator of the issuer `token` says it comes from (its unverified `iss`,
+    /// read once), if one is in force.
     pub fn for_token(&self, token: &str) -> Option<Arc<Oidc>> {
-        self.current()
-            .into_iter()
-            .find(|o| o.claims_to_be_ours(token))
+        let (_, claims) = jwt::unverified(token)?;
+        let iss = claims["iss"].as_str()?;
+        self.current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .find(|o| o.config.issuer_url == iss)
+            .cloned()
     }
 }
 

@@ -70,14 +70,7 @@ pub fn trust(
             false
         }
     };
-    let errors = oi_api::validation::validate_cluster(cluster);
-    if !errors.is_empty() {
-        let lines: Vec<String> = errors
-            .iter()
-            .map(|e| format!("field `{}`: {}", e.field, e.reason))
-            .collect();
-        anyhow::bail!("cluster {}: {}", cluster.key(), lines.join("; "));
-    }
+    manifests::validate_new(&oi_api::Object::Cluster(cluster.clone()))?;
     let note = format!(
         "cluster {}: {} {} (the next `oi reconcile` tells its API servers; none restarts)",
         cluster.key(),

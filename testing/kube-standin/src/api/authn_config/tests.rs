@@ -182,7 +182,7 @@ async fn a_changed_file_puts_its_issuers_in_force_and_a_refused_one_changes_noth
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("authn.yaml");
     replace(&path, &one("https://a.example"));
-    let loaded = load(&path, &[], &[]).unwrap();
+    let loaded = load(&path, &std::fs::read(&path).unwrap(), &[], &[]).unwrap();
     let jwt = Arc::new(JwtAuthenticators::new(
         loaded.iter().map(|(_, o)| Arc::clone(o)).collect(),
     ));

@@ -34,7 +34,22 @@ struct Inner {
     options: ClientOptions,
     channel: tokio::sync::Mutex<Option<Channel>>,
     mutating: AtomicU64,
+    /// The last look at every pod ([`CriClient::every_pod`]); held while one is taken, so
+    /// that callers at once share it.
+    look: tokio::sync::Mutex<Option<Look>>,
 }
+
+/// A look at every pod: when, and how many mutating calls had been made before it.
+struct Look {
+    mutating: u64,
+    at: Instant,
+    pods: Arc<Vec<crate::PodStatus>>,
+}
+
+/// How long a look at every pod answers [`CriClient::every_pod`] while no mutating call is
+/// made: the pods a run ensures at once (each cluster's, on a shared hypervisor) share one
+/// look instead of listing every pod each.
+const LOOK_REUSE: Duration = Duration::from_millis(250);
 
 impl std::fmt::Debug for CriClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -77,6 +92,7 @@ impl CriClient {
                 options,
                 channel: tokio::sync::Mutex::new(None),
                 mutating: AtomicU64::new(0),
+                look: tokio::sync::Mutex::new(None),
             }),
         };
         let timeout = client.inner.options.connect_timeout;
@@ -105,6 +121,33 @@ impl CriClient {
     /// container, pull image, exec) this client and its clones have made.
     pub fn mutating_calls(&self) -> u64 {
         self.inner.mutating.load(Ordering::Relaxed)
+    }
+
+    /// Every pod with its containers' states (no exit codes): a look taken at most
+    /// [`LOOK_REUSE`] ago with no mutating call made since (by this client and its clones),
+    /// otherwise a look taken now with `look`. Callers at once wait for one look and share
+    /// it.
+    pub(crate) async fn every_pod<F, Fut>(&self, look: F) -> Result<Arc<Vec<crate::PodStatus>>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Vec<crate::PodStatus>>>,
+    {
+        let mut last = self.inner.look.lock().await;
+        if let Some(l) = last.as_ref()
+            && l.mutating == self.mutating_calls()
+            && l.at.elapsed() <= LOOK_REUSE
+        {
+            return Ok(l.pods.clone());
+        }
+        let mutating = self.mutating_calls();
+        let at = Instant::now();
+        let pods = Arc::new(look().await?);
+        *last = Some(Look {
+            mutating,
+            at,
+            pods: pods.clone(),
+        });
+        Ok(pods)
     }
 
     async fn channel(&self) -> Result<Channel> {
@@ -474,6 +517,75 @@ mod tests {
         ));
         assert!(!t(tonic::Code::Unknown, "failed to create containerd task"));
         assert!(!t(tonic::Code::InvalidArgument, "connection"));
+    }
+
+    /// A client of nothing: its calls are never made.
+    fn unconnected() -> CriClient {
+        let target = Target {
+            hypervisor: "hv1".into(),
+            endpoint: "unix:///nonexistent".into(),
+        };
+        let dialer = Dialer::new(&target, &CriEndpoint::Unix("/nonexistent".into())).unwrap();
+        CriClient {
+            inner: Arc::new(Inner {
+                target,
+                dialer,
+                options: ClientOptions::default(),
+                channel: tokio::sync::Mutex::new(None),
+                mutating: AtomicU64::new(0),
+                look: tokio::sync::Mutex::new(None),
+            }),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_look_at_every_pod_is_shared_until_a_mutating_call_or_its_age() {
+        let client = unconnected();
+        let looks = std::sync::atomic::AtomicUsize::new(0);
+        let look = || async {
+            looks.fetch_add(1, Ordering::Relaxed);
+            // A look takes a while: callers meanwhile wait for it.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            Ok(Vec::new())
+        };
+        let looked = || looks.load(Ordering::Relaxed);
+        // Callers at once: one look.
+        let (a, b, c) = tokio::join!(
+            client.every_pod(look),
+            client.every_pod(look),
+            client.every_pod(look)
+        );
+        assert!(a.is_ok() && b.is_ok() && c.is_ok());
+        assert_eq!(looked(), 1);
+        // Shortly after: the same look.
+        tokio::time::advance(LOOK_REUSE / 2).await;
+        client.clone().every_pod(look).await.unwrap();
+        assert_eq!(looked(), 1);
+        // A mutating call made since (by a clone too): a new look.
+        client
+            .clone()
+            .inner
+            .mutating
+            .fetch_add(1, Ordering::Relaxed);
+        client.every_pod(look).await.unwrap();
+        assert_eq!(looked(), 2);
+        // Too old: a new look.
+        tokio::time::advance(LOOK_REUSE + Duration::from_millis(1)).await;
+        client.every_pod(look).await.unwrap();
+        assert_eq!(looked(), 3);
+        // A failed look is not kept.
+        client.inner.mutating.fetch_add(1, Ordering::Relaxed);
+        let failed = client
+            .every_pod(|| async {
+                Err(Error::ConnectTimeout {
+                    target: client.target().clone(),
+                    timeout: Duration::from_secs(1),
+                })
+            })
+            .await;
+        assert!(failed.is_err());
+        client.every_pod(look).await.unwrap();
+        assert_eq!(looked(), 4);
     }
 
     #[test]

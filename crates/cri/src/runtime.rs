@@ -592,7 +592,8 @@ impl HypervisorRuntime for CriClient {
     }
 
     async fn ensure_pod(&self, spec: &PodSpec) -> Result<Outcome> {
-        let running = self.observe(&BTreeMap::new(), false).await?;
+        let every = BTreeMap::new();
+        let running = self.every_pod(|| self.observe(&every, false)).await?;
         let decision = pod_decision(spec, &running);
         if decision == PodDecision::Keep {
             return Ok(Outcome::Unchanged);

@@ -34,6 +34,73 @@ const READS_AT_ONCE: usize = 16;
 
 /// The cluster's NodeJoinRequests.
 const REQUESTS: &str = "/apis/node.oneinfra.ereslibre.es/v1alpha1/nodejoinrequests";
+/// [`REQUESTS`], in messages.
+const REQUESTS_WHAT: &str = "NodeJoinRequests";
+
+/// The reads of a cluster's objects before any write ([`Executor::read_all`]).
+pub(crate) struct Reads {
+    /// Each collection holding several of the objects: the objects of ours it holds.
+    listed: Result<BTreeMap<String, BTreeMap<String, Value>>, Failure>,
+    /// Each object alone in its collection, in the objects' order.
+    singles: Vec<Result<HttpsResponse, String>>,
+    /// Each prune's LIST.
+    prunes: Vec<Result<Value, Failure>>,
+    /// The NodeJoinRequests.
+    requests: Result<Value, Failure>,
+}
+
+impl Reads {
+    /// Whether every read answered with what was asked (an object's absence included).
+    fn answered(&self) -> bool {
+        self.listed.is_ok()
+            && self
+                .singles
+                .iter()
+                .all(|r| r.as_ref().is_ok_and(|r| r.status == 200 || r.status == 404))
+            && self.prunes.iter().all(Result::is_ok)
+            && self.requests.is_ok()
+    }
+}
+
+/// The plan's in-cluster part and the TLS settings of its identity.
+fn in_cluster_tls(plan: &Convergence) -> Step<(&InCluster, Tls)> {
+    let failed = |endpoint: &str, reason: String| StepError::ClusterBootstrap {
+        endpoint: endpoint.to_string(),
+        object: String::new(),
+        reason,
+    };
+    let in_cluster = plan
+        .in_cluster
+        .as_ref()
+        .map_err(|reason| failed("not planned", reason.clone()))?;
+    let identity = in_cluster
+        .client
+        .as_ref()
+        .map_err(|reason| failed(&in_cluster.endpoint, format!("client identity: {reason}")))?;
+    let tls = Tls {
+        ca_pem: identity.server_ca.clone(),
+        identity: Some((identity.certificate.clone(), identity.private_key.clone())),
+    };
+    Ok((in_cluster, tls))
+}
+
+/// How an object was read in the first wave: found (or not) in its collection's LIST, or
+/// read alone with a GET.
+enum ReadOf<'a> {
+    Listed(Option<&'a Value>),
+    Read(Result<HttpsResponse, String>),
+}
+
+/// Whether `object` is the only one of the cluster's objects in its collection (it is read
+/// with a GET rather than a LIST).
+fn is_single(in_cluster: &InCluster, object: &ClusterObject) -> bool {
+    in_cluster
+        .objects
+        .iter()
+        .filter(|o| o.collection == object.collection)
+        .count()
+        == 1
+}
 
 /// Why one request did not do what was asked; `retry` when a later attempt may succeed.
 struct Failure {
@@ -43,34 +110,24 @@ struct Failure {
 }
 
 impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
-    /// Ensures the cluster's in-cluster objects, until done or out of time.
+    /// Ensures the cluster's in-cluster objects, until done or out of time. `early`: the
+    /// cluster's reads made while it was observed ([`Executor::early_reads`]), used by the
+    /// first attempt instead of reading again.
     pub(crate) async fn bootstrap(
         &self,
         key: &ObjectKey,
         plan: &Convergence,
         result: &mut ClusterResult,
+        mut early: Option<Reads>,
     ) -> Step {
-        let failed = |endpoint: &str, object: &str, reason: &str| StepError::ClusterBootstrap {
-            endpoint: endpoint.to_string(),
-            object: object.to_string(),
-            reason: reason.to_string(),
-        };
-        let in_cluster = plan
-            .in_cluster
-            .as_ref()
-            .map_err(|reason| failed("not planned", "", reason))?;
-        let endpoint = in_cluster.endpoint.as_str();
-        let identity = in_cluster
-            .client
-            .as_ref()
-            .map_err(|reason| failed(endpoint, "", &format!("client identity: {reason}")))?;
-        let tls = Tls {
-            ca_pem: identity.server_ca.clone(),
-            identity: Some((identity.certificate.clone(), identity.private_key.clone())),
-        };
+        let (in_cluster, tls) = in_cluster_tls(plan)?;
         loop {
+            let reads = match early.take() {
+                Some(reads) => reads,
+                None => self.read_all(in_cluster, &tls).await,
+            };
             match self
-                .ensure_all(key, in_cluster, plan.vpn.as_ref(), &tls, result)
+                .ensure_all(key, in_cluster, plan.vpn.as_ref(), &tls, result, reads)
                 .await
             {
                 Ok(()) => {
@@ -78,10 +135,52 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                     return Ok(());
                 }
                 Err(f) if !f.retry || self.out_of_time() => {
-                    return Err(failed(endpoint, &f.object, &f.reason));
+                    return Err(StepError::ClusterBootstrap {
+                        endpoint: in_cluster.endpoint.clone(),
+                        object: f.object,
+                        reason: f.reason,
+                    });
                 }
                 Err(_) => self.pause().await,
             }
+        }
+    }
+
+    /// The cluster's first reads ([`Executor::read_all`]), made while it is observed so that
+    /// a converged cluster's reads cost no round of their own: `None` when the cluster's
+    /// objects cannot be read yet (not planned, or an answer other than an object, its
+    /// absence or a list), as the reads are then made again once it is ready.
+    pub(crate) async fn early_reads(&self, plan: &Convergence) -> Option<Reads> {
+        let (in_cluster, tls) = in_cluster_tls(plan).ok()?;
+        let reads = self.read_all(in_cluster, &tls).await;
+        reads.answered().then_some(reads)
+    }
+
+    /// Every read of the cluster's objects, in one wave over kept connections
+    /// ([`READS_AT_ONCE`] at a time each): each collection holding several of the objects
+    /// with one LIST of those carrying our label, each other object with a GET, each
+    /// prune's LIST and the NodeJoinRequests' LIST.
+    async fn read_all(&self, in_cluster: &InCluster, tls: &Tls) -> Reads {
+        let prunes = async {
+            let mut lists = Vec::with_capacity(in_cluster.prune.len());
+            for some in in_cluster.prune.chunks(READS_AT_ONCE) {
+                lists.extend(
+                    join_all(some.iter().map(|p| self.prune_list(in_cluster, p, tls))).await,
+                );
+            }
+            lists
+        };
+        let (listed, singles, prunes, requests) = futures::join!(
+            self.list_collections(in_cluster, tls),
+            self.read_singles(in_cluster, tls),
+            prunes,
+            self.list(in_cluster, tls, REQUESTS, REQUESTS_WHAT),
+        );
+        Reads {
+            listed,
+            singles,
+            prunes,
+            requests,
         }
     }
 
@@ -92,31 +191,62 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         vpn: Option<&VpnPlan>,
         tls: &Tls,
         result: &mut ClusterResult,
+        reads: Reads,
     ) -> Result<(), Failure> {
-        // Reads first, [`READS_AT_ONCE`] at a time over kept connections: each collection
-        // holding several of the objects read with one LIST of those carrying our label,
-        // the others (and an object a LIST did not return: absent, or not labelled yet)
-        // with a GET. Then the writes a difference calls for, one after the other in the
-        // objects' order (a namespace before what it holds). A converged cluster costs a
-        // read per collection, all at once, and no write.
-        let listed = self.list_collections(in_cluster, tls).await?;
+        // The reads first ([`Executor::read_all`]); an object a LIST did not return (absent,
+        // or not labelled yet) is read with a GET after. Then the writes a difference calls
+        // for, one after the other in the objects' order (a namespace before what it
+        // holds); after a write the prunes' and the requests' LISTs are read again, as the
+        // write may have made their collection (the NodeJoinRequest CRD). A converged
+        // cluster costs one round of reads, all at once, and no write.
+        let Reads {
+            listed,
+            singles,
+            prunes: prune_lists,
+            requests,
+        } = reads;
+        let listed = listed?;
+        let mut singles = singles.into_iter();
         let mut reads = Vec::with_capacity(in_cluster.objects.len());
         for some in in_cluster.objects.chunks(READS_AT_ONCE) {
+            let mut got = Vec::with_capacity(some.len());
+            for object in some {
+                got.push(match listed.get(&object.collection) {
+                    Some(items) => ReadOf::Listed(items.get(&object.name)),
+                    None if is_single(in_cluster, object) => {
+                        ReadOf::Read(singles.next().unwrap_or_else(|| Err(String::new())))
+                    }
+                    None => ReadOf::Listed(None),
+                });
+            }
             reads.extend(
                 join_all(
                     some.iter()
-                        .map(|object| self.read_object(in_cluster, tls, &listed, object)),
+                        .zip(got)
+                        .map(|(object, got)| self.read_object(in_cluster, tls, object, got)),
                 )
                 .await,
             );
         }
+        let mut wrote = false;
         for (object, got) in in_cluster.objects.iter().zip(reads) {
-            self.ensure(key, in_cluster, object, got, tls).await?;
+            wrote |= self.ensure(key, in_cluster, object, got, tls).await?;
         }
-        for prune in &in_cluster.prune {
-            self.prune(key, in_cluster, prune, tls).await?;
+        for (prune, list) in in_cluster.prune.iter().zip(prune_lists) {
+            let list = if wrote {
+                self.prune_list(in_cluster, prune, tls).await
+            } else {
+                list
+            };
+            self.prune(key, in_cluster, prune, list?, tls).await?;
         }
-        self.join_requests(key, in_cluster, vpn, tls, result).await
+        let requests = if wrote {
+            self.list(in_cluster, tls, REQUESTS, REQUESTS_WHAT).await
+        } else {
+            requests
+        };
+        self.join_requests(key, in_cluster, vpn, tls, result, requests?)
+            .await
     }
 
     /// One pass over the cluster's NodeJoinRequests ([`oi_planner::join::join_step`]):
@@ -130,9 +260,9 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         vpn: Option<&VpnPlan>,
         tls: &Tls,
         result: &mut ClusterResult,
+        list: Value,
     ) -> Result<(), Failure> {
-        let what = "NodeJoinRequests";
-        let list = self.list(in_cluster, tls, REQUESTS, what).await?;
+        let what = REQUESTS_WHAT;
         let mut items: BTreeMap<String, Value> = BTreeMap::new();
         let mut requests = Vec::new();
         for item in list["items"].as_array().into_iter().flatten() {
@@ -428,23 +558,47 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         Ok(listed)
     }
 
-    /// One object as read: from its collection's LIST when that had it, otherwise a GET.
+    /// The objects alone in their collection, each with a GET, in the objects' order.
+    async fn read_singles(
+        &self,
+        in_cluster: &InCluster,
+        tls: &Tls,
+    ) -> Vec<Result<HttpsResponse, String>> {
+        let paths: Vec<String> = in_cluster
+            .objects
+            .iter()
+            .filter(|o| is_single(in_cluster, o))
+            .map(ClusterObject::path)
+            .collect();
+        let mut got = Vec::with_capacity(paths.len());
+        for some in paths.chunks(READS_AT_ONCE) {
+            got.extend(
+                join_all(
+                    some.iter()
+                        .map(|path| self.api(in_cluster, tls, &Method::GET, path, None)),
+                )
+                .await,
+            );
+        }
+        got
+    }
+
+    /// One object as read: from its collection's LIST when that had it, as its GET
+    /// answered, otherwise with a GET now.
     async fn read_object(
         &self,
         in_cluster: &InCluster,
         tls: &Tls,
-        listed: &BTreeMap<String, BTreeMap<String, Value>>,
         object: &ClusterObject,
+        got: ReadOf<'_>,
     ) -> Result<HttpsResponse, String> {
-        match listed
-            .get(&object.collection)
-            .and_then(|l| l.get(&object.name))
-        {
-            Some(item) => Ok(HttpsResponse {
+        match got {
+            ReadOf::Listed(Some(item)) => Ok(HttpsResponse {
                 status: 200,
                 body: serde_json::to_vec(&item_of(item, &object.body)).unwrap_or_default(),
             }),
-            None => {
+            ReadOf::Read(answer) => answer,
+            ReadOf::Listed(None) => {
                 self.api(in_cluster, tls, &Method::GET, &object.path(), None)
                     .await
             }
@@ -499,7 +653,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         object: &ClusterObject,
         got: Result<HttpsResponse, String>,
         tls: &Tls,
-    ) -> Result<(), Failure> {
+    ) -> Result<bool, Failure> {
         let fail = |verb: &str, r: Result<HttpsResponse, String>| failure(object, verb, r);
         let path = object.path();
         let body = object.body.to_string();
@@ -517,7 +671,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                 match created {
                     Ok(r) if r.status == 201 || r.status == 200 => {
                         self.wrote(key, "created", &object.describe);
-                        Ok(())
+                        Ok(true)
                     }
                     other => Err(fail("create", other)),
                 }
@@ -529,7 +683,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                     retry: false,
                 })?;
                 if holds(&actual, &object.body) {
-                    return Ok(());
+                    return Ok(false);
                 }
                 let patched = self
                     .api(in_cluster, tls, &Method::PATCH, &path, Some(&body))
@@ -537,7 +691,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                 match patched {
                     Ok(r) if r.status == 200 => {
                         self.wrote(key, "updated", &object.describe);
-                        Ok(())
+                        Ok(true)
                     }
                     other => Err(fail("update", other)),
                 }
@@ -546,31 +700,31 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         }
     }
 
-    /// Deletes the objects a prune selects and does not keep.
-    async fn prune(
+    /// The objects a prune selects, as its LIST answered.
+    async fn prune_list(
         &self,
-        key: &ObjectKey,
         in_cluster: &InCluster,
         prune: &Prune,
         tls: &Tls,
-    ) -> Result<(), Failure> {
+    ) -> Result<Value, Failure> {
         let list_path = format!(
             "{}?labelSelector={}",
             prune.collection,
             query_escape(&prune.label_selector)
         );
         let what = format!("{}s selected by {}", prune.kind, prune.label_selector);
-        let listed = self
-            .api(in_cluster, tls, &Method::GET, &list_path, None)
-            .await;
-        let list: Value = match listed {
-            Ok(r) if r.status == 200 => serde_json::from_slice(&r.body).map_err(|e| Failure {
-                object: what.clone(),
-                reason: format!("list: the answer is not JSON: {e}"),
-                retry: false,
-            })?,
-            other => return Err(failure_named(&what, "list", other)),
-        };
+        self.list(in_cluster, tls, &list_path, &what).await
+    }
+
+    /// Deletes the objects of `list` (what `prune` selects) it does not keep.
+    async fn prune(
+        &self,
+        key: &ObjectKey,
+        in_cluster: &InCluster,
+        prune: &Prune,
+        list: Value,
+        tls: &Tls,
+    ) -> Result<(), Failure> {
         let names = list["items"]
             .as_array()
             .into_iter()

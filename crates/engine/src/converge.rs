@@ -294,9 +294,20 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         //    servers are ready, even when a request through it got through: its checks failed
         //    while they started, and haproxy may still be counting down to holding them down
         //    (the requests of step 7 would then find no server for a second or more).
+        //    A cluster that ran before this run is read from inside (step 7) while it is
+        //    first observed: when it is ready then, those reads serve step 7.
         let mut vouched = false;
+        let mut early = None;
+        let mut first = running;
         loop {
-            let observed = self.observe(plan, &etcd).await;
+            let observed = if std::mem::take(&mut first) {
+                let (observed, reads) =
+                    futures::join!(self.observe(plan, &etcd), self.early_reads(plan));
+                early = reads;
+                observed
+            } else {
+                self.observe(plan, &etcd).await
+            };
             let ingress_lags = matches!(observed.failure, Some(StepError::IngressNotReady(_)));
             if !vouched
                 && observed.apiservers_ready > 0
@@ -313,6 +324,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                     self.vouch_for(key, ingress, &servers).await;
                 }
                 if ingress_lags {
+                    early = None;
                     continue;
                 }
             }
@@ -324,11 +336,14 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
             match observed.failure {
                 None => break,
                 Some(failure) if self.out_of_time() => return Err(failure),
-                Some(_) => self.pause().await,
+                Some(_) => {
+                    early = None;
+                    self.pause().await;
+                }
             }
         }
         // 7. What the cluster holds inside, through its API.
-        self.bootstrap(key, plan, result).await?;
+        self.bootstrap(key, plan, result, early).await?;
         let outcome = &mut result.outcome;
         outcome.ready = true;
         outcome.reason = Reason::Succeeded;

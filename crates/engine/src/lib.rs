@@ -29,10 +29,12 @@
 //!   4. kube       running: control plane pods one replica at a time, a replaced API
 //!   5. ingress    server ready before the next, the ingress alongside; new: all at once
 //!   6. observe    etcd members, each API server's and the ingress's /readyz,  (observe)
-//!                 until ready or the deadline
+//!                 all at once, until ready or the deadline; a cluster whose etcd
+//!                 answered at the start has step 7's reads made meanwhile
 //!   7. inside     through the cluster's API: the NodeJoinRequest CRD, the   (bootstrap)
 //!                 oneinfra-system namespace, RBAC, join tokens, kube-proxy,
 //!                 CoreDNS, the join key ConfigMap; revoked tokens deleted
+//!                 (every read in one wave, then the writes a difference calls for)
 //!   then the SIPClusters' services, one SIPCluster at a time                (sip)
 //!   ▼
 //! Executed {per cluster: ClusterResult (outcome, files placed, components removed, join

@@ -164,38 +164,45 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         let members = &plan.etcd.members;
         let mut o = Observed::default();
         let mut failures: Vec<StepError> = Vec::new();
-        if !members.is_empty() {
-            match self.first_answer(members, etcd).await {
-                Err(last) => failures.push(StepError::EtcdUnanswered { last }),
-                Ok((_, list)) => {
-                    let wanted =
-                        |m: &Member| members.iter().any(|w| m.peer_urls.contains(&w.peer_url));
-                    o.etcd_started = list.iter().filter(|m| m.started() && wanted(m)).count();
-                    o.etcd_voting = list
-                        .iter()
-                        .filter(|m| m.started() && !m.is_learner && wanted(m))
-                        .count();
-                    if o.etcd_voting != members.len() || list.len() != members.len() {
-                        failures.push(StepError::EtcdNotVoting {
-                            voting: o.etcd_voting,
-                            members: members.len(),
-                            started: o.etcd_started,
-                            listed: list.len(),
-                        });
-                    }
-                }
-            }
-        }
+        // etcd's members and every `/readyz` at once.
         let ca = plan.apiserver_ca.as_str();
         let checks = plan.components.iter().filter_map(|c| {
             c.apiserver_url
                 .as_deref()
                 .map(|url| async move { (c, url, self.readyz(url, ca).await) })
         });
+        let etcd_members = async {
+            if members.is_empty() {
+                None
+            } else {
+                Some(self.first_answer(members, etcd).await)
+            }
+        };
+        let (answered, readyz) = futures::join!(etcd_members, join_all(checks));
+        match answered {
+            None => {}
+            Some(Err(last)) => failures.push(StepError::EtcdUnanswered { last }),
+            Some(Ok((_, list))) => {
+                let wanted = |m: &Member| members.iter().any(|w| m.peer_urls.contains(&w.peer_url));
+                o.etcd_started = list.iter().filter(|m| m.started() && wanted(m)).count();
+                o.etcd_voting = list
+                    .iter()
+                    .filter(|m| m.started() && !m.is_learner && wanted(m))
+                    .count();
+                if o.etcd_voting != members.len() || list.len() != members.len() {
+                    failures.push(StepError::EtcdNotVoting {
+                        voting: o.etcd_voting,
+                        members: members.len(),
+                        started: o.etcd_started,
+                        listed: list.len(),
+                    });
+                }
+            }
+        }
         let mut apiserver_errors = Vec::new();
         let mut ingress_errors = Vec::new();
         let mut ingresses = 0;
-        for (c, url, result) in join_all(checks).await {
+        for (c, url, result) in readyz {
             let is_ingress = c.role == ComponentRole::ControlPlaneIngress;
             ingresses += usize::from(is_ingress);
             match (result, is_ingress) {

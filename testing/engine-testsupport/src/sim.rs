@@ -140,6 +140,8 @@ pub struct SimNetwork<S> {
     /// Whether an ingress answers only once its haproxy was told its servers are up
     /// ([`SimNetwork::ingress_checks_lag`]).
     ingress_checks_lag: std::sync::atomic::AtomicBool,
+    /// How long each request takes ([`SimNetwork::set_round_trip`]).
+    round_trip: Mutex<Option<std::time::Duration>>,
 }
 
 /// The `n`-th snapshot the simulation streams: a database page with bbolt's magic and `n`
@@ -172,7 +174,24 @@ impl<S: Source> SimNetwork<S> {
             corrupt_snapshots: std::sync::atomic::AtomicBool::new(false),
             endpoints: Mutex::new(std::collections::HashMap::new()),
             ingress_checks_lag: std::sync::atomic::AtomicBool::new(false),
+            round_trip: Mutex::new(None),
         }
+    }
+
+    /// A request's or an etcd call's wait: other tasks run meanwhile; one round trip when
+    /// [`SimNetwork::set_round_trip`] set one.
+    async fn wait(&self) {
+        let round_trip = *self.round_trip.lock().unwrap_or_else(|e| e.into_inner());
+        match round_trip {
+            Some(d) => tokio::time::sleep(d).await,
+            None => tokio::task::yield_now().await,
+        }
+    }
+
+    /// Makes every request and etcd call take `round_trip` (on tokio's clock: a test with a paused clock
+    /// counts a run's round trips by its duration) instead of only yielding.
+    pub fn set_round_trip(&self, round_trip: Option<std::time::Duration>) {
+        *self.round_trip.lock().unwrap_or_else(|e| e.into_inner()) = round_trip;
     }
 
     /// With `lag`, an ingress's haproxy holds its API servers down, as after checks that
@@ -535,8 +554,7 @@ impl<S: Source> SimNetwork<S> {
     /// Whether the etcd member at `base` answers: refused unless its pod runs; every call
     /// presents the engine's client identity.
     async fn answering(&self, base: &str, tls: &Tls) -> Result<(), EtcdError> {
-        // A real call waits: other tasks run meanwhile.
-        tokio::task::yield_now().await;
+        self.wait().await;
         if !self.runs(base) {
             return Err(EtcdError::Unreachable {
                 endpoint: base.to_string(),
@@ -843,8 +861,7 @@ impl<S: Source> Etcd for SimNetwork<S> {
 
 impl<S: Source> Network for SimNetwork<S> {
     async fn request(&self, r: HttpsRequest<'_>) -> Result<HttpsResponse, HttpsError> {
-        // A real request waits: other tasks run meanwhile.
-        tokio::task::yield_now().await;
+        self.wait().await;
         if !self.runs(r.base) {
             return Err(Self::refused(r.base, ""));
         }

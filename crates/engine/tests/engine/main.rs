@@ -1420,6 +1420,40 @@ async fn a_ready_cluster_gets_its_objects_inside_once_and_revoked_tokens_are_del
     assert_eq!(report_tokens(&third, &key), [TOKEN_A]);
 }
 
+/// A run over converged clusters costs two round trips of the network, whatever the
+/// number of in-cluster objects: etcd's members, then etcd's members again, every `/readyz`
+/// and every read of the objects inside, all at once. Counted on a paused clock, each
+/// request taking one round trip.
+#[tokio::test(start_paused = true)]
+async fn a_converged_clusters_run_costs_two_round_trips() {
+    let h = Harness::new();
+    let mut w = world(1, &[("a", 3)]);
+    let key = ObjectKey::new("default", "a");
+    w.clusters.get_mut(&key).unwrap().spec.join_tokens = vec![TOKEN_A.into(), TOKEN_B.into()];
+    let first = h.run(w).await;
+    assert!(first.all_ready(), "{:?}", first.clusters);
+    let round_trip = Duration::from_millis(100);
+    h.network.set_round_trip(Some(round_trip));
+    h.network.clear_log();
+    let started = tokio::time::Instant::now();
+    let again = h.run(first.world.clone()).await;
+    let took = started.elapsed();
+    assert!(again.all_ready(), "{:?}", again.clusters);
+    assert_eq!(again.counts.cluster_writes, 0);
+    // The reads of a cluster's objects were made (their paths are those of the first run's
+    // test above); none twice.
+    let reads = h.network.api_reads();
+    assert!(reads.len() > 10, "{reads:?}");
+    let distinct: BTreeSet<&String> = reads.iter().collect();
+    assert_eq!(distinct.len(), reads.len(), "{reads:?}");
+    assert_eq!(
+        took,
+        2 * round_trip,
+        "{} round trips",
+        took.as_secs_f64() / round_trip.as_secs_f64()
+    );
+}
+
 fn report_tokens(report: &Report, key: &ObjectKey) -> Vec<String> {
     report.world.clusters[key].status.join_tokens.clone()
 }

@@ -1631,7 +1631,8 @@ impl Etcdctl {
 }
 
 /// After the only cluster on `set` was deleted through a manager's `store`: each hypervisor's
-/// ports released (and some freed), no file entry, no container left.
+/// ports released (and some freed), no file entry, no container and no pod log directory
+/// left.
 ///
 /// # Errors
 /// Naming the first hypervisor with something left, or when `ctr` fails.
@@ -1653,6 +1654,22 @@ pub fn nothing_left(store: &impl ObjectSource, set: &LocalSet) -> Result<()> {
     for (hypervisor, ls) in set.containers()? {
         // Only the header line.
         ensure!(ls.lines().count() == 1, "{hypervisor} still runs:\n{ls}");
+        // Nor a pod's log directory (the hypervisor's own CRI front, in its namespace, is
+        // not a cluster's).
+        let logs = set.var_log_oneinfra(&hypervisor).join("pods");
+        let front = format!("{}_", oi_cri_front::FRONT_NAMESPACE);
+        let left: Vec<String> = std::fs::read_dir(&logs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| !name.starts_with(&front))
+            .collect();
+        ensure!(
+            left.is_empty(),
+            "{hypervisor}: pod log directories left in {}: {left:?}",
+            logs.display()
+        );
     }
     Ok(())
 }

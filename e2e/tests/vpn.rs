@@ -158,7 +158,7 @@ fn diagnose(set: &LocalSet, public: &str, workers: &[&Worker<'_>]) -> String {
             .map_err(|e| e.to_string())
     ));
     for entry in std::fs::read_dir(&logs).into_iter().flatten().flatten() {
-        if entry.file_name().to_string_lossy().contains("-vpn_") {
+        if entry.file_name().to_string_lossy().ends_with("-vpn") {
             for log in std::fs::read_dir(entry.path())
                 .into_iter()
                 .flatten()

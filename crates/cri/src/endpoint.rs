@@ -116,7 +116,7 @@ pub struct ClientOptions {
     pub pull_timeout: Duration,
     /// Image of the file writer and log reader: a POSIX shell with `base64`, `tail`, `rm`.
     pub toolbox_image: String,
-    /// Host directory under which pod logs are written (`<log_root>/<namespace>_<name>_<uid>`).
+    /// Host directory under which pod logs are written (`<log_root>/<namespace>_<name>`).
     pub log_root: String,
 }
 

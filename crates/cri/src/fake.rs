@@ -486,6 +486,10 @@ impl HypervisorRuntime for FakeRuntime {
         Ok(hashes)
     }
 
+    fn pod_log_directory(&self, namespace: &str, name: &str) -> String {
+        crate::requests::pod_log_directory(namespace, name, oi_api::runtime::paths::POD_LOG_DIR)
+    }
+
     async fn remove_host_paths(&self, paths: &[String]) -> Result<()> {
         self.check_paths(paths.iter().map(String::as_str))?;
         if paths.is_empty() {

@@ -31,15 +31,16 @@ pub fn sandbox_uid(pod: &PodSpec) -> String {
     pod.content_hash()[..16].to_string()
 }
 
-/// Host directory holding the pod's container logs.
+/// Host directory holding the pod's container logs: one per pod name, so that a pod
+/// replaced (a new spec) logs where the one before it did, after its lines, rather than
+/// leaving a directory behind; it goes with its component's or cluster's directories.
 pub fn log_directory(pod: &PodSpec, log_root: &str) -> String {
-    format!(
-        "{}/{}_{}_{}",
-        log_root.trim_end_matches('/'),
-        pod.namespace,
-        pod.name,
-        sandbox_uid(pod)
-    )
+    pod_log_directory(&pod.namespace, &pod.name, log_root)
+}
+
+/// [`log_directory`] of the pod `namespace`/`name`.
+pub fn pod_log_directory(namespace: &str, name: &str, log_root: &str) -> String {
+    format!("{}/{namespace}_{name}", log_root.trim_end_matches('/'))
 }
 
 fn host_network(mode_pid: cri::NamespaceMode) -> cri::NamespaceOption {

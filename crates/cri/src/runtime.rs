@@ -178,6 +178,11 @@ pub trait HypervisorRuntime: Send + Sync {
     /// relative paths. Makes no CRI call when `paths` is empty.
     fn remove_host_paths(&self, paths: &[String]) -> impl Future<Output = Result<()>> + Send;
 
+    /// The host directory holding the logs of the pod `namespace`/`name`, which outlives the
+    /// pod: removed with [`HypervisorRuntime::remove_host_paths`] once the pod is gone for
+    /// good.
+    fn pod_log_directory(&self, namespace: &str, name: &str) -> String;
+
     /// Runs `container` once in a throwaway pod (its image ensured first) and waits for it
     /// to exit, at most `timeout`: a one-off job such as restoring an etcd snapshot into a
     /// data directory. The host paths it mounts are checked like written ones.
@@ -634,6 +639,10 @@ impl HypervisorRuntime for CriClient {
             self.run_helper("file writer", &writer).await?;
         }
         Ok(hashes)
+    }
+
+    fn pod_log_directory(&self, namespace: &str, name: &str) -> String {
+        requests::pod_log_directory(namespace, name, &self.options().log_root)
     }
 
     async fn remove_host_paths(&self, paths: &[String]) -> Result<()> {

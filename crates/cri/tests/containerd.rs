@@ -92,6 +92,17 @@ async fn pods_are_created_kept_and_replaced() {
     assert_eq!(pods.len(), 1);
     assert_ne!(pods[0].id, first.id);
     assert!(pods[0].runs(&pod("3601")));
+    // The replacement logs where its predecessor did: one log directory for the pod name,
+    // the one the runtime names for its removal.
+    let logs: Vec<String> = std::fs::read_dir(&fx.options.log_root)
+        .unwrap()
+        .map(|e| e.unwrap().path().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        logs,
+        [rt.pod_log_directory("default", "c1-control-plane-0")],
+        "{logs:?}"
+    );
 
     // Other selectors do not see it; removal makes it go.
     let none = rt

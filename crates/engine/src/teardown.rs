@@ -97,7 +97,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
     }
 
     /// Removes the pods of a cluster (of one of its components, when given) on a
-    /// hypervisor, then the directories.
+    /// hypervisor, then the directories and the pods' log directories.
     async fn remove_pods_and_directories(
         &self,
         hypervisor: &str,
@@ -106,7 +106,13 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         directories: &[String],
     ) -> Step {
         let rt = self.runtime(hypervisor)?;
+        let mut directories = directories.to_vec();
         for pod in rt.list_pods(&selector(key, component)).await? {
+            // Its logs go with the directories.
+            let logs = rt.pod_log_directory(&pod.namespace, &pod.name);
+            if !directories.contains(&logs) {
+                directories.push(logs);
+            }
             rt.remove_pod(&pod.id).await?;
             Counters::add(&self.counters.removed, 1);
             self.emit(
@@ -116,7 +122,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
                 format!("removed pod {}", pod.name),
             );
         }
-        rt.remove_host_paths(directories).await?;
+        rt.remove_host_paths(&directories).await?;
         Ok(())
     }
 }

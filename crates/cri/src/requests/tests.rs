@@ -44,12 +44,10 @@ fn sandbox_is_host_network_with_identity_labels_and_hash() {
         ("default", "c1-control-plane-0", 0)
     );
     assert_eq!(meta.uid, p.content_hash()[..16]);
+    // One log directory per pod name, whatever its spec.
     assert_eq!(
         c.log_directory,
-        format!(
-            "/var/log/oneinfra/pods/default_c1-control-plane-0_{}",
-            meta.uid
-        )
+        "/var/log/oneinfra/pods/default_c1-control-plane-0"
     );
     assert_eq!(
         c.labels.get(labels::CLUSTER).map(String::as_str),

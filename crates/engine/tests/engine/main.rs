@@ -880,10 +880,29 @@ async fn deleting_a_cluster_removes_everything_and_frees_its_ports() {
         );
     }
     assert_eq!(report.counts.pods_removed, 5);
+    let mut removed_logs = BTreeSet::new();
     for rt in h.connector.runtimes.values() {
         let pods = futures::executor::block_on(rt.list_pods(&BTreeMap::new())).unwrap();
         assert!(pods.iter().all(|p| !p.name.starts_with("c-")), "{pods:?}");
+        for call in rt.calls() {
+            if let Call::RemoveHostPaths(paths) = call {
+                removed_logs.extend(
+                    paths
+                        .into_iter()
+                        .filter(|p| p.starts_with(oi_api::runtime::paths::POD_LOG_DIR)),
+                );
+            }
+        }
     }
+    // Each removed pod's log directory went with the cluster's directories; d's stay.
+    assert_eq!(removed_logs.len(), 5, "{removed_logs:?}");
+    assert!(
+        removed_logs.iter().all(|p| p.starts_with(&format!(
+            "{}/default_c-",
+            oi_api::runtime::paths::POD_LOG_DIR
+        ))),
+        "{removed_logs:?}"
+    );
     assert!(report.all_ready(), "d is untouched and ready");
     assert_eq!(
         succeeded(&report, "d").as_deref(),

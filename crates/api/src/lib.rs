@@ -29,6 +29,7 @@ pub mod component;
 pub mod crd;
 pub mod defaults;
 pub mod hypervisor;
+pub mod keys;
 pub mod manifest;
 pub mod meta;
 pub mod metal3;
@@ -58,7 +59,7 @@ pub use hypervisor::{
     CriEndpoint, Hypervisor, HypervisorCapacity, HypervisorPortAllocation, HypervisorSpec,
     HypervisorStatus, LocalCriEndpoint, PortRange, RemoteCriEndpoint,
 };
-pub use manifest::{ManifestError, parse_manifests};
+pub use manifest::{ManifestError, RawDocument, parse_manifests, parse_raw, parse_raw_documents};
 pub use meta::{DEFAULT_NAMESPACE, Kind, ObjectKey, ObjectMeta, OwnerReference, Resource};
 pub use metal3::{BareMetalHost, BmcAddress, Secret, parse_bmc_address};
 pub use node_join_request::{

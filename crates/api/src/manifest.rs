@@ -191,6 +191,25 @@ fn check_structure(text: &str, source_name: &str) -> Result<(), ManifestError> {
 /// The first malformed document, unknown kind or apiVersion, or unknown, missing or
 /// mistyped field, as a [`ManifestError`].
 pub fn parse_manifests(text: &str, source_name: &str) -> Result<Vec<Document>, ManifestError> {
+    parse_raw_documents(parse_raw(text, source_name)?)
+}
+
+/// One YAML document of an input, read but not typed yet (`<<` merge keys resolved): what
+/// [`crate::keys::resolve`] works on, across every input, before typing.
+#[derive(Debug, Clone)]
+pub struct RawDocument {
+    pub source_name: String,
+    /// 1-based position of the document in its input.
+    pub position: usize,
+    pub value: serde_yaml_ng::Value,
+}
+
+/// The first half of [`parse_manifests`]: the input's YAML documents.
+///
+/// # Errors
+///
+/// The first malformed document, as a [`ManifestError`].
+pub fn parse_raw(text: &str, source_name: &str) -> Result<Vec<RawDocument>, ManifestError> {
     check_structure(text, source_name)?;
     let mut documents = Vec::new();
     for (index, de) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
@@ -201,9 +220,32 @@ pub fn parse_manifests(text: &str, source_name: &str) -> Result<Vec<Document>, M
         value
             .apply_merge()
             .map_err(|e| yaml_error(&e, source_name, position))?;
-        for object in parse_value(value, source_name, position)? {
+        documents.push(RawDocument {
+            source_name: source_name.to_string(),
+            position,
+            value,
+        });
+    }
+    Ok(documents)
+}
+
+/// The second half of [`parse_manifests`]: each document's objects, typed.
+///
+/// # Errors
+///
+/// The first unknown kind or apiVersion, or unknown, missing or mistyped field, as a
+/// [`ManifestError`].
+pub fn parse_raw_documents(raw: Vec<RawDocument>) -> Result<Vec<Document>, ManifestError> {
+    let mut documents = Vec::new();
+    for RawDocument {
+        source_name,
+        position,
+        value,
+    } in raw
+    {
+        for object in parse_value(value, &source_name, position)? {
             documents.push(Document {
-                source_name: source_name.to_string(),
+                source_name: source_name.clone(),
                 position,
                 object,
             });

@@ -139,6 +139,10 @@ pub struct World {
     pub sip_clusters: BTreeMap<ObjectKey, SipCluster>,
     pub bare_metal_hosts: BTreeMap<ObjectKey, BareMetalHost>,
     pub secrets: BTreeMap<ObjectKey, Secret>,
+    /// Whether the Clusters' and Components' private keys are written to Secrets, the
+    /// objects referencing them ([`crate::keys`]): set when any key was read that way, so
+    /// that a world is written back as it was read. In memory the keys are always inline.
+    pub keys_in_secrets: bool,
 }
 
 impl World {
@@ -266,11 +270,50 @@ impl World {
         for o in self.hypervisors.values() {
             docs.push(resource_yaml(o)?);
         }
+        // With keys in Secrets: each object's keys out, its Secrets in place of those of the
+        // same name read.
+        let mut made: BTreeMap<ObjectKey, String> = BTreeMap::new();
+        let mut object = |kind: Kind, value: Result<serde_yaml_ng::Value, String>, key: String| {
+            let serialize = |message: String| ManifestError::Serialize {
+                kind,
+                name: key.clone(),
+                message,
+            };
+            let mut value = value.map_err(serialize)?;
+            for secret in crate::keys::externalize(kind, &mut value).map_err(serialize)? {
+                let meta = |f: &str| {
+                    secret["metadata"][f]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string()
+                };
+                let text =
+                    serde_yaml_ng::to_string(&secret).map_err(|e| serialize(e.to_string()))?;
+                made.insert(ObjectKey::new(meta("namespace"), meta("name")), text);
+            }
+            serde_yaml_ng::to_string(&value).map_err(|e| serialize(e.to_string()))
+        };
         for o in self.clusters.values() {
-            docs.push(resource_yaml(o)?);
+            docs.push(if self.keys_in_secrets {
+                object(
+                    Kind::Cluster,
+                    serde_yaml_ng::to_value(o).map_err(|e| e.to_string()),
+                    o.key().to_string(),
+                )?
+            } else {
+                resource_yaml(o)?
+            });
         }
         for o in self.components.values() {
-            docs.push(resource_yaml(o)?);
+            docs.push(if self.keys_in_secrets {
+                object(
+                    Kind::Component,
+                    serde_yaml_ng::to_value(o).map_err(|e| e.to_string()),
+                    o.key().to_string(),
+                )?
+            } else {
+                resource_yaml(o)?
+            });
         }
         for o in self.node_join_requests.values() {
             docs.push(resource_yaml(o)?);
@@ -281,9 +324,12 @@ impl World {
         for o in self.bare_metal_hosts.values() {
             docs.push(resource_yaml(o)?);
         }
-        for o in self.secrets.values() {
-            docs.push(resource_yaml(o)?);
+        let mut secrets: BTreeMap<ObjectKey, String> = BTreeMap::new();
+        for (key, o) in &self.secrets {
+            secrets.insert(key.clone(), resource_yaml(o)?);
         }
+        secrets.extend(made);
+        docs.extend(secrets.into_values());
         Ok(docs.join("---\n"))
     }
 }

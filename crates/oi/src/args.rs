@@ -78,6 +78,12 @@ pub enum Command {
     #[command(subcommand)]
     Node(NodeCommand),
 
+    /// Where the Clusters' and Components' private keys are kept in the manifests: inline,
+    /// or in Secrets the objects reference (as on a management cluster). Every command reads
+    /// either, and writes a world back as it was read.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+
     /// Airship SIP's tenant clusters (SIPCluster objects; `oi reconcile` selects their hosts).
     #[command(subcommand)]
     Sipcluster(SipClusterCommand),
@@ -305,6 +311,7 @@ impl Command {
             }
             Command::Hypervisor(HypervisorCommand::Check(a)) => Some(&a.input),
             Command::JoinToken(JoinTokenCommand::Inject(a)) => Some(&a.input),
+            Command::Keys(KeysCommand::Export(a) | KeysCommand::Inline(a)) => Some(&a.input),
             Command::Sipcluster(SipClusterCommand::Delete(a)) => Some(&a.input),
             Command::Sipcluster(SipClusterCommand::Inventory(a)) => Some(&a.input),
             Command::Sipcluster(SipClusterCommand::HashPassword(_)) => None,
@@ -340,6 +347,7 @@ impl Command {
                 | HypervisorCommand::Remove(_),
             )
             | Command::Sipcluster(SipClusterCommand::Delete(_))
+            | Command::Keys(_)
             | Command::JoinToken(JoinTokenCommand::Inject(_)) => true,
             Command::Reconcile(a) => !a.dry_run,
             Command::Cluster(
@@ -571,6 +579,31 @@ pub struct ClusterRotateCaArgs {
     /// Image repository override for every component image (air-gapped mirrors, tests).
     #[arg(long, value_name = "REPO", env = "OI_IMAGE_REPOSITORY")]
     pub image_repository: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Print all manifests with every private key of the Clusters and Components moved into
+    /// Secrets (`kubernetes.io/tls`, Cluster API's names where it has them: `<cluster>-ca`,
+    /// `-etcd`, `-sa`), each `privateKey` replaced by a `privateKeyRef` naming its Secret:
+    /// what a management cluster keeps. Secrets included: use -o (created 0600).
+    ///
+    /// Examples:
+    ///
+    ///   oi keys export -f world.yaml -o world-with-secrets.yaml
+    ///   oi reconcile -f world-with-secrets.yaml -o world-with-secrets.yaml
+    #[command(verbatim_doc_comment)]
+    Export(KeysArgs),
+
+    /// Print all manifests with every private key back inline, without the Secrets that
+    /// held them (those `oi keys export` made).
+    Inline(KeysArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct KeysArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
 }
 
 #[derive(Debug, Subcommand)]

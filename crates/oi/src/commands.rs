@@ -8,6 +8,7 @@ pub mod describe;
 pub mod get;
 pub mod hypervisor;
 pub mod join_token;
+pub mod keys;
 pub mod node;
 pub mod reconcile;
 pub mod sipcluster;
@@ -20,8 +21,8 @@ use rand_chacha::ChaCha20Rng;
 use time::OffsetDateTime;
 
 use crate::args::{
-    ClusterCommand, Command, GlobalArgs, HypervisorCommand, JoinTokenCommand, NodeCommand,
-    SipClusterCommand,
+    ClusterCommand, Command, GlobalArgs, HypervisorCommand, JoinTokenCommand, KeysCommand,
+    NodeCommand, SipClusterCommand,
 };
 
 /// What commands take from the world besides their arguments: the time and randomness.
@@ -161,6 +162,12 @@ pub fn dispatch(
             no_note(join_token::generate::run(ctx, output))
         }
         Command::Node(NodeCommand::Join(args)) => node::run(args, output).map(Some),
+        Command::Keys(KeysCommand::Export(args)) => {
+            no_note(keys::run(args, true, ctx, input, output))
+        }
+        Command::Keys(KeysCommand::Inline(args)) => {
+            no_note(keys::run(args, false, ctx, input, output))
+        }
         Command::Sipcluster(SipClusterCommand::Delete(args)) => {
             no_note(sipcluster::delete(args, ctx, input, output))
         }

@@ -55,10 +55,13 @@ type Located = BTreeMap<(Kind, ObjectKey), (String, usize)>;
 
 fn load_located(input: &InputArgs, stdin: impl Read) -> anyhow::Result<(World, Located)> {
     let sources = oi_cli_io::read_sources(&input.files, stdin, input.max_input_size)?;
-    let mut documents = Vec::new();
+    let mut raw = Vec::new();
     for source in &sources {
-        documents.extend(oi_api::parse_manifests(&source.text, &source.name)?);
+        raw.extend(oi_api::parse_raw(&source.text, &source.name)?);
     }
+    // Keys kept in Secrets, in whichever input: inline again, and written back so.
+    let keys_in_secrets = oi_api::keys::resolve(&mut raw)?;
+    let documents = oi_api::parse_raw_documents(raw)?;
     let located: Located = documents
         .iter()
         .map(|d| {
@@ -69,6 +72,7 @@ fn load_located(input: &InputArgs, stdin: impl Read) -> anyhow::Result<(World, L
         })
         .collect();
     let mut world = World::from_documents(documents).map_err(LoadError::Invalid)?;
+    world.keys_in_secrets = keys_in_secrets;
     world.apply_defaults();
     Ok((world, located))
 }

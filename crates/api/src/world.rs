@@ -273,47 +273,11 @@ impl World {
         // With keys in Secrets: each object's keys out, its Secrets in place of those of the
         // same name read.
         let mut made: BTreeMap<ObjectKey, String> = BTreeMap::new();
-        let mut object = |kind: Kind, value: Result<serde_yaml_ng::Value, String>, key: String| {
-            let serialize = |message: String| ManifestError::Serialize {
-                kind,
-                name: key.clone(),
-                message,
-            };
-            let mut value = value.map_err(serialize)?;
-            for secret in crate::keys::externalize(kind, &mut value).map_err(serialize)? {
-                let meta = |f: &str| {
-                    secret["metadata"][f]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string()
-                };
-                let text =
-                    serde_yaml_ng::to_string(&secret).map_err(|e| serialize(e.to_string()))?;
-                made.insert(ObjectKey::new(meta("namespace"), meta("name")), text);
-            }
-            serde_yaml_ng::to_string(&value).map_err(|e| serialize(e.to_string()))
-        };
         for o in self.clusters.values() {
-            docs.push(if self.keys_in_secrets {
-                object(
-                    Kind::Cluster,
-                    serde_yaml_ng::to_value(o).map_err(|e| e.to_string()),
-                    o.key().to_string(),
-                )?
-            } else {
-                resource_yaml(o)?
-            });
+            docs.push(self.keyed_yaml(o, &mut made)?);
         }
         for o in self.components.values() {
-            docs.push(if self.keys_in_secrets {
-                object(
-                    Kind::Component,
-                    serde_yaml_ng::to_value(o).map_err(|e| e.to_string()),
-                    o.key().to_string(),
-                )?
-            } else {
-                resource_yaml(o)?
-            });
+            docs.push(self.keyed_yaml(o, &mut made)?);
         }
         for o in self.node_join_requests.values() {
             docs.push(resource_yaml(o)?);
@@ -331,5 +295,34 @@ impl World {
         secrets.extend(made);
         docs.extend(secrets.into_values());
         Ok(docs.join("---\n"))
+    }
+
+    /// One object as a YAML document: as it is, or, with [`World::keys_in_secrets`], with
+    /// its private keys moved out ([`crate::keys::externalize`]) into `made`'s Secrets.
+    fn keyed_yaml<T: serde::Serialize + Resource>(
+        &self,
+        object: &T,
+        made: &mut BTreeMap<ObjectKey, String>,
+    ) -> Result<String, ManifestError> {
+        if !self.keys_in_secrets {
+            return resource_yaml(object);
+        }
+        let serialize = |message: String| ManifestError::Serialize {
+            kind: T::KIND,
+            name: object.key().to_string(),
+            message,
+        };
+        let mut value = serde_yaml_ng::to_value(object).map_err(|e| serialize(e.to_string()))?;
+        for secret in crate::keys::externalize(T::KIND, &mut value).map_err(serialize)? {
+            let meta = |f: &str| {
+                secret["metadata"][f]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            let text = serde_yaml_ng::to_string(&secret).map_err(|e| serialize(e.to_string()))?;
+            made.insert(ObjectKey::new(meta("namespace"), meta("name")), text);
+        }
+        serde_yaml_ng::to_string(&value).map_err(|e| serialize(e.to_string()))
     }
 }

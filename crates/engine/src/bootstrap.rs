@@ -41,8 +41,8 @@ const REQUESTS_WHAT: &str = "NodeJoinRequests";
 pub(crate) struct Reads {
     /// Each collection holding several of the objects: the objects of ours it holds.
     listed: Result<BTreeMap<String, BTreeMap<String, Value>>, Failure>,
-    /// Each object alone in its collection, in the objects' order.
-    singles: Vec<Result<HttpsResponse, String>>,
+    /// Each object alone in its collection, by path.
+    singles: BTreeMap<String, Result<HttpsResponse, String>>,
     /// Each prune's LIST.
     prunes: Vec<Result<Value, Failure>>,
     /// The NodeJoinRequests.
@@ -55,7 +55,7 @@ impl Reads {
         self.listed.is_ok()
             && self
                 .singles
-                .iter()
+                .values()
                 .all(|r| r.as_ref().is_ok_and(|r| r.status == 200 || r.status == 404))
             && self.prunes.iter().all(Result::is_ok)
             && self.requests.is_ok()
@@ -91,15 +91,14 @@ enum ReadOf<'a> {
     Read(Result<HttpsResponse, String>),
 }
 
-/// Whether `object` is the only one of the cluster's objects in its collection (it is read
-/// with a GET rather than a LIST).
-fn is_single(in_cluster: &InCluster, object: &ClusterObject) -> bool {
-    in_cluster
-        .objects
-        .iter()
-        .filter(|o| o.collection == object.collection)
-        .count()
-        == 1
+/// How many of the cluster's objects each collection holds: one holding several is read
+/// with a LIST, the others' objects each with a GET.
+fn collection_sizes(in_cluster: &InCluster) -> BTreeMap<&str, usize> {
+    let mut sizes: BTreeMap<&str, usize> = BTreeMap::new();
+    for o in &in_cluster.objects {
+        *sizes.entry(o.collection.as_str()).or_default() += 1;
+    }
+    sizes
 }
 
 /// Why one request did not do what was asked; `retry` when a later attempt may succeed.
@@ -201,22 +200,21 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         // cluster costs one round of reads, all at once, and no write.
         let Reads {
             listed,
-            singles,
+            mut singles,
             prunes: prune_lists,
             requests,
         } = reads;
         let listed = listed?;
-        let mut singles = singles.into_iter();
         let mut reads = Vec::with_capacity(in_cluster.objects.len());
         for some in in_cluster.objects.chunks(READS_AT_ONCE) {
             let mut got = Vec::with_capacity(some.len());
             for object in some {
                 got.push(match listed.get(&object.collection) {
                     Some(items) => ReadOf::Listed(items.get(&object.name)),
-                    None if is_single(in_cluster, object) => {
-                        ReadOf::Read(singles.next().unwrap_or_else(|| Err(String::new())))
-                    }
-                    None => ReadOf::Listed(None),
+                    None => match singles.remove(&object.path()) {
+                        Some(answer) => ReadOf::Read(answer),
+                        None => ReadOf::Listed(None),
+                    },
                 });
             }
             reads.extend(
@@ -505,11 +503,7 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         in_cluster: &InCluster,
         tls: &Tls,
     ) -> Result<BTreeMap<String, BTreeMap<String, Value>>, Failure> {
-        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-        for o in &in_cluster.objects {
-            *counts.entry(o.collection.as_str()).or_default() += 1;
-        }
-        let collections: Vec<&str> = counts
+        let collections: Vec<&str> = collection_sizes(in_cluster)
             .into_iter()
             .filter(|(_, n)| *n > 1)
             .map(|(c, _)| c)
@@ -558,27 +552,27 @@ impl<R: HypervisorRuntime, N: Network> Executor<'_, R, N> {
         Ok(listed)
     }
 
-    /// The objects alone in their collection, each with a GET, in the objects' order.
+    /// The objects alone in their collection, each with a GET, by path.
     async fn read_singles(
         &self,
         in_cluster: &InCluster,
         tls: &Tls,
-    ) -> Vec<Result<HttpsResponse, String>> {
+    ) -> BTreeMap<String, Result<HttpsResponse, String>> {
+        let sizes = collection_sizes(in_cluster);
         let paths: Vec<String> = in_cluster
             .objects
             .iter()
-            .filter(|o| is_single(in_cluster, o))
+            .filter(|o| sizes.get(o.collection.as_str()) == Some(&1))
             .map(ClusterObject::path)
             .collect();
-        let mut got = Vec::with_capacity(paths.len());
+        let mut got = BTreeMap::new();
         for some in paths.chunks(READS_AT_ONCE) {
-            got.extend(
-                join_all(
-                    some.iter()
-                        .map(|path| self.api(in_cluster, tls, &Method::GET, path, None)),
-                )
-                .await,
-            );
+            let answers = join_all(
+                some.iter()
+                    .map(|path| self.api(in_cluster, tls, &Method::GET, path, None)),
+            )
+            .await;
+            got.extend(some.iter().cloned().zip(answers));
         }
         got
     }

@@ -291,6 +291,65 @@ fn two_manager_replicas_bring_up_fail_over_scale_and_delete_a_cluster() {
         [oi_manager::controller::FINALIZER]
     );
     voting_members(&server, 3);
+    // Its private keys are in Secrets of its namespace, owned by it; the stored Cluster holds
+    // references and certificates only. (The admin kubeconfig below is made from the keys
+    // read back from those Secrets.)
+    let stored = server
+        .call(
+            http::Method::GET,
+            "/apis/cluster.oneinfra.ereslibre.es/v1alpha1/namespaces/team-a/clusters/c1",
+            None,
+        )
+        .unwrap();
+    let text = stored.to_string();
+    assert!(
+        !text.contains("PRIVATE KEY"),
+        "a key in the stored Cluster: {text}"
+    );
+    assert!(text.contains("privateKeyRef"), "{text}");
+    let components_stored = server
+        .call(
+            http::Method::GET,
+            "/apis/cluster.oneinfra.ereslibre.es/v1alpha1/namespaces/team-a/components",
+            None,
+        )
+        .unwrap()
+        .to_string();
+    assert!(
+        !components_stored.contains("PRIVATE KEY"),
+        "a key in a stored Component: {components_stored}"
+    );
+    let secrets = server.key_secrets("team-a");
+    let names: Vec<&str> = secrets
+        .iter()
+        .map(|s| s["metadata"]["name"].as_str().unwrap())
+        .collect();
+    for name in [
+        "c1-ca",
+        "c1-etcd",
+        "c1-sa",
+        "c1-control-plane-0-server-certificates-etcd-server",
+    ] {
+        assert!(names.contains(&name), "{name} not in {names:?}");
+    }
+    for secret in &secrets {
+        // Owned by the object whose keys it holds: the Cluster or one of its Components.
+        let owner = &secret["metadata"]["ownerReferences"][0];
+        let of = secret["metadata"]["annotations"]["oneinfra.ereslibre.es/private-keys-of"]
+            .as_str()
+            .unwrap();
+        assert_eq!(
+            format!(
+                "{}/{}",
+                owner["kind"].as_str().unwrap(),
+                owner["name"].as_str().unwrap()
+            ),
+            of
+        );
+        if of == "Cluster/c1" {
+            assert_eq!(owner["uid"], uid.as_str(), "{}", secret["metadata"]["name"]);
+        }
+    }
     let kubeconfig_c1 =
         admin_kubeconfig(&World::of_store(&server).unwrap(), "c1", dir.path()).unwrap();
     let version = eventually(Duration::from_secs(30), || kubectl_version(&kubeconfig_c1)).unwrap();
@@ -380,6 +439,20 @@ fn two_manager_replicas_bring_up_fail_over_scale_and_delete_a_cluster() {
         2,
         "{reasons:?}"
     );
+    // The scale above was written as oneinfra's manifests are, with the keys inline: the
+    // manager moved them into their Secrets again, and said so.
+    assert!(
+        reasons.contains(&"PrivateKeysMoved".to_string()),
+        "{reasons:?}"
+    );
+    let stored = server
+        .call(
+            http::Method::GET,
+            "/apis/cluster.oneinfra.ereslibre.es/v1alpha1/namespaces/team-a/clusters/c1",
+            None,
+        )
+        .unwrap();
+    assert!(!stored.to_string().contains("PRIVATE KEY"), "{stored}");
 
     // Deleted: nothing left in the API, on the hypervisors or in their port allocations.
     server.delete::<Cluster>(&key).unwrap();
@@ -394,6 +467,11 @@ fn two_manager_replicas_bring_up_fail_over_scale_and_delete_a_cluster() {
     })
     .unwrap_or_else(|e| failed("deletion", &e, &[&standby], &server));
     nothing_left(&server, &set).unwrap();
+    assert_eq!(
+        server.key_secrets("team-a"),
+        Vec::<serde_json::Value>::new(),
+        "the Cluster's Secrets went with it"
+    );
     assert!(
         event_reasons(&server).contains(&"ClusterDeleted".to_string()),
         "{:?}",

@@ -188,7 +188,26 @@ fn map(values: Value) -> Value {
 }
 
 fn certificate() -> Value {
+    object(&[
+        ("certificate", string()),
+        ("privateKey", string()),
+        ("privateKeyRef", private_key_ref()),
+    ])
+}
+
+/// A certificate and its key, held inline only: Hypervisors' CRI client keys and SIPClusters'
+/// status keys are not kept in Secrets yet, and their schemas do not offer a reference.
+fn inline_certificate() -> Value {
     object(&[("certificate", string()), ("privateKey", string())])
+}
+
+/// Where a private key is kept instead of inline (`crate::keys`): a Secret of the object's
+/// namespace and its key.
+fn private_key_ref() -> Value {
+    required(
+        object(&[("name", string()), ("key", string())]),
+        &["name", "key"],
+    )
 }
 
 /// An OpenID Connect issuer the API servers trust ([`crate::ApiServerOidc`]).
@@ -207,7 +226,11 @@ fn oidc_issuer() -> Value {
 }
 
 fn key_pair() -> Value {
-    object(&[("publicKey", string()), ("privateKey", string())])
+    object(&[
+        ("publicKey", string()),
+        ("privateKey", string()),
+        ("privateKeyRef", private_key_ref()),
+    ])
 }
 
 fn conditions() -> Value {
@@ -233,7 +256,7 @@ fn hypervisor_spec() -> Value {
                 object(&[
                     ("criEndpointURI", string()),
                     ("caCertificate", string()),
-                    ("clientCertificate", certificate()),
+                    ("clientCertificate", inline_certificate()),
                 ]),
             ),
             ("public", boolean()),
@@ -312,6 +335,7 @@ fn cluster_spec() -> Value {
                 ("enabled", boolean()),
                 ("CIDR", string()),
                 ("privateKey", string()),
+                ("privateKeyRef", private_key_ref()),
                 ("publicKey", string()),
             ]),
         ),
@@ -359,6 +383,7 @@ fn cluster_status() -> Value {
                 ("name", string()),
                 ("address", string()),
                 ("privateKey", string()),
+                ("privateKeyRef", private_key_ref()),
                 ("publicKey", string()),
             ])),
         ),
@@ -589,7 +614,7 @@ fn sip_cluster_status() -> Value {
             "jumpHosts",
             array(object(&[
                 ("service", string()),
-                ("clientCertificate", certificate()),
+                ("clientCertificate", inline_certificate()),
             ])),
         ),
         (
@@ -597,8 +622,8 @@ fn sip_cluster_status() -> Value {
             array(object(&[
                 ("service", string()),
                 ("issuerURL", string()),
-                ("certificateAuthority", certificate()),
-                ("servingCertificate", certificate()),
+                ("certificateAuthority", inline_certificate()),
+                ("servingCertificate", inline_certificate()),
             ])),
         ),
         (

@@ -37,6 +37,9 @@ pub const SECRET_CERTIFICATE: &str = "tls.crt";
 /// The annotation of the Secrets [`externalize`] makes: `<Kind>/<name>` of the object whose
 /// keys they hold.
 pub const KEYS_OF: &str = "oneinfra.ereslibre.es/private-keys-of";
+/// The label of the same Secrets: the kind of the object whose keys they hold, so that a
+/// manager can watch them (and only them) by a label selector.
+pub const KEYS_OF_KIND: &str = "oneinfra.ereslibre.es/private-keys-of-kind";
 
 /// The Secrets of the inputs, by namespace and name: each key's value, `stringData` over
 /// `data` (decoded).
@@ -60,69 +63,115 @@ pub fn resolve(documents: &mut [RawDocument]) -> Result<bool, ManifestError> {
                 continue;
             }
             let namespace = header.namespace.clone();
-            let mut path = prefix.clone();
-            walk(object, &mut path, &mut |mapping, at| {
-                let Some(reference) = mapping.get(PRIVATE_KEY_REF) else {
-                    return Ok(());
-                };
-                let field = format!("{at}{PRIVATE_KEY_REF}");
-                let (name, key) = reference_of(reference).ok_or_else(|| {
-                    (
-                        field.clone(),
-                        "expected `{name, key}`: the Secret's name and its key".to_string(),
-                    )
-                })?;
-                if mapping
-                    .get(PRIVATE_KEY)
-                    .and_then(Value::as_str)
-                    .is_some_and(|k| !k.is_empty())
-                {
-                    return Err((
-                        field,
-                        format!("both `{PRIVATE_KEY}` and `{PRIVATE_KEY_REF}` are set: keep one"),
-                    ));
-                }
-                let value = secrets
-                    .get(&(namespace.clone(), name.clone()))
+            let mut lookup = |name: &str, key: &str, _: Option<&str>| -> Result<String, String> {
+                secrets
+                    .get(&(namespace.clone(), name.to_string()))
                     .ok_or_else(|| {
-                        (
-                            field.clone(),
-                            format!(
-                                "Secret {namespace}/{name} is not among the inputs (give its \
-                                 manifest with -f)"
-                            ),
+                        format!(
+                            "Secret {namespace}/{name} is not among the inputs (give its \
+                             manifest with -f)"
                         )
                     })?
-                    .get(&key)
-                    .ok_or_else(|| {
-                        (
-                            field.clone(),
-                            format!("Secret {namespace}/{name} has no key `{key}`"),
-                        )
-                    })?
+                    .get(key)
+                    .ok_or_else(|| format!("Secret {namespace}/{name} has no key `{key}`"))?
                     .clone()
-                    .map_err(|reason| {
-                        (
-                            field.clone(),
-                            format!("Secret {namespace}/{name} key `{key}`: {reason}"),
-                        )
-                    })?;
-                mapping.remove(PRIVATE_KEY_REF);
-                mapping.insert(PRIVATE_KEY.into(), value.into());
-                referenced = true;
-                Ok(())
-            })
-            .map_err(|(path, message)| ManifestError::Field {
-                source_name: source_name.clone(),
-                position,
-                kind: header.kind,
-                name: header.name.clone(),
-                path,
-                message,
-            })?;
+                    .map_err(|reason| format!("Secret {namespace}/{name} key `{key}`: {reason}"))
+            };
+            referenced |=
+                resolve_object(object, &prefix, &mut lookup).map_err(|(path, message)| {
+                    ManifestError::Field {
+                        source_name: source_name.clone(),
+                        position,
+                        kind: header.kind,
+                        name: header.name.clone(),
+                        path,
+                        message,
+                    }
+                })?;
         }
     }
     Ok(referenced)
+}
+
+/// Puts every referenced private key of one object back inline, each from what `lookup`
+/// answers for the Secret's name and key (the Secret is the object's namespace's) and the
+/// public part beside the reference (its `certificate` or `publicKey`, when set): the key,
+/// or why it cannot be had. `prefix` starts the fields' paths in errors (`items[0].`).
+/// Returns whether any key was referenced.
+///
+/// # Errors
+/// The first reference that cannot be resolved, as `(field, reason)`.
+pub fn resolve_object(
+    object: &mut Value,
+    prefix: &str,
+    lookup: &mut Lookup<'_>,
+) -> Result<bool, (String, String)> {
+    let mut referenced = false;
+    let mut path = prefix.to_string();
+    walk(object, &mut path, &mut |mapping, at| {
+        let Some(reference) = mapping.get(PRIVATE_KEY_REF) else {
+            return Ok(());
+        };
+        let field = format!("{at}{PRIVATE_KEY_REF}");
+        let (name, key) = reference_of(reference).ok_or_else(|| {
+            (
+                field.clone(),
+                "expected `{name, key}`: the Secret's name and its key".to_string(),
+            )
+        })?;
+        if mapping
+            .get(PRIVATE_KEY)
+            .and_then(Value::as_str)
+            .is_some_and(|k| !k.is_empty())
+        {
+            return Err((
+                field,
+                format!("both `{PRIVATE_KEY}` and `{PRIVATE_KEY_REF}` are set: keep one"),
+            ));
+        }
+        let public = ["certificate", "publicKey"]
+            .iter()
+            .find_map(|f| mapping.get(*f).and_then(Value::as_str))
+            .filter(|p| !p.is_empty());
+        let value = lookup(&name, &key, public).map_err(|reason| (field.clone(), reason))?;
+        mapping.remove(PRIVATE_KEY_REF);
+        mapping.insert(PRIVATE_KEY.into(), value.into());
+        referenced = true;
+        Ok(())
+    })?;
+    Ok(referenced)
+}
+
+/// What [`resolve_object`] asks for each reference: the key held in Secret `name` under
+/// `key`, for the public part `public`.
+pub type Lookup<'a> = dyn FnMut(&str, &str, Option<&str>) -> Result<String, String> + 'a;
+
+/// Whether `object` holds any private key inline (a non-empty `privateKey`).
+pub fn holds_inline_keys(object: &Value) -> bool {
+    match object {
+        Value::Mapping(mapping) => {
+            mapping
+                .get(PRIVATE_KEY)
+                .and_then(Value::as_str)
+                .is_some_and(|k| !k.is_empty())
+                || mapping.values().any(holds_inline_keys)
+        }
+        Value::Sequence(items) => items.iter().any(holds_inline_keys),
+        _ => false,
+    }
+}
+
+/// The Secrets `object` references, by name.
+pub fn referenced_secrets(object: &Value) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut object = object.clone();
+    let _ = walk(&mut object, &mut String::new(), &mut |mapping, _| {
+        if let Some((name, _)) = mapping.get(PRIVATE_KEY_REF).and_then(reference_of) {
+            out.insert(name);
+        }
+        Ok(())
+    });
+    out
 }
 
 /// Moves every private key of `object` (a serialized Cluster or Component) into Secrets:
@@ -152,7 +201,18 @@ pub fn externalize(kind: Kind, object: &mut Value) -> Result<Vec<Value>, String>
             return Ok(());
         };
         let field = at.trim_end_matches('.');
-        let secret = secret_name(kind, &name, field);
+        // An item of a list is named by its `name` where it has one (a VPN peer), so that
+        // its Secret stays its own when the list changes.
+        let named = match (
+            field.rfind('['),
+            mapping.get("name").and_then(Value::as_str),
+        ) {
+            (Some(i), Some(item)) if field.ends_with(']') && !item.is_empty() => {
+                format!("{}.{item}", &field[..i])
+            }
+            _ => field.to_string(),
+        };
+        let secret = secret_name(kind, &name, &named);
         if let Some(other) = names.insert(secret.clone(), field.to_string()) {
             return Err((
                 field.to_string(),
@@ -187,6 +247,9 @@ pub fn externalize(kind: Kind, object: &mut Value) -> Result<Vec<Value>, String>
         let mut annotations = Mapping::new();
         annotations.insert(KEYS_OF.into(), format!("{kind}/{name}").into());
         metadata.insert("annotations".into(), Value::Mapping(annotations));
+        let mut labels = Mapping::new();
+        labels.insert(KEYS_OF_KIND.into(), kind.to_string().into());
+        metadata.insert("labels".into(), Value::Mapping(labels));
         if let Some(uid) = &uid {
             let mut owner = Mapping::new();
             owner.insert("apiVersion".into(), kind.api_version().into());
@@ -247,6 +310,8 @@ pub fn secret_name(kind: Kind, name: &str, field: &str) -> String {
                 out.push(c.to_ascii_lowercase());
             } else if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
                 out.push(c);
+            } else if c == ']' {
+                // `peers[0]` is `peers-0`.
             } else {
                 out.push('-');
             }
@@ -395,14 +460,19 @@ fn walk(value: &mut Value, path: &mut String, f: &mut Visit<'_>) -> Result<(), F
             Ok(())
         }
         Value::Sequence(items) => {
+            let len = path.len();
+            if path.ends_with('.') {
+                path.pop();
+            }
+            let base = path.len();
             for (i, v) in items.iter_mut().enumerate() {
-                let len = path.len();
-                if path.ends_with('.') {
-                    path.pop();
-                }
+                path.truncate(base);
                 path.push_str(&format!("[{i}]."));
                 walk(v, path, f)?;
-                path.truncate(len);
+            }
+            path.truncate(base);
+            if len > base {
+                path.push('.');
             }
             Ok(())
         }

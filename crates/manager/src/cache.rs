@@ -36,6 +36,7 @@ use kube::core::DynamicObject;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use oi_api::{
     Cluster, Component, DEFAULT_NAMESPACE, Hypervisor, Kind, Object, ObjectKey, Resource as _,
+    Secret,
 };
 use tokio::sync::watch;
 
@@ -65,6 +66,9 @@ struct Entry {
     /// `metadata.resourceVersion` as a number, when it is one.
     version: Option<u64>,
     object: std::result::Result<Object, StoreError>,
+    /// The object as the watch brought it, when it references keys in Secrets: decoded again
+    /// when they change ([`Inner::redecode`]).
+    raw: Option<Box<DynamicObject>>,
 }
 
 impl Entry {
@@ -188,6 +192,10 @@ pub struct Inner {
     kinds: HashMap<Kind, Arc<KindCache>>,
     /// Told the Clusters a live change concerns ([`WatchCache::wake_clusters_with`]).
     waker: RwLock<Option<Waker>>,
+    /// Held while an object of a kind with keys in Secrets is decoded and applied, and while
+    /// such objects are decoded again after a Secret changed: so that no decode misses a
+    /// Secret that arrived while it ran.
+    keyed: std::sync::Mutex<()>,
 }
 
 impl std::ops::Deref for WatchCache {
@@ -216,10 +224,17 @@ impl Drop for WatchCache {
 }
 
 /// The kinds the reconciles list, and so the ones cached: every Cluster, Component and
-/// Hypervisor. (SIP's BareMetalHosts are listed once per SIPCluster reconcile, which the
-/// hosts' own changes trigger: they are read from the API server, never older than the
-/// change that asked for the reconcile.)
-pub const CACHED_KINDS: [Kind; 3] = [Kind::Cluster, Kind::Component, Kind::Hypervisor];
+/// Hypervisor, and the Secrets holding Clusters' and Components' keys (those labelled
+/// [`crate::keys::KEYS_OF_KIND`], and no other: a cached Cluster or Component is held with
+/// its keys resolved from them, and decoded again when they change). (SIP's BareMetalHosts are listed
+/// once per SIPCluster reconcile, which the hosts' own changes trigger: they are read from the
+/// API server, never older than the change that asked for the reconcile.)
+pub const CACHED_KINDS: [Kind; 4] = [
+    Kind::Secret,
+    Kind::Cluster,
+    Kind::Component,
+    Kind::Hypervisor,
+];
 
 impl WatchCache {
     /// Starts a watch of each of `kinds` (of [`CACHED_KINDS`]; others are ignored) in
@@ -237,10 +252,12 @@ impl WatchCache {
                 .map(|k| (*k, Arc::new(KindCache::new())))
                 .collect(),
             waker: RwLock::new(None),
+            keyed: std::sync::Mutex::new(()),
         });
         let tasks = cached
             .iter()
             .map(|kind| match kind {
+                Kind::Secret => watch::<Secret>(&inner, client),
                 Kind::Cluster => watch::<Cluster>(&inner, client),
                 Kind::Component => watch::<Component>(&inner, client),
                 _ => watch::<Hypervisor>(&inner, client),
@@ -260,6 +277,7 @@ impl WatchCache {
                     .map(|k| (*k, Arc::new(KindCache::new())))
                     .collect(),
                 waker: RwLock::new(None),
+                keyed: std::sync::Mutex::new(()),
             }),
             tasks: Vec::new(),
         }
@@ -384,19 +402,163 @@ impl WatchCache {
     }
 }
 
-fn decode_event<K: Stored>(
+fn decode_event(
     event: watcher::Event<DynamicObject>,
+    decode: impl Fn(DynamicObject) -> (ObjectKey, Entry),
 ) -> watcher::Event<(ObjectKey, Entry)> {
     match event {
-        watcher::Event::Apply(o) => watcher::Event::Apply(decoded::<K>(o)),
-        watcher::Event::Delete(o) => watcher::Event::Delete(decoded::<K>(o)),
+        watcher::Event::Apply(o) => watcher::Event::Apply(decode(o)),
+        watcher::Event::Delete(o) => watcher::Event::Delete(decode(o)),
         watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitApply(o) => watcher::Event::InitApply(decoded::<K>(o)),
+        watcher::Event::InitApply(o) => watcher::Event::InitApply(decode(o)),
         watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }
 
 impl Inner {
+    /// Decodes and applies `event` of `K`, and wakes the Clusters a live change concerns.
+    fn receive<K: Stored>(&self, event: watcher::Event<DynamicObject>) {
+        if crate::keys::keyed(K::KIND) {
+            let _keyed = self.keyed.lock().unwrap_or_else(PoisonError::into_inner);
+            let event = decode_event(event, |o| self.decoded_keyed::<K>(o));
+            self.apply(K::KIND, event);
+            return;
+        }
+        let namespace = match &event {
+            watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
+                Some(crate::kube_store::dynamic_key(K::KIND, o).namespace.clone())
+            }
+            watcher::Event::InitDone => None,
+            _ => return self.apply(K::KIND, decode_event(event, decoded::<K>)),
+        };
+        self.apply(K::KIND, decode_event(event, decoded::<K>));
+        if K::KIND == Kind::Secret {
+            self.redecode(namespace.as_deref());
+        }
+    }
+
+    /// A watched object of a kind whose keys live in Secrets, as our type with its keys
+    /// resolved from the cached Secrets.
+    fn decoded_keyed<K: Stored>(&self, object: DynamicObject) -> (ObjectKey, Entry) {
+        let key = crate::kube_store::dynamic_key(K::KIND, &object);
+        let version = revision(object.metadata.resource_version.as_deref());
+        let raw = object.clone();
+        let value = crate::kube_store::dynamic_value::<K>(object.clone());
+        let names = value
+            .as_ref()
+            .map(crate::keys::referenced)
+            .unwrap_or_default();
+        if names.is_empty() {
+            let object = crate::kube_store::from_dynamic::<K>(object).map(K::into_object);
+            return (
+                key,
+                Entry {
+                    version,
+                    object,
+                    raw: None,
+                },
+            );
+        }
+        let secrets: BTreeMap<String, Secret> = self
+            .kinds
+            .get(&Kind::Secret)
+            .map(|cache| {
+                let state = cache.read();
+                names
+                    .iter()
+                    .filter_map(|name| {
+                        let entry = state.objects.get(&ObjectKey::new(&key.namespace, name))?;
+                        match entry.object.as_ref().ok()? {
+                            Object::Secret(s) => Some((name.clone(), s.clone())),
+                            _ => None,
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let object = value.and_then(|mut value| {
+            crate::keys::resolve(&mut value, &secrets).map_err(|e| {
+                StoreError::Unavailable(format!(
+                    "{} {key}: a private key cannot be read: {e}",
+                    K::KIND
+                ))
+            })?;
+            serde_json::from_value::<K>(value)
+                .map(K::into_object)
+                .map_err(|e| {
+                    StoreError::Unavailable(format!(
+                        "{} {key} from the API server does not decode: {}",
+                        K::KIND,
+                        crate::kube_store::redact_quoted(&e.to_string())
+                    ))
+                })
+        });
+        (
+            key,
+            Entry {
+                version,
+                object,
+                raw: Some(Box::new(raw)),
+            },
+        )
+    }
+
+    /// Decodes again the cached objects whose keys live in Secrets of `namespace` (`None`:
+    /// every namespace), after a Secret there changed; wakes the Clusters whose copy changed.
+    fn redecode(&self, namespace: Option<&str>) {
+        let _keyed = self.keyed.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut woken = BTreeSet::new();
+        for (kind, cache) in &self.kinds {
+            if !crate::keys::keyed(*kind) {
+                continue;
+            }
+            let mut state = cache.write();
+            let state = &mut *state;
+            let relist = state.relist.iter_mut().flat_map(|r| r.iter_mut());
+            for (key, entry) in state.objects.iter_mut().chain(relist) {
+                if namespace.is_some_and(|ns| ns != key.namespace) {
+                    continue;
+                }
+                let Some(raw) = entry.raw.as_deref() else {
+                    continue;
+                };
+                let (_, fresh) = match kind {
+                    Kind::Cluster => self.decoded_keyed::<Cluster>(raw.clone()),
+                    Kind::Component => self.decoded_keyed::<Component>(raw.clone()),
+                    _ => continue,
+                };
+                let changed = match (&entry.object, &fresh.object) {
+                    (Ok(a), Ok(b)) => a != b,
+                    (Err(_), Err(_)) => false,
+                    _ => true,
+                };
+                if changed {
+                    match &fresh.object {
+                        Ok(Object::Cluster(c)) => {
+                            woken.insert(c.key());
+                        }
+                        Ok(Object::Component(c)) => {
+                            woken.insert(crate::controller::cluster_of_component(c));
+                        }
+                        _ => {}
+                    }
+                    *entry = fresh;
+                }
+            }
+        }
+        drop(_keyed);
+        let waker = self
+            .waker
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(waker) = waker {
+            for cluster in woken {
+                waker(cluster);
+            }
+        }
+    }
+
     /// Applies `event` of `kind`, and wakes the Clusters a live change concerns.
     fn apply(&self, kind: Kind, event: watcher::Event<(ObjectKey, Entry)>) {
         let Some(cache) = self.kinds.get(&kind) else {
@@ -463,11 +625,15 @@ fn watch<K: Stored>(inner: &Arc<Inner>, client: &kube::Client) -> tokio::task::J
     let inner = Arc::clone(inner);
     let api = crate::run::dynamic_api(client, K::KIND, inner.namespace.as_deref());
     tokio::spawn(async move {
-        let mut events =
-            std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
+        let config = match K::KIND {
+            // Only the Secrets holding keys: the manager reads no other.
+            Kind::Secret => watcher::Config::default().labels(crate::keys::KEYS_OF_KIND),
+            _ => watcher::Config::default(),
+        };
+        let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
         while let Some(event) = events.next().await {
             match event {
-                Ok(event) => inner.apply(K::KIND, decode_event::<K>(event)),
+                Ok(event) => inner.receive::<K>(event),
                 // The watcher retries with backoff, and lists again where it must.
                 Err(e) => tracing::warn!(
                     kind = %K::KIND,
@@ -484,13 +650,21 @@ fn decoded<K: Stored>(object: DynamicObject) -> (ObjectKey, Entry) {
     let key = crate::kube_store::dynamic_key(K::KIND, &object);
     let version = revision(object.metadata.resource_version.as_deref());
     let object = crate::kube_store::from_dynamic::<K>(object).map(K::into_object);
-    (key, Entry { version, object })
+    (
+        key,
+        Entry {
+            version,
+            object,
+            raw: None,
+        },
+    )
 }
 
 fn entry<K: Stored>(object: K) -> Entry {
     Entry {
         version: revision(object.metadata().resource_version.as_deref()),
         object: Ok(object.into_object()),
+        raw: None,
     }
 }
 

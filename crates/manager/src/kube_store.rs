@@ -34,11 +34,14 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta as KubeObjectMeta};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
-use oi_api::{DEFAULT_NAMESPACE, Kind, ObjectKey};
+use std::collections::{BTreeMap, BTreeSet};
+
+use oi_api::{DEFAULT_NAMESPACE, Kind, ObjectKey, Secret};
 use serde_json::Value;
 
 use crate::cache::WatchCache;
-use crate::store::{ObjectEvent, Result, Store, StoreError, Stored};
+use crate::keys;
+use crate::store::{EventType, ObjectEvent, Result, Store, StoreError, Stored};
 
 /// The longest event `note` the API server accepts (events.k8s.io/v1 validation: 1 KiB).
 pub const MAX_EVENT_NOTE_BYTES: usize = 1024;
@@ -107,6 +110,307 @@ impl KubeStore {
     /// The client, for watches and leader election on the same connection.
     pub fn client(&self) -> &kube::Client {
         &self.client
+    }
+
+    /// The Secrets of `namespace` named in `names`, as stored: from the cache where it holds
+    /// them, else read. Those that do not exist are left out.
+    async fn secrets_named(
+        &self,
+        namespace: &str,
+        names: &BTreeSet<String>,
+    ) -> Result<BTreeMap<String, Secret>> {
+        let mut out = BTreeMap::new();
+        for name in names {
+            let key = ObjectKey::new(namespace, name);
+            let cached = self
+                .cache
+                .as_ref()
+                .and_then(|c| c.with_object::<Secret, Secret>(&key, |s| Some(s.clone())));
+            let secret = match cached {
+                Some(secret) => Some(secret),
+                None => self.get_plain::<Secret>(&key).await?,
+            };
+            if let Some(secret) = secret {
+                out.insert(name.clone(), secret);
+            }
+        }
+        Ok(out)
+    }
+
+    /// A GET of `key`, decoded as it comes (no key resolved).
+    async fn get_raw(&self, kind: Kind, key: &ObjectKey) -> Result<Option<DynamicObject>> {
+        match self.api_for(kind, key).get(&key.name).await {
+            Ok(object) => Ok(Some(object)),
+            Err(e) => match store_error(Op::Get, kind, key, e) {
+                StoreError::NotFound { .. } => Ok(None),
+                other => Err(other),
+            },
+        }
+    }
+
+    async fn get_plain<K: Stored>(&self, key: &ObjectKey) -> Result<Option<K>> {
+        self.get_raw(K::KIND, key)
+            .await?
+            .map(from_dynamic)
+            .transpose()
+    }
+
+    /// `object` as `K`, every key it references read from its Secret (`written`: Secrets
+    /// just written, which win over what the cache holds).
+    async fn decode_keyed<K: Stored>(
+        &self,
+        object: DynamicObject,
+        written: &BTreeMap<String, Secret>,
+    ) -> Result<K> {
+        let key = dynamic_key(K::KIND, &object);
+        let mut value = dynamic_value::<K>(object)?;
+        let missing: BTreeSet<String> = keys::referenced(&value)
+            .into_iter()
+            .filter(|n| !written.contains_key(n))
+            .collect();
+        let mut secrets = self.secrets_named(&key.namespace, &missing).await?;
+        secrets.extend(written.iter().map(|(k, v)| (k.clone(), v.clone())));
+        keys::resolve(&mut value, &secrets).map_err(|e| {
+            StoreError::Unavailable(format!(
+                "{} {key}: a private key cannot be read: {e}",
+                K::KIND
+            ))
+        })?;
+        serde_json::from_value(value).map_err(|e| {
+            StoreError::Unavailable(format!(
+                "{} {key} from the API server does not decode: {}",
+                K::KIND,
+                redact_quoted(&e.to_string())
+            ))
+        })
+    }
+
+    /// Writes the Secrets `secrets` of `namespace` (those [`keys::externalize`] made) that
+    /// do not hold what they must yet, and answers each as stored. `stored`: the object as
+    /// stored, when a Secret's key changes (read then, once, when not given).
+    async fn put_secrets(
+        &self,
+        kind: Kind,
+        key: &ObjectKey,
+        secrets: &[Value],
+    ) -> Result<BTreeMap<String, Secret>> {
+        let name_of = |s: &Value| {
+            s.pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        let names: BTreeSet<String> = secrets.iter().map(name_of).collect();
+        let held = self.secrets_named(&key.namespace, &names).await?;
+        let mut stored_public: Option<BTreeMap<String, String>> = None;
+        let mut out = BTreeMap::new();
+        for wanted in secrets {
+            let name = name_of(wanted);
+            let held_secret = held.get(&name);
+            let changes_key = held_secret.is_some_and(|h| {
+                let held_key = h.value(oi_api::keys::SECRET_KEY).and_then(Result::ok);
+                let wanted_key = wanted
+                    .pointer("/data/tls.key")
+                    .and_then(Value::as_str)
+                    .and_then(|v| {
+                        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, v).ok()
+                    });
+                held_key != wanted_key || h.value(keys::PREVIOUS_KEY).is_some()
+            });
+            if changes_key && stored_public.is_none() {
+                let stored = self.get_raw(kind, key).await?;
+                stored_public = Some(
+                    stored
+                        .and_then(|o| serde_json::to_value(o).ok())
+                        .map(|v| keys::public_parts(&v))
+                        .unwrap_or_default(),
+                );
+            }
+            let public = stored_public
+                .as_ref()
+                .and_then(|p| p.get(&name))
+                .map(String::as_str);
+            let Some(body) = keys::to_write(wanted, held_secret, public) else {
+                if let Some(h) = held_secret {
+                    out.insert(name, h.clone());
+                }
+                continue;
+            };
+            let secret_key = ObjectKey::new(&key.namespace, &name);
+            let body: DynamicObject = serde_json::from_value(body).map_err(|e| {
+                StoreError::Unavailable(format!("cannot encode Secret {secret_key}: {e}"))
+            })?;
+            let api = self.api(Kind::Secret, Some(&key.namespace));
+            let mut create = held_secret.is_none();
+            let written = loop {
+                let result = if create {
+                    api.create(&PostParams::default(), &body).await
+                } else {
+                    api.replace(&name, &PostParams::default(), &body).await
+                };
+                match result.map_err(|e| {
+                    store_error(
+                        if create { Op::Create } else { Op::Update },
+                        Kind::Secret,
+                        &secret_key,
+                        e,
+                    )
+                }) {
+                    Ok(written) => break written,
+                    // The cache did not hold it yet, or held it still.
+                    Err(StoreError::AlreadyExists { .. }) if create => create = false,
+                    Err(StoreError::NotFound { .. }) if !create => create = true,
+                    Err(e) => return Err(e),
+                }
+            };
+            let written: Secret = from_dynamic(written)?;
+            self.wrote(&written, create);
+            out.insert(name, written);
+        }
+        Ok(out)
+    }
+
+    /// Deletes the Secrets holding keys of `kind` `key` that are not in `keep`; `gone`: the
+    /// object went, and every one of them goes (`keep` is then empty).
+    async fn prune_secrets(
+        &self,
+        kind: Kind,
+        key: &ObjectKey,
+        keep: &BTreeSet<String>,
+        gone: bool,
+    ) -> Result<Vec<String>> {
+        let of_object =
+            |s: &Secret| keys::holds_keys_of(s, kind, &key.name).then(|| s.metadata.name.clone());
+        let cached = self
+            .cache
+            .as_ref()
+            .and_then(|c| c.list_map::<Secret, _>(Some(&key.namespace), of_object));
+        let held: Vec<String> = match cached {
+            Some(listed) => listed?.into_iter().flatten().collect(),
+            // Without the cache, the Secrets of an object that stays are not listed on each
+            // write: one a write left unreferenced stays until its object goes (or, on a
+            // real cluster, with it through its owner reference).
+            None if !gone => return Ok(Vec::new()),
+            None => {
+                let params =
+                    ListParams::default().labels(&format!("{}={kind}", keys::KEYS_OF_KIND));
+                let list = self
+                    .api(Kind::Secret, Some(&key.namespace))
+                    .list(&params)
+                    .await
+                    .map_err(|e| list_error(Kind::Secret, Some(&key.namespace), e))?;
+                list.items
+                    .into_iter()
+                    .filter_map(|o| from_dynamic::<Secret>(o).ok())
+                    .filter_map(|s| of_object(&s))
+                    .collect()
+            }
+        };
+        let mut deleted = Vec::new();
+        for name in held.into_iter().filter(|n| !keep.contains(n)) {
+            self.delete::<Secret>(&ObjectKey::new(&key.namespace, &name))
+                .await?;
+            deleted.push(name);
+        }
+        Ok(deleted)
+    }
+
+    /// Writes `object`, of a kind whose keys live in Secrets: the Secrets first, then the
+    /// object holding references to them, then the Secrets it no longer references go (all
+    /// of them when this write lets the object go: being deleted, no finalizer left).
+    async fn write_keyed<K: Stored>(&self, op: Op, object: &K) -> Result<K> {
+        let key = object.key();
+        let value = serde_json::to_value(object).map_err(|e| {
+            StoreError::Unavailable(format!(
+                "cannot encode {} {key}: {}",
+                K::KIND,
+                redact_quoted(&e.to_string())
+            ))
+        })?;
+        let (body, secrets) =
+            keys::externalize(K::KIND, &value).map_err(|message| StoreError::Invalid {
+                kind: K::KIND,
+                key: key.clone(),
+                message,
+            })?;
+        let written = self.put_secrets(K::KIND, &key, &secrets).await?;
+        let mut keep = keys::referenced(&body);
+        let body: DynamicObject = serde_json::from_value(body).map_err(|e| {
+            StoreError::Unavailable(format!("cannot encode {} {key}: {e}", K::KIND))
+        })?;
+        let api = self.api_for(K::KIND, &key);
+        let response = match op {
+            Op::Create => api.create(&PostParams::default(), &body).await,
+            Op::UpdateStatus => {
+                api.replace_status(&key.name, &PostParams::default(), &body)
+                    .await
+            }
+            _ => api.replace(&key.name, &PostParams::default(), &body).await,
+        }
+        .map_err(|e| store_error(op, K::KIND, &key, e))?;
+        if let Ok(stored) = serde_json::to_value(&response) {
+            keep.extend(keys::referenced(&stored));
+        }
+        let resolved: K = self.decode_keyed(response, &written).await?;
+        // Each Secret that kept its previous pair through the write drops it now.
+        if written
+            .values()
+            .any(|s| s.value(keys::PREVIOUS_KEY).is_some())
+        {
+            let value = serde_json::to_value(&resolved).unwrap_or_default();
+            if let Ok((_, secrets)) = keys::externalize(K::KIND, &value) {
+                self.put_secrets(K::KIND, &key, &secrets).await?;
+            }
+        }
+        let metadata = resolved.metadata();
+        let gone = metadata.deletion_timestamp.is_some() && metadata.finalizers.is_empty();
+        if gone {
+            keep.clear();
+        }
+        self.prune_secrets(K::KIND, &key, &keep, gone).await?;
+        self.wrote(&resolved, op == Op::Create);
+        Ok(resolved)
+    }
+
+    /// `object`, read with private keys inline (oneinfra's manifests), with them moved into
+    /// Secrets: written with references (spec, then status), and an event says so.
+    async fn move_inline_keys<K: Stored>(&self, object: DynamicObject) -> Result<K> {
+        let typed: K = self.decode_keyed(object, &BTreeMap::new()).await?;
+        let key = typed.key();
+        let value = serde_json::to_value(&typed).unwrap_or_default();
+        let in_status = value.get("status").is_some_and(keys::holds_inline_keys);
+        let mut moved = self.write_keyed(Op::Update, &typed).await?;
+        if in_status {
+            moved = self.write_keyed(Op::UpdateStatus, &moved).await?;
+        }
+        let secrets = keys::externalize(K::KIND, &value)
+            .map(|(_, s)| {
+                s.iter()
+                    .filter_map(|s| s.pointer("/metadata/name").and_then(Value::as_str))
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        let event = ObjectEvent {
+            kind: K::KIND,
+            key: key.clone(),
+            uid: moved.metadata().uid.clone(),
+            type_: EventType::Normal,
+            reason: "PrivateKeysMoved".into(),
+            action: "Reconcile".into(),
+            note: format!(
+                "moved {} inline private key(s) into Secrets of namespace {} ({}); the {} \
+                 now references them",
+                secrets.len(),
+                key.namespace,
+                secrets.join(", "),
+                K::KIND
+            ),
+        };
+        if let Err(e) = self.publish(&event).await {
+            tracing::warn!(kind = %K::KIND, key = %key, error = %e, "cannot publish an event");
+        }
+        Ok(moved)
     }
 
     /// The API of `kind` for objects of `namespace` (ignored for cluster-scoped kinds; `None`:
@@ -178,7 +482,12 @@ const INFRA_GROUP: &str = "infra.oneinfra.ereslibre.es";
 /// - leader election reads, creates and updates its Lease;
 /// - the SIPCluster controller watches SIPClusters (adding and removing its finalizer, writing
 ///   their status) and BareMetalHosts (updating their labels), and reads the Secrets the
-///   hosts reference, by name.
+///   hosts reference, by name;
+/// - Clusters' private keys live in Secrets of their namespace ([`crate::keys`]): the manager
+///   watches those (by their label), writes them and deletes them. These rules are their own
+///   ClusterRole (`oi-manager-secrets`), bound where the manager manages objects: in every
+///   namespace by the default install (a ClusterRoleBinding), in its one namespace by a
+///   RoleBinding when it runs with `--namespace`.
 pub const PERMISSIONS: &[Permission] = &[
     Permission {
         api_group: CLUSTER_GROUP,
@@ -243,12 +552,12 @@ pub const PERMISSIONS: &[Permission] = &[
     Permission {
         api_group: "",
         resource: "secrets",
-        verbs: &["get"],
+        verbs: &["get", "list", "watch", "create", "update", "delete"],
     },
 ];
 
 /// What a store call was doing, for error messages.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
     Get,
     Create,
@@ -386,21 +695,34 @@ fn to_dynamic<K: Stored>(object: &K) -> Result<DynamicObject> {
 /// `apiVersion` and `kind`; they are filled in from `kind`.
 pub(crate) fn from_dynamic<K: Stored>(object: DynamicObject) -> Result<K> {
     let key = dynamic_key(K::KIND, &object);
-    let decode = |e: serde_json::Error| {
+    let value = dynamic_value::<K>(object)?;
+    serde_json::from_value(value).map_err(|e| {
         StoreError::Unavailable(format!(
             "{} {key} from the API server does not decode: {}",
             K::KIND,
             redact_quoted(&e.to_string())
         ))
-    };
-    let mut value = serde_json::to_value(&object).map_err(decode)?;
+    })
+}
+
+/// A [`DynamicObject`] of kind `K` as JSON, with `apiVersion` and `kind` filled in where a
+/// list left them out.
+pub(crate) fn dynamic_value<K: Stored>(object: DynamicObject) -> Result<Value> {
+    let key = dynamic_key(K::KIND, &object);
+    let mut value = serde_json::to_value(&object).map_err(|e| {
+        StoreError::Unavailable(format!(
+            "{} {key} from the API server does not decode: {}",
+            K::KIND,
+            redact_quoted(&e.to_string())
+        ))
+    })?;
     if let Value::Object(map) = &mut value {
         map.entry("apiVersion")
             .or_insert_with(|| Value::String(K::KIND.api_version().to_string()));
         map.entry("kind")
             .or_insert_with(|| Value::String(K::KIND.as_str().to_string()));
     }
-    serde_json::from_value(value).map_err(decode)
+    Ok(value)
 }
 
 pub(crate) fn dynamic_key(kind: Kind, object: &DynamicObject) -> ObjectKey {
@@ -469,13 +791,17 @@ pub fn kube_event(
 
 impl Store for KubeStore {
     async fn get<K: Stored>(&self, key: &ObjectKey) -> Result<Option<K>> {
-        match self.api_for(K::KIND, key).get(&key.name).await {
-            Ok(object) => from_dynamic(object).map(Some),
-            Err(e) => match store_error(Op::Get, K::KIND, key, e) {
-                StoreError::NotFound { .. } => Ok(None),
-                other => Err(other),
-            },
+        let Some(object) = self.get_raw(K::KIND, key).await? else {
+            return Ok(None);
+        };
+        if !keys::keyed(K::KIND) {
+            return from_dynamic(object).map(Some);
         }
+        let inline = serde_json::to_value(&object).is_ok_and(|v| keys::holds_inline_keys(&v));
+        if inline {
+            return self.move_inline_keys(object).await.map(Some);
+        }
+        self.decode_keyed(object, &BTreeMap::new()).await.map(Some)
     }
 
     async fn list<K: Stored>(&self, namespace: Option<&str>) -> Result<Vec<K>> {
@@ -520,6 +846,9 @@ impl Store for KubeStore {
         let mut object = object.clone();
         // The API server refuses a create that carries a resourceVersion.
         object.metadata_mut().resource_version = None;
+        if keys::keyed(K::KIND) {
+            return self.write_keyed(Op::Create, &object).await;
+        }
         let body = to_dynamic(&object)?;
         let created = self
             .api_for(K::KIND, &key)
@@ -532,6 +861,9 @@ impl Store for KubeStore {
     }
 
     async fn update<K: Stored>(&self, object: &K) -> Result<K> {
+        if keys::keyed(K::KIND) {
+            return self.write_keyed(Op::Update, object).await;
+        }
         let key = object.key();
         let body = to_dynamic(object)?;
         let updated = self
@@ -545,6 +877,9 @@ impl Store for KubeStore {
     }
 
     async fn update_status<K: Stored>(&self, object: &K) -> Result<K> {
+        if keys::keyed(K::KIND) {
+            return self.write_keyed(Op::UpdateStatus, object).await;
+        }
         let key = object.key();
         let body = to_dynamic(object)?;
         let updated = self

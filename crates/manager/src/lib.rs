@@ -12,6 +12,7 @@ pub mod cache;
 pub mod controller;
 pub mod http;
 pub mod joins;
+pub mod keys;
 pub mod kube_store;
 pub mod leader;
 pub mod metrics;

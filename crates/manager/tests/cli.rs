@@ -567,10 +567,20 @@ async fn without_leader_election_it_leads_at_once_in_its_namespace() {
             .iter()
             .filter(|r| r.contains("watch=true"))
             .count()
-            >= 3
+            >= 4
     })
     .await;
     let requests = server.requests();
+    // Secrets are watched in the manager's namespace alone, and only those holding keys.
+    let secrets_watch = requests
+        .iter()
+        .find(|r| r.contains("watch=true") && r.contains("/secrets"))
+        .unwrap();
+    assert!(
+        secrets_watch.contains("labelSelector=oneinfra.ereslibre.es%2Fprivate-keys-of-kind")
+            || secrets_watch.contains("labelSelector=oneinfra.ereslibre.es/private-keys-of-kind"),
+        "{secrets_watch}"
+    );
     let watched: std::collections::BTreeSet<&str> = requests
         .iter()
         .filter(|r| r.contains("watch=true"))
@@ -579,6 +589,7 @@ async fn without_leader_election_it_leads_at_once_in_its_namespace() {
     assert_eq!(
         watched,
         std::collections::BTreeSet::from([
+            "GET /api/v1/namespaces/tenants/secrets",
             "GET /apis/cluster.oneinfra.ereslibre.es/v1alpha1/namespaces/tenants/clusters",
             "GET /apis/cluster.oneinfra.ereslibre.es/v1alpha1/namespaces/tenants/components",
             // Hypervisors are cluster scoped.

@@ -210,6 +210,8 @@ fn the_base_holds_exactly_the_expected_objects() {
         ("ServiceAccount", SERVICE_ACCOUNT),
         ("ClusterRole", "oi-manager"),
         ("ClusterRoleBinding", "oi-manager"),
+        ("ClusterRole", "oi-manager-secrets"),
+        ("ClusterRoleBinding", "oi-manager-secrets"),
         ("Role", "oi-manager-leader-election"),
         ("RoleBinding", "oi-manager-leader-election"),
         ("ClusterRole", "oneinfra-hypervisor-joiner"),
@@ -277,12 +279,16 @@ fn rules(role: &Value) -> BTreeMap<(String, String), BTreeSet<String>> {
 fn rbac_is_exactly_the_permissions_the_store_needs() {
     let base = base();
     let granted_cluster_wide = rules(object(&base, "ClusterRole", "oi-manager"));
+    let granted_secrets = rules(object(&base, "ClusterRole", "oi-manager-secrets"));
     let granted_in_namespace = rules(object(&base, "Role", "oi-manager-leader-election"));
 
-    let needed = |leases: bool| -> BTreeMap<(String, String), BTreeSet<String>> {
+    let needed = |resource: Option<&str>| -> BTreeMap<(String, String), BTreeSet<String>> {
         PERMISSIONS
             .iter()
-            .filter(|p| (p.resource == "leases") == leases)
+            .filter(|p| match resource {
+                Some(r) => p.resource == r,
+                None => !["leases", "secrets"].contains(&p.resource),
+            })
             .map(|p| {
                 (
                     (p.api_group.to_string(), p.resource.to_string()),
@@ -294,16 +300,26 @@ fn rbac_is_exactly_the_permissions_the_store_needs() {
     // The leader Lease lives in the manager's namespace: a Role there, not a ClusterRole.
     assert_eq!(
         granted_in_namespace,
-        needed(true),
+        needed(Some("leases")),
         "config/rbac/leader_election_role.yaml must grant exactly the Lease permissions of \
          kube_store::PERMISSIONS"
     );
     assert_eq!(
         granted_cluster_wide,
-        needed(false),
+        needed(None),
         "config/rbac/cluster_role.yaml must grant exactly kube_store::PERMISSIONS (Leases \
-         aside)"
+         and Secrets aside)"
     );
+    // Secrets have a ClusterRole of their own, so that a manager confined to a namespace
+    // is bound to it there alone (see config/rbac/secrets_role.yaml).
+    assert_eq!(
+        granted_secrets,
+        needed(Some("secrets")),
+        "config/rbac/secrets_role.yaml must grant exactly the Secret permissions of \
+         kube_store::PERMISSIONS"
+    );
+    let secrets_binding = object(&base, "ClusterRoleBinding", "oi-manager-secrets");
+    assert_eq!(secrets_binding["roleRef"]["name"], "oi-manager-secrets");
 
     // A hypervisor join token creates Hypervisors and nothing else (not even reads them:
     // their specs hold CRI client keys).
@@ -333,6 +349,7 @@ fn rbac_is_exactly_the_permissions_the_store_needs() {
         json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "oi-manager"})
     );
     assert_eq!(binding["subjects"], subject);
+    assert_eq!(secrets_binding["subjects"], subject);
     let binding = object(&base, "RoleBinding", "oi-manager-leader-election");
     assert_eq!(
         binding["roleRef"],

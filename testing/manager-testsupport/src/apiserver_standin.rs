@@ -220,8 +220,8 @@ impl ApiServer {
             .into_iter()
             .flatten()
             .map(|item| {
-                serde_json::from_value(item.clone()).unwrap_or_else(|e| {
-                    panic!("a stored {} does not read back: {e}: {item}", K::KIND)
+                self.typed(item.clone()).unwrap_or_else(|e| {
+                    panic!("a stored {} does not read back: {e:#}: {item}", K::KIND)
                 })
             })
             .collect()
@@ -235,9 +235,48 @@ impl ApiServer {
         self.try_get(&item(K::KIND, key))
             .unwrap_or_else(|e| panic!("reading {} {key}: {e:#}", K::KIND))
             .map(|v| {
-                serde_json::from_value(v)
-                    .unwrap_or_else(|e| panic!("{} {key} does not read back: {e}", K::KIND))
+                self.typed(v)
+                    .unwrap_or_else(|e| panic!("{} {key} does not read back: {e:#}", K::KIND))
             })
+    }
+
+    /// A stored object as `K`, with the private keys it references (a Cluster's, in Secrets
+    /// of its namespace: `oi_manager::keys`) read back inline, as the manager reads it.
+    ///
+    /// # Errors
+    /// A referenced Secret that cannot be read, or an object that is not a `K`.
+    pub fn typed<K: Stored>(&self, mut value: Value) -> Result<K> {
+        if oi_manager::keys::keyed(K::KIND) {
+            let namespace = value["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or(oi_api::DEFAULT_NAMESPACE)
+                .to_string();
+            let mut secrets = std::collections::BTreeMap::new();
+            for name in oi_manager::keys::referenced(&value) {
+                let path = format!("/api/v1/namespaces/{namespace}/secrets/{name}");
+                if let Some(secret) = self.try_get(&path)? {
+                    secrets.insert(name, serde_json::from_value(secret)?);
+                }
+            }
+            oi_manager::keys::resolve(&mut value, &secrets).map_err(anyhow::Error::msg)?;
+        }
+        Ok(serde_json::from_value(value)?)
+    }
+
+    /// The Secrets of `namespace` holding private keys of objects (labelled
+    /// `oi_manager::keys::KEYS_OF_KIND`), as stored.
+    ///
+    /// # Panics
+    /// When the API refuses the list: a broken test.
+    pub fn key_secrets(&self, namespace: &str) -> Vec<Value> {
+        let path = format!(
+            "/api/v1/namespaces/{namespace}/secrets?labelSelector={}",
+            oi_manager::keys::KEYS_OF_KIND
+        );
+        let list = self
+            .call(Method::GET, &path, None)
+            .unwrap_or_else(|e| panic!("listing Secrets of {namespace}: {e:#}"));
+        list["items"].as_array().cloned().unwrap_or_default()
     }
 
     /// Creates `object` as an administrator would; returns it as stored.
@@ -254,10 +293,11 @@ impl ApiServer {
             ),
             Some(&serde_json::to_value(object)?),
         )?;
-        Ok(serde_json::from_value(value)?)
+        self.typed(value)
     }
 
-    /// Replaces `object` (at its resourceVersion, when it has one).
+    /// Replaces `object` (at its resourceVersion, when it has one). Its private keys go
+    /// inline, as in oneinfra's manifests (the manager moves them into Secrets again).
     ///
     /// # Errors
     /// The API's refusal (a conflict, among others).
@@ -267,7 +307,7 @@ impl ApiServer {
             &item(K::KIND, &object.key()),
             Some(&serde_json::to_value(object)?),
         )?;
-        Ok(serde_json::from_value(value)?)
+        self.typed(value)
     }
 
     /// Replaces `object`'s status through the status subresource.
@@ -277,7 +317,7 @@ impl ApiServer {
     pub fn update_status<K: Stored>(&self, object: &K) -> Result<K> {
         let path = format!("{}/status", item(K::KIND, &object.key()));
         let value = self.call(Method::PUT, &path, Some(&serde_json::to_value(object)?))?;
-        Ok(serde_json::from_value(value)?)
+        self.typed(value)
     }
 
     /// Deletes the object of `K` at `key`.

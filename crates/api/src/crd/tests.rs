@@ -67,6 +67,11 @@ fn sample(schema: &Value, path: &str) -> Value {
             if let Some(Value::Mapping(props)) = schema.get("properties") {
                 for (k, v) in props {
                     let key = k.as_str().unwrap();
+                    // A reference is resolved into `privateKey` before typing (`crate::keys`):
+                    // the typed objects never hold one.
+                    if key == crate::keys::PRIVATE_KEY_REF {
+                        continue;
+                    }
                     m.insert(k.clone(), sample(v, &format!("{path}.{key}")));
                 }
             }
@@ -108,6 +113,54 @@ fn assert_round_trips(schema: &Value, kind: Kind, what: &str) {
     assert_eq!(docs.len(), 1);
     let written: Value = serde_yaml_ng::from_str(&docs[0].object.to_yaml().unwrap()).unwrap();
     assert_eq!(written, object, "{what}");
+}
+
+/// Every `privateKey` of a Cluster or Component may be a reference instead: `privateKeyRef: {name, key}`
+/// beside it in the schema, or a real API server would prune what `oi keys export` and
+/// `oi-manager` write.
+#[test]
+fn every_private_key_may_be_a_reference() {
+    fn check(schema: &serde_json::Value, path: &str, keyed: bool, found: &mut usize) {
+        if let Some(props) = schema.get("properties").and_then(|p| p.as_object()) {
+            if props.contains_key("privateKey") && !keyed {
+                assert!(!props.contains_key("privateKeyRef"), "{path}: not resolved");
+            } else if props.contains_key("privateKey") {
+                *found += 1;
+                let reference = &props["privateKeyRef"];
+                assert_eq!(
+                    reference["required"],
+                    serde_json::json!(["name", "key"]),
+                    "{path}"
+                );
+                assert_eq!(reference["properties"]["name"]["type"], "string", "{path}");
+            }
+            for (k, v) in props {
+                check(v, &format!("{path}.{k}"), keyed, found);
+            }
+        }
+        for nested in ["items", "additionalProperties"] {
+            if let Some(v) = schema.get(nested) {
+                check(v, &format!("{path}.{nested}"), keyed, found);
+            }
+        }
+    }
+    let mut found = 0;
+    for kind in Kind::ALL {
+        if let Some(crd) = crate::crd::custom_resource_definition(kind) {
+            for version in crd["spec"]["versions"].as_array().unwrap() {
+                // Clusters' and Components' keys may be kept in Secrets; the others' not yet
+                // (their schemas must not offer what nothing resolves).
+                let keyed = matches!(kind, Kind::Cluster | Kind::Component);
+                check(
+                    &version["schema"]["openAPIV3Schema"],
+                    kind.as_str(),
+                    keyed,
+                    &mut found,
+                );
+            }
+        }
+    }
+    assert!(found >= 10, "{found} privateKey fields");
 }
 
 #[test]

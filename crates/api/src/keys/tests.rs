@@ -253,3 +253,79 @@ fn secret_names() {
     assert!(!is_secret_name(&"a".repeat(254)));
     assert!(!is_secret_name("C-ca"));
 }
+
+#[test]
+fn list_items_are_named_by_their_name_and_secrets_carry_the_kind_label() {
+    let mut object = value(
+        "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1
+kind: Cluster
+metadata: {name: c, namespace: ops}
+status:
+  vpnPeers:
+  - {name: worker-1, address: 10.0.0.2/32, privateKey: P1, publicKey: Q1}
+  - {address: 10.0.0.3/32, privateKey: P2, publicKey: Q2}
+",
+    );
+    let secrets = externalize(Kind::Cluster, &mut object).unwrap();
+    let names: Vec<&str> = secrets
+        .iter()
+        .map(|s| s["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["c-vpn-peers-worker-1", "c-vpn-peers-1"]);
+    for secret in &secrets {
+        assert_eq!(secret["metadata"]["labels"][KEYS_OF_KIND], "Cluster");
+        assert_eq!(secret["type"], "Opaque");
+    }
+    assert_eq!(
+        object["status"]["vpnPeers"][0]["privateKeyRef"]["name"],
+        "c-vpn-peers-worker-1"
+    );
+    assert!(!holds_inline_keys(&object));
+    assert_eq!(
+        referenced_secrets(&object),
+        BTreeSet::from([
+            "c-vpn-peers-1".to_string(),
+            "c-vpn-peers-worker-1".to_string()
+        ])
+    );
+}
+
+#[test]
+fn one_object_resolves_from_a_lookup_and_says_which_field_failed() {
+    let text = "apiVersion: cluster.oneinfra.ereslibre.es/v1alpha1
+kind: Cluster
+metadata: {name: c}
+spec:
+  apiServer:
+    ca: {certificate: C, privateKey: K}
+";
+    let original = value(text);
+    assert!(holds_inline_keys(&original));
+    let mut object = original.clone();
+    let secrets = externalize(Kind::Cluster, &mut object).unwrap();
+    let held: BTreeMap<String, String> = secrets
+        .iter()
+        .map(|s| {
+            (
+                s["metadata"]["name"].as_str().unwrap().to_string(),
+                decoded(s, "tls.key"),
+            )
+        })
+        .collect();
+    let mut resolved = object.clone();
+    let referenced = resolve_object(&mut resolved, "", &mut |name, key, public| {
+        assert_eq!(key, "tls.key");
+        assert_eq!(public, Some("C"));
+        held.get(name).cloned().ok_or_else(|| "absent".to_string())
+    })
+    .unwrap();
+    assert!(referenced);
+    assert_eq!(resolved, original);
+
+    let (field, reason) = resolve_object(&mut object.clone(), "", &mut |name, _, _| {
+        Err(format!("Secret {name} is gone"))
+    })
+    .unwrap_err();
+    assert_eq!(field, "spec.apiServer.ca.privateKeyRef");
+    assert_eq!(reason, "Secret c-ca is gone");
+}

@@ -20,7 +20,7 @@ fn component(namespace: &str, name: &str, version: &str, hypervisor: &str) -> Dy
 fn feed(cache: &WatchCache, event: watcher::Event<DynamicObject>) {
     cache
         .inner
-        .apply(Kind::Component, decode_event::<Component>(event));
+        .apply(Kind::Component, decode_event(event, decoded::<Component>));
 }
 
 /// `(namespace/name, hypervisor, resourceVersion)` of every cached Component in `namespace`,
@@ -294,7 +294,7 @@ fn live_changes_wake_the_clusters_they_concern_once_the_cache_holds_them() {
     let hypervisors = |event| {
         cache
             .inner
-            .apply(Kind::Hypervisor, decode_event::<Hypervisor>(event));
+            .apply(Kind::Hypervisor, decode_event(event, decoded::<Hypervisor>));
     };
     // Lists wake nobody: the controllers' own first lists reconcile everything.
     synced(&cache, vec![component("a", "x", "2", "h1")]);

@@ -16,7 +16,7 @@ use oi_api::common::{ConditionStatus, condition_types, find_condition};
 use oi_api::{Cluster, ClusterSpec, Component, ObjectKey, ObjectMeta};
 use oi_e2e::{
     Etcdctl, IMAGE_REPOSITORY, LocalSet, World, admin_kubeconfig, all_reachable_metrics, binary,
-    eventually, kubectl_version, nothing_left, prerequisites,
+    eventually, inject_cluster_with, kubectl_version, nothing_left, oi, prerequisites,
 };
 use oi_manager_testsupport::apiserver_standin::{ApiServer, StandinOptions};
 
@@ -171,6 +171,17 @@ fn voting_members(server: &ApiServer, replicas: usize) {
         .unwrap();
 }
 
+/// team-a/c1 as stored: references, not keys, where its keys live in Secrets.
+fn stored_c1(server: &ApiServer) -> serde_json::Value {
+    server
+        .call(
+            http::Method::GET,
+            "/apis/cluster.oneinfra.ereslibre.es/v1alpha1/namespaces/team-a/clusters/c1",
+            None,
+        )
+        .unwrap()
+}
+
 /// The reasons of the Events the API server received, in order.
 fn event_reasons(server: &ApiServer) -> Vec<String> {
     server
@@ -294,13 +305,7 @@ fn two_manager_replicas_bring_up_fail_over_scale_and_delete_a_cluster() {
     // Its private keys are in Secrets of its namespace, owned by it; the stored Cluster holds
     // references and certificates only. (The admin kubeconfig below is made from the keys
     // read back from those Secrets.)
-    let stored = server
-        .call(
-            http::Method::GET,
-            "/apis/cluster.oneinfra.ereslibre.es/v1alpha1/namespaces/team-a/clusters/c1",
-            None,
-        )
-        .unwrap();
+    let stored = stored_c1(&server);
     let text = stored.to_string();
     assert!(
         !text.contains("PRIVATE KEY"),
@@ -445,13 +450,7 @@ fn two_manager_replicas_bring_up_fail_over_scale_and_delete_a_cluster() {
         reasons.contains(&"PrivateKeysMoved".to_string()),
         "{reasons:?}"
     );
-    let stored = server
-        .call(
-            http::Method::GET,
-            "/apis/cluster.oneinfra.ereslibre.es/v1alpha1/namespaces/team-a/clusters/c1",
-            None,
-        )
-        .unwrap();
+    let stored = stored_c1(&server);
     assert!(!stored.to_string().contains("PRIVATE KEY"), "{stored}");
 
     // Deleted: nothing left in the API, on the hypervisors or in their port allocations.
@@ -484,4 +483,186 @@ fn two_manager_replicas_bring_up_fail_over_scale_and_delete_a_cluster() {
     assert_eq!(status.code(), Some(0), "{}", standby.log());
     assert_eq!(server.lease_holder(LEASE_NAMESPACE, LEASE), None);
     drop(set);
+}
+
+/// A world made with `oi` and handed to a management cluster with `oi keys export`: the
+/// manager reads its keys from the Secrets, and its CAs are the world's, so an admin
+/// kubeconfig made from the world before the manager ever ran reaches the cluster it brings up.
+#[test]
+fn a_world_exported_to_secrets_keeps_its_cas_under_the_manager() {
+    let test = "a_world_exported_to_secrets_keeps_its_cas_under_the_manager";
+    if !prerequisites(test) {
+        return;
+    }
+    let set = LocalSet::create("mk", 1, 1, true).unwrap();
+    let server = ApiServer::start(StandinOptions::default()).unwrap();
+    let hypervisors = oi_api::World::load(&set.manifests, "oi-local-hypervisor-set")
+        .unwrap()
+        .hypervisors;
+    for h in hypervisors.into_values() {
+        server.create(&h).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+
+    // The world, its admin kubeconfig, and its keys exported, all by `oi`.
+    let world = inject_cluster_with(
+        &set.manifests,
+        "c1",
+        &["--namespace", "team-a", "--control-plane-replicas", "1"],
+    )
+    .unwrap();
+    let before = oi(
+        &["cluster", "admin-kubeconfig", "--cluster", "team-a/c1"],
+        &world,
+    )
+    .unwrap()
+    .ok("oi cluster admin-kubeconfig")
+    .unwrap()
+    .stdout;
+    let exported = oi(&["keys", "export"], &world)
+        .unwrap()
+        .ok("oi keys export")
+        .unwrap()
+        .stdout;
+    // (The Hypervisors' CRI client keys stay inline: those are not moved yet.)
+    assert!(exported.contains("privateKeyRef"), "{exported}");
+    // What a `kubectl apply` of it would create here: its Secrets and the Cluster (the manager
+    // makes the Components and places them itself).
+    let mut ca = String::new();
+    for document in serde_yaml_ng::Deserializer::from_str(&exported) {
+        let value = serde_json::to_value(
+            <serde_yaml_ng::Value as serde::Deserialize>::deserialize(document).unwrap(),
+        )
+        .unwrap();
+        let of = value["metadata"]["annotations"]["oneinfra.ereslibre.es/private-keys-of"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let path = match value["kind"].as_str() {
+            // The Cluster's Secrets (the Components' go with the Components the world placed).
+            Some("Secret") if of == "Cluster/c1" => "/api/v1/namespaces/team-a/secrets".to_string(),
+            Some("Cluster") => {
+                assert!(!value.to_string().contains("PRIVATE KEY"), "{value}");
+                ca = value["spec"]["apiServer"]["ca"]["certificate"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                "/apis/cluster.oneinfra.ereslibre.es/v1alpha1/namespaces/team-a/clusters"
+                    .to_string()
+            }
+            _ => continue,
+        };
+        server
+            .call(http::Method::POST, &path, Some(&value))
+            .unwrap();
+    }
+    assert!(ca.contains("BEGIN CERTIFICATE"), "{ca}");
+
+    let kubeconfig = server.write_kubeconfig(dir.path()).unwrap();
+    let manager = Manager::start("replica-a", &kubeconfig, dir.path());
+    let key = ObjectKey::new("team-a", "c1");
+    let cluster = eventually(Duration::from_secs(240), || ready(&server, &key))
+        .unwrap_or_else(|e| failed("c1 ready", &e, &[&manager], &server));
+    assert_eq!(
+        cluster.spec.api_server.ca.as_ref().unwrap().certificate,
+        ca,
+        "the API server CA is the world's"
+    );
+
+    // The kubeconfig made before, pointed at where the manager placed the cluster's ingress.
+    let endpoint = &cluster.status.api_server_endpoint;
+    let server_line = before
+        .lines()
+        .find(|l| l.trim_start().starts_with("server: "))
+        .unwrap()
+        .to_string();
+    let indent = &server_line[..server_line.len() - server_line.trim_start().len()];
+    let moved = before.replace(&server_line, &format!("{indent}server: {endpoint}"));
+    let path = dir.path().join("before.kubeconfig");
+    oi_e2e::write_private(&path, &moved).unwrap();
+    let version =
+        eventually(Duration::from_secs(30), || kubectl_version(&path)).unwrap_or_else(|e| {
+            failed(
+                "kubectl with the kubeconfig made before",
+                &e,
+                &[&manager],
+                &server,
+            )
+        });
+    assert!(
+        version.pointer("/serverVersion/gitVersion").is_some(),
+        "{version}"
+    );
+
+    // A CA rotation over the referenced keys, asked as an administrator would: the API server
+    // CA becomes a new one, its Secret holds the new pair alone once done, and a kubeconfig
+    // made now (the keys read back from the Secrets) reaches the cluster.
+    let path_c1 = "/apis/cluster.oneinfra.ereslibre.es/v1alpha1/namespaces/team-a/clusters/c1";
+    eventually(Duration::from_secs(30), || {
+        let mut stored = server.call(http::Method::GET, path_c1, None)?;
+        stored["metadata"]["annotations"]["cluster.oneinfra.ereslibre.es/rotate-ca"] =
+            "apiServer".into();
+        server
+            .call(http::Method::PUT, path_c1, Some(&stored))
+            .map(drop)
+    })
+    .unwrap();
+    let rotated = eventually(Duration::from_secs(300), || {
+        let c = ready(&server, &key)?;
+        anyhow::ensure!(
+            c.status.ca_rotation.is_none()
+                && !c
+                    .metadata
+                    .annotations
+                    .contains_key("cluster.oneinfra.ereslibre.es/rotate-ca"),
+            "rotation under way: {:?}",
+            c.status.ca_rotation.as_ref().map(|r| format!("{r:?}"))
+        );
+        let now = c.spec.api_server.ca.as_ref().unwrap().certificate.clone();
+        anyhow::ensure!(now != ca, "the API server CA is still the world's");
+        Ok(c)
+    })
+    .unwrap_or_else(|e| failed("rotation", &e, &[&manager], &server));
+    let secret = server
+        .key_secrets("team-a")
+        .into_iter()
+        .find(|s| s["metadata"]["name"] == "c1-ca")
+        .unwrap();
+    let crt = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        secret["data"]["tls.crt"].as_str().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        String::from_utf8(crt).unwrap(),
+        rotated.spec.api_server.ca.as_ref().unwrap().certificate
+    );
+    assert!(secret["data"].get("previous.key").is_none(), "{secret}");
+    let after = oi(
+        &["cluster", "admin-kubeconfig", "--cluster", "team-a/c1"],
+        &World::of_store(&server).unwrap().text,
+    )
+    .unwrap()
+    .ok("oi cluster admin-kubeconfig")
+    .unwrap()
+    .stdout;
+    let path = dir.path().join("after.kubeconfig");
+    oi_e2e::write_private(&path, &after).unwrap();
+    eventually(Duration::from_secs(30), || kubectl_version(&path))
+        .unwrap_or_else(|e| failed("kubectl after the rotation", &e, &[&manager], &server));
+
+    server.delete::<Cluster>(&key).unwrap();
+    eventually(Duration::from_secs(120), || {
+        anyhow::ensure!(
+            server.object::<Cluster>(&key).is_none(),
+            "the Cluster is still there"
+        );
+        Ok(())
+    })
+    .unwrap_or_else(|e| failed("deletion", &e, &[&manager], &server));
+    nothing_left(&server, &set).unwrap();
+    assert_eq!(
+        server.key_secrets("team-a"),
+        Vec::<serde_json::Value>::new()
+    );
 }

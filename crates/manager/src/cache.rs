@@ -66,9 +66,9 @@ struct Entry {
     /// `metadata.resourceVersion` as a number, when it is one.
     version: Option<u64>,
     object: std::result::Result<Object, StoreError>,
-    /// The object as the watch brought it, when it references keys in Secrets: decoded again
-    /// when they change ([`Inner::redecode`]).
-    raw: Option<Box<DynamicObject>>,
+    /// The object as the watch brought it and the Secrets it references, when it references
+    /// any: decoded again when one of them changes ([`Inner::redecode`]).
+    raw: Option<Box<(DynamicObject, BTreeSet<String>)>>,
 }
 
 impl Entry {
@@ -424,16 +424,19 @@ impl Inner {
             self.apply(K::KIND, event);
             return;
         }
-        let namespace = match &event {
+        let changed = match &event {
             watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
-                Some(crate::kube_store::dynamic_key(K::KIND, o).namespace.clone())
+                Some(crate::kube_store::dynamic_key(K::KIND, o))
             }
             watcher::Event::InitDone => None,
             _ => return self.apply(K::KIND, decode_event(event, decoded::<K>)),
         };
         self.apply(K::KIND, decode_event(event, decoded::<K>));
         if K::KIND == Kind::Secret {
-            self.redecode(namespace.as_deref());
+            self.redecode(
+                changed.as_ref().map(|k| k.namespace.as_str()),
+                changed.as_ref().map(|k| k.name.as_str()),
+            );
         }
     }
 
@@ -498,14 +501,15 @@ impl Inner {
             Entry {
                 version,
                 object,
-                raw: Some(Box::new(raw)),
+                raw: Some(Box::new((raw, names))),
             },
         )
     }
 
-    /// Decodes again the cached objects whose keys live in Secrets of `namespace` (`None`:
-    /// every namespace), after a Secret there changed; wakes the Clusters whose copy changed.
-    fn redecode(&self, namespace: Option<&str>) {
+    /// Decodes again the cached objects that reference the Secret `namespace`/`secret` after
+    /// it changed (`None`: every one, after a list of the Secrets); wakes the Clusters whose
+    /// copy changed.
+    fn redecode(&self, namespace: Option<&str>, secret: Option<&str>) {
         let _keyed = self.keyed.lock().unwrap_or_else(PoisonError::into_inner);
         let mut woken = BTreeSet::new();
         for (kind, cache) in &self.kinds {
@@ -519,9 +523,12 @@ impl Inner {
                 if namespace.is_some_and(|ns| ns != key.namespace) {
                     continue;
                 }
-                let Some(raw) = entry.raw.as_deref() else {
+                let Some((raw, refs)) = entry.raw.as_deref() else {
                     continue;
                 };
+                if secret.is_some_and(|name| !refs.contains(name)) {
+                    continue;
+                }
                 let (_, fresh) = match kind {
                     Kind::Cluster => self.decoded_keyed::<Cluster>(raw.clone()),
                     Kind::Component => self.decoded_keyed::<Component>(raw.clone()),
@@ -547,13 +554,18 @@ impl Inner {
             }
         }
         drop(_keyed);
+        self.wake(woken);
+    }
+
+    /// Wakes `clusters`, once a waker is set.
+    fn wake(&self, clusters: BTreeSet<ObjectKey>) {
         let waker = self
             .waker
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         if let Some(waker) = waker {
-            for cluster in woken {
+            for cluster in clusters {
                 waker(cluster);
             }
         }
@@ -567,16 +579,7 @@ impl Inner {
         let Some(change) = cache.apply(event) else {
             return;
         };
-        let waker = self
-            .waker
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if let Some(waker) = waker {
-            for cluster in self.concerned(&change) {
-                waker(cluster);
-            }
-        }
+        self.wake(self.concerned(&change));
     }
 
     /// The Clusters `change` concerns.

@@ -302,6 +302,16 @@ fn a_reader_of_clusters_without_secrets_sees_no_private_key() {
     });
 }
 
+/// A store reading through a synced watch cache, as the manager runs it, and the cache.
+async fn cached_store(server: &ApiServer) -> (KubeStore, std::sync::Arc<WatchCache>) {
+    let client = server.client().await.unwrap();
+    let cache = std::sync::Arc::new(WatchCache::start(&client, None, &CACHED_KINDS));
+    cache.synced().await;
+    let store =
+        KubeStore::new(client, "test/reporter", "test-1").with_cache(std::sync::Arc::clone(&cache));
+    (store, cache)
+}
+
 /// Polls `f` until it answers `Some`, for at most 10 s.
 async fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -319,11 +329,7 @@ fn keys_change_through_their_secrets_and_go_with_their_cluster() {
     let server = ApiServer::start(StandinOptions::default()).unwrap();
     apply_inline(&server);
     server.block_on(async {
-        let client = server.client().await.unwrap();
-        let cache = std::sync::Arc::new(WatchCache::start(&client, None, &CACHED_KINDS));
-        cache.synced().await;
-        let store = KubeStore::new(client, "test/reporter", "test-1")
-            .with_cache(std::sync::Arc::clone(&cache));
+        let (store, cache) = cached_store(&server).await;
         let mut cluster: Cluster = store.get(&key()).await.unwrap().unwrap();
 
         // The watch cache holds the Cluster with its keys, read from the Secrets it watches.
@@ -380,5 +386,53 @@ fn keys_change_through_their_secrets_and_go_with_their_cluster() {
         store.update(&marked).await.unwrap();
         assert_eq!(store.get::<Cluster>(&key()).await.unwrap(), None);
         assert_eq!(secret_names(&server), Vec::<String>::new());
+    });
+}
+
+/// `kubectl apply` may create a Cluster before the Secrets it references: it cannot be read
+/// until they arrive (an error naming the field and the Secret, never a Cluster without its
+/// keys), and the watch cache reads it as soon as they do, with no change to the Cluster.
+#[test]
+fn a_cluster_applied_before_its_secrets_is_read_once_they_arrive() {
+    let server = ApiServer::start(StandinOptions::default()).unwrap();
+    let (cluster, secrets) =
+        oi_manager::keys::externalize(oi_api::Kind::Cluster, &inline_cluster()).unwrap();
+    server
+        .call(
+            Method::POST,
+            &format!("/apis/cluster.oneinfra.ereslibre.es/v1alpha1/namespaces/{NS}/clusters"),
+            Some(&cluster),
+        )
+        .unwrap();
+    server.block_on(async {
+        let (store, cache) = cached_store(&server).await;
+        let e = store.get::<Cluster>(&key()).await.unwrap_err().to_string();
+        assert!(
+            e.contains("spec.apiServer.ca.privateKeyRef") && e.contains("Secret tenants/c1-ca"),
+            "{e}"
+        );
+        let listed = cache
+            .list_map::<Cluster, _>(Some(NS), |c| c.metadata.name.clone())
+            .unwrap();
+        assert!(listed.is_err(), "{listed:?}");
+
+        for secret in &secrets {
+            server
+                .call(
+                    Method::POST,
+                    &format!("/api/v1/namespaces/{NS}/secrets"),
+                    Some(secret),
+                )
+                .unwrap();
+        }
+        eventually("the cache's copy with its keys", || {
+            let listed = cache
+                .list_map::<Cluster, _>(Some(NS), |c| c.spec.vpn.private_key.clone())?
+                .ok()?;
+            (listed == ["WG-KEY"]).then_some(())
+        })
+        .await;
+        let read: Cluster = store.get(&key()).await.unwrap().unwrap();
+        assert_eq!(read.spec.join_key.unwrap().private_key, "JOIN-KEY");
     });
 }

@@ -446,13 +446,17 @@ impl Inner {
         let key = crate::kube_store::dynamic_key(K::KIND, &object);
         let version = revision(object.metadata.resource_version.as_deref());
         let raw = object.clone();
-        let value = crate::kube_store::dynamic_value::<K>(object.clone());
+        let value = crate::kube_store::dynamic_value::<K>(object);
         let names = value
             .as_ref()
             .map(crate::keys::referenced)
             .unwrap_or_default();
         if names.is_empty() {
-            let object = crate::kube_store::from_dynamic::<K>(object).map(K::into_object);
+            let object = value.and_then(|value| {
+                serde_json::from_value::<K>(value)
+                    .map(K::into_object)
+                    .map_err(|e| crate::kube_store::undecodable(K::KIND, &key, &e))
+            });
             return (
                 key,
                 Entry {
@@ -479,22 +483,8 @@ impl Inner {
                     .collect()
             })
             .unwrap_or_default();
-        let object = value.and_then(|mut value| {
-            crate::keys::resolve(&mut value, &secrets).map_err(|e| {
-                StoreError::Unavailable(format!(
-                    "{} {key}: a private key cannot be read: {e}",
-                    K::KIND
-                ))
-            })?;
-            serde_json::from_value::<K>(value)
-                .map(K::into_object)
-                .map_err(|e| {
-                    StoreError::Unavailable(format!(
-                        "{} {key} from the API server does not decode: {}",
-                        K::KIND,
-                        crate::kube_store::redact_quoted(&e.to_string())
-                    ))
-                })
+        let object = value.and_then(|value| {
+            crate::kube_store::resolved::<K>(&key, value, &secrets).map(K::into_object)
         });
         (
             key,

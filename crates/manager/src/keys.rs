@@ -139,6 +139,17 @@ pub fn key_for(secret: &Secret, key: &str, public: Option<&str>) -> Result<Strin
     ))
 }
 
+/// Whether writing `wanted` (a Secret [`externalize`] made) where `held` is stored changes
+/// its key, or `held` keeps a previous pair to drop: then [`to_write`] needs the public part
+/// the stored object has.
+pub fn changes_key(wanted: &Value, held: &Secret) -> bool {
+    let wanted_key = wanted
+        .pointer("/data/tls.key")
+        .and_then(Value::as_str)
+        .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok());
+    held.value(SECRET_KEY).and_then(Result::ok) != wanted_key || held.value(PREVIOUS_KEY).is_some()
+}
+
 /// The Secret to write so that it holds `wanted` (a Secret [`externalize`] made), given the
 /// one stored (`held`) and the public part the stored object has beside its reference to it
 /// (`stored_public`): `None` when `held` holds exactly that already.

@@ -163,31 +163,20 @@ impl KubeStore {
         written: &BTreeMap<String, Secret>,
     ) -> Result<K> {
         let key = dynamic_key(K::KIND, &object);
-        let mut value = dynamic_value::<K>(object)?;
+        let value = dynamic_value::<K>(object)?;
         let missing: BTreeSet<String> = keys::referenced(&value)
             .into_iter()
             .filter(|n| !written.contains_key(n))
             .collect();
         let mut secrets = self.secrets_named(&key.namespace, &missing).await?;
         secrets.extend(written.iter().map(|(k, v)| (k.clone(), v.clone())));
-        keys::resolve(&mut value, &secrets).map_err(|e| {
-            StoreError::Unavailable(format!(
-                "{} {key}: a private key cannot be read: {e}",
-                K::KIND
-            ))
-        })?;
-        serde_json::from_value(value).map_err(|e| {
-            StoreError::Unavailable(format!(
-                "{} {key} from the API server does not decode: {}",
-                K::KIND,
-                redact_quoted(&e.to_string())
-            ))
-        })
+        resolved(&key, value, &secrets)
     }
 
-    /// Writes the Secrets `secrets` of `namespace` (those [`keys::externalize`] made) that
-    /// do not hold what they must yet, and answers each as stored. `stored`: the object as
-    /// stored, when a Secret's key changes (read then, once, when not given).
+    /// Writes the Secrets `secrets` of `key`'s namespace (those [`keys::externalize`] made
+    /// for the `kind` object at `key`) that do not hold what they must yet, and answers each
+    /// as stored. The object as stored is read once, only when a Secret's key changes (see
+    /// [`keys::to_write`]).
     async fn put_secrets(
         &self,
         kind: Kind,
@@ -207,16 +196,7 @@ impl KubeStore {
         for wanted in secrets {
             let name = name_of(wanted);
             let held_secret = held.get(&name);
-            let changes_key = held_secret.is_some_and(|h| {
-                let held_key = h.value(oi_api::keys::SECRET_KEY).and_then(Result::ok);
-                let wanted_key = wanted
-                    .pointer("/data/tls.key")
-                    .and_then(Value::as_str)
-                    .and_then(|v| {
-                        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, v).ok()
-                    });
-                held_key != wanted_key || h.value(keys::PREVIOUS_KEY).is_some()
-            });
+            let changes_key = held_secret.is_some_and(|h| keys::changes_key(wanted, h));
             if changes_key && stored_public.is_none() {
                 let stored = self.get_raw(kind, key).await?;
                 stored_public = Some(
@@ -696,26 +676,38 @@ fn to_dynamic<K: Stored>(object: &K) -> Result<DynamicObject> {
 pub(crate) fn from_dynamic<K: Stored>(object: DynamicObject) -> Result<K> {
     let key = dynamic_key(K::KIND, &object);
     let value = dynamic_value::<K>(object)?;
-    serde_json::from_value(value).map_err(|e| {
+    serde_json::from_value(value).map_err(|e| undecodable(K::KIND, &key, &e))
+}
+
+/// `value`, the object `key` of kind `K` from the API server, as `K` with every key it
+/// references put back from `secrets` (the Secrets of its namespace, by name).
+pub(crate) fn resolved<K: Stored>(
+    key: &ObjectKey,
+    mut value: Value,
+    secrets: &BTreeMap<String, Secret>,
+) -> Result<K> {
+    keys::resolve(&mut value, secrets).map_err(|e| {
         StoreError::Unavailable(format!(
-            "{} {key} from the API server does not decode: {}",
-            K::KIND,
-            redact_quoted(&e.to_string())
+            "{} {key}: a private key cannot be read: {e}",
+            K::KIND
         ))
-    })
+    })?;
+    serde_json::from_value(value).map_err(|e| undecodable(K::KIND, key, &e))
+}
+
+/// An object from the API server that does not decode, without the values it held.
+pub(crate) fn undecodable(kind: Kind, key: &ObjectKey, e: &serde_json::Error) -> StoreError {
+    StoreError::Unavailable(format!(
+        "{kind} {key} from the API server does not decode: {}",
+        redact_quoted(&e.to_string())
+    ))
 }
 
 /// A [`DynamicObject`] of kind `K` as JSON, with `apiVersion` and `kind` filled in where a
 /// list left them out.
 pub(crate) fn dynamic_value<K: Stored>(object: DynamicObject) -> Result<Value> {
     let key = dynamic_key(K::KIND, &object);
-    let mut value = serde_json::to_value(&object).map_err(|e| {
-        StoreError::Unavailable(format!(
-            "{} {key} from the API server does not decode: {}",
-            K::KIND,
-            redact_quoted(&e.to_string())
-        ))
-    })?;
+    let mut value = serde_json::to_value(&object).map_err(|e| undecodable(K::KIND, &key, &e))?;
     if let Value::Object(map) = &mut value {
         map.entry("apiVersion")
             .or_insert_with(|| Value::String(K::KIND.api_version().to_string()));
